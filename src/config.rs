@@ -1,0 +1,289 @@
+//! Typed, validated module arguments (`loadmodule librdmasync.so peer=.. port=..`).
+
+use std::net::IpAddr;
+
+use crate::error::{Error, Result};
+
+/// Smallest ring a peer may register: room for several maximal frames.
+pub const MIN_RING_SIZE: u64 = 64 * 1024;
+/// Largest ring: registered memory is pinned, keep it sane.
+pub const MAX_RING_SIZE: u64 = 1 << 30;
+/// Default ring size (8 MiB).
+pub const DEFAULT_RING_SIZE: u64 = 8 << 20;
+/// Default bound of the capture queue, in batches.
+pub const DEFAULT_QUEUE_SIZE: usize = 4096;
+/// Largest accepted queue bound, in batches.
+pub const MAX_QUEUE_SIZE: usize = 1 << 20;
+
+/// Which transport moves frames into the peer's ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransportChoice {
+    /// RDMA when a usable device exists, else TCP.
+    Auto,
+    /// RDMA verbs only.
+    Rdma,
+    /// The TCP emulation of the ring protocol.
+    Tcp,
+}
+
+impl TransportChoice {
+    /// The spelling used in arguments and `RDMASYNC.STATUS`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Rdma => "rdma",
+            Self::Tcp => "tcp",
+        }
+    }
+}
+
+/// The module's configuration, validated at load.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Host name or address of the peer module.
+    pub peer_host: String,
+    /// Port the peer module listens on.
+    pub peer_port: u16,
+    /// Port this module listens on.
+    pub listen_port: u16,
+    /// Address this module listens on.
+    pub bind: IpAddr,
+    /// Requested transport.
+    pub transport: TransportChoice,
+    /// Explicit node id; `None` derives a stable one (see `clock::default_node_id`).
+    pub node_id: Option<u64>,
+    /// Bytes of the receive ring this node registers for its peer; a power of two.
+    pub ring_size: u64,
+    /// Capacity of the capture queue, in batches.
+    pub queue_size: usize,
+}
+
+impl Config {
+    /// `peer:port` as given, for dialing and display.
+    pub fn peer_addr(&self) -> String {
+        if self.peer_host.contains(':') {
+            format!("[{}]:{}", self.peer_host, self.peer_port)
+        } else {
+            format!("{}:{}", self.peer_host, self.peer_port)
+        }
+    }
+}
+
+fn bad(arg: &str, reason: impl Into<String>) -> Error {
+    Error::Config {
+        arg: arg.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+fn parse_port(arg: &str, value: &str) -> Result<u16> {
+    match value.parse::<u16>() {
+        Ok(p) if p > 0 => Ok(p),
+        _ => Err(bad(
+            arg,
+            format!("must be a port number 1-65535, got '{value}'"),
+        )),
+    }
+}
+
+/// Parses `8388608`, `64kb`, `8mb`, `1gb` (Redis-style units, 1024-based).
+fn parse_size(arg: &str, value: &str) -> Result<u64> {
+    let lower = value.to_ascii_lowercase();
+    let (digits, unit) = match lower.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => lower.split_at(i),
+        None => (lower.as_str(), ""),
+    };
+    let mult: u64 = match unit {
+        "" | "b" => 1,
+        "k" | "kb" => 1 << 10,
+        "m" | "mb" => 1 << 20,
+        "g" | "gb" => 1 << 30,
+        _ => return Err(bad(arg, format!("unknown unit in '{value}' (use kb, mb, gb)"))),
+    };
+    digits
+        .parse::<u64>()
+        .ok()
+        .filter(|_| !digits.is_empty())
+        .and_then(|n| n.checked_mul(mult))
+        .ok_or_else(|| bad(arg, format!("not a size: '{value}'")))
+}
+
+/// Parses the module's `key=value` arguments.
+///
+/// # Errors
+/// [`Error::Config`] naming the first argument that is unknown, repeated,
+/// missing or out of range.
+pub fn parse_args<S: AsRef<str>>(args: &[S]) -> Result<Config> {
+    let mut peer_host = None;
+    let mut peer_port = None;
+    let mut listen_port = None;
+    let mut bind = None;
+    let mut transport = None;
+    let mut node_id = None;
+    let mut ring_size = None;
+    let mut queue_size = None;
+    let mut seen: Vec<String> = Vec::new();
+
+    for raw in args {
+        let raw = raw.as_ref();
+        let Some((name, value)) = raw.split_once('=') else {
+            return Err(bad(raw, "expected name=value"));
+        };
+        if seen.iter().any(|s| s == name) {
+            return Err(bad(name, "given more than once"));
+        }
+        seen.push(name.to_owned());
+        if value.is_empty() {
+            return Err(bad(name, "empty value"));
+        }
+        match name {
+            "peer" => {
+                if value.chars().any(char::is_whitespace) {
+                    return Err(bad(name, format!("not a host name or address: '{value}'")));
+                }
+                peer_host = Some(value.to_owned());
+            }
+            "port" => peer_port = Some(parse_port(name, value)?),
+            "listen-port" => listen_port = Some(parse_port(name, value)?),
+            "bind" => {
+                bind = Some(value.parse::<IpAddr>().map_err(|_| {
+                    bad(name, format!("not an IP address: '{value}'"))
+                })?)
+            }
+            "transport" => {
+                transport = Some(match value {
+                    "auto" => TransportChoice::Auto,
+                    "rdma" => TransportChoice::Rdma,
+                    "tcp" => TransportChoice::Tcp,
+                    _ => {
+                        return Err(bad(
+                            name,
+                            format!("must be auto, rdma or tcp, got '{value}'"),
+                        ))
+                    }
+                })
+            }
+            "node-id" => match value.parse::<u64>() {
+                Ok(n) if n > 0 => node_id = Some(n),
+                _ => {
+                    return Err(bad(
+                        name,
+                        format!("must be an integer 1-{}, got '{value}'", u64::MAX),
+                    ))
+                }
+            },
+            "ring-size" => {
+                let n = parse_size(name, value)?;
+                if !(MIN_RING_SIZE..=MAX_RING_SIZE).contains(&n) || !n.is_power_of_two() {
+                    return Err(bad(
+                        name,
+                        format!(
+                            "must be a power of two between {MIN_RING_SIZE} (64kb) and {MAX_RING_SIZE} (1gb) bytes, got '{value}'"
+                        ),
+                    ));
+                }
+                ring_size = Some(n);
+            }
+            "queue-size" => match value.parse::<usize>() {
+                Ok(n) if (1..=MAX_QUEUE_SIZE).contains(&n) => queue_size = Some(n),
+                _ => {
+                    return Err(bad(
+                        name,
+                        format!("must be an integer 1-{MAX_QUEUE_SIZE} (batches), got '{value}'"),
+                    ))
+                }
+            },
+            _ => {
+                return Err(bad(
+                    name,
+                    "unknown argument (known: peer, port, listen-port, bind, transport, node-id, ring-size, queue-size)",
+                ))
+            }
+        }
+    }
+
+    let peer_host = peer_host.ok_or_else(|| bad("peer", "required (peer=<ip or host>)"))?;
+    let peer_port = peer_port.ok_or_else(|| bad("port", "required (port=<peer's port>)"))?;
+    Ok(Config {
+        peer_host,
+        peer_port,
+        listen_port: listen_port.unwrap_or(peer_port),
+        bind: bind.unwrap_or(IpAddr::from([0, 0, 0, 0])),
+        transport: transport.unwrap_or(TransportChoice::Auto),
+        node_id,
+        ring_size: ring_size.unwrap_or(DEFAULT_RING_SIZE),
+        queue_size: queue_size.unwrap_or(DEFAULT_QUEUE_SIZE),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn arg_of(r: Result<Config>) -> String {
+        match r {
+            Err(Error::Config { arg, .. }) => arg,
+            other => panic!("expected a config error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn minimal_arguments_take_defaults() {
+        let c = parse_args(&["peer=10.0.0.2", "port=7000"]).unwrap();
+        assert_eq!(c.peer_host, "10.0.0.2");
+        assert_eq!(c.peer_port, 7000);
+        assert_eq!(c.listen_port, 7000);
+        assert_eq!(c.bind.to_string(), "0.0.0.0");
+        assert_eq!(c.transport, TransportChoice::Auto);
+        assert_eq!(c.ring_size, DEFAULT_RING_SIZE);
+        assert_eq!(c.node_id, None);
+    }
+
+    #[test]
+    fn every_argument_parses() {
+        let c = parse_args(&[
+            "peer=host-b",
+            "port=7001",
+            "listen-port=7000",
+            "bind=127.0.0.1",
+            "transport=tcp",
+            "node-id=42",
+            "ring-size=64kb",
+            "queue-size=8",
+        ])
+        .unwrap();
+        assert_eq!(c.listen_port, 7000);
+        assert_eq!(c.transport, TransportChoice::Tcp);
+        assert_eq!(c.node_id, Some(42));
+        assert_eq!(c.ring_size, 65536);
+        assert_eq!(c.queue_size, 8);
+        assert_eq!(c.peer_addr(), "host-b:7001");
+    }
+
+    #[test]
+    fn bad_arguments_name_the_argument() {
+        let base = ["peer=a", "port=1"];
+        let with = |extra: &str| {
+            let mut v: Vec<&str> = base.to_vec();
+            v.push(extra);
+            arg_of(parse_args(&v))
+        };
+        assert_eq!(arg_of(parse_args(&["port=1"])), "peer");
+        assert_eq!(arg_of(parse_args(&["peer=a"])), "port");
+        assert_eq!(arg_of(parse_args(&["peer=a", "port=0"])), "port");
+        assert_eq!(arg_of(parse_args(&["peer=a", "port=70000"])), "port");
+        assert_eq!(arg_of(parse_args(&["peer=", "port=1"])), "peer");
+        assert_eq!(with("listen-port=-1"), "listen-port");
+        assert_eq!(with("bind=nowhere"), "bind");
+        assert_eq!(with("transport=udp"), "transport");
+        assert_eq!(with("node-id=0"), "node-id");
+        assert_eq!(with("node-id=x"), "node-id");
+        assert_eq!(with("ring-size=1000"), "ring-size");
+        assert_eq!(with("ring-size=4gb"), "ring-size");
+        assert_eq!(with("ring-size=12parsecs"), "ring-size");
+        assert_eq!(with("queue-size=0"), "queue-size");
+        assert_eq!(with("colour=blue"), "colour");
+        assert_eq!(with("justaword"), "justaword");
+        assert_eq!(with("port=2"), "port");
+    }
+}

@@ -1,0 +1,78 @@
+//! What travels: one captured change (`Entry`) and the atomic unit of apply (`Batch`).
+
+/// The change an entry carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    /// The key now holds this DUMP payload, expiring at `expiry_ms` (Unix ms) if set.
+    Value {
+        /// Key name.
+        key: Vec<u8>,
+        /// `DUMP` payload (RDB-encoded value, version and checksum included).
+        payload: Vec<u8>,
+        /// Absolute expiry in Unix milliseconds.
+        expiry_ms: Option<u64>,
+    },
+    /// The key no longer exists.
+    Delete {
+        /// Key name.
+        key: Vec<u8>,
+    },
+    /// `FLUSHDB` of the entry's database.
+    FlushDb,
+    /// `FLUSHALL`.
+    FlushAll,
+    /// `SWAPDB` of the entry's database with `other`.
+    SwapDb {
+        /// The second database.
+        other: u32,
+    },
+}
+
+/// One captured change, stamped at capture.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// Node id of the node where the write happened.
+    pub origin: u64,
+    /// Per-origin sequence number, increasing by one per entry.
+    pub seq: u64,
+    /// Hybrid logical clock at capture (see `clock`).
+    pub clock: u64,
+    /// Database index.
+    pub db: u32,
+    /// The change.
+    pub op: Op,
+}
+
+impl Entry {
+    /// The key, for per-key operations.
+    pub fn key(&self) -> Option<&[u8]> {
+        match &self.op {
+            Op::Value { key, .. } | Op::Delete { key } => Some(key),
+            _ => None,
+        }
+    }
+
+    /// Bytes of key and value carried (an estimate of the entry's weight).
+    pub fn payload_len(&self) -> usize {
+        match &self.op {
+            Op::Value { key, payload, .. } => key.len() + payload.len(),
+            Op::Delete { key } => key.len(),
+            _ => 0,
+        }
+    }
+}
+
+/// Entries that must be applied together: one event-loop iteration, one
+/// `MULTI/EXEC`, one script. Never empty when queued.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Batch {
+    /// The entries in capture order.
+    pub entries: Vec<Entry>,
+}
+
+impl Batch {
+    /// Sum of `Entry::payload_len`.
+    pub fn payload_len(&self) -> usize {
+        self.entries.iter().map(Entry::payload_len).sum()
+    }
+}
