@@ -1,8 +1,48 @@
+//! rdmasync: a Redis module that keeps two Redis masters in sync while both
+//! take writes.
+//!
+//! # Data path (one module per stage)
+//! `hook` (keyspace and server events -> dirty set) -> `capture` (once per
+//! event-loop iteration: snapshot dirty keys -> `entry::Batch`) -> `queue`
+//! (bounded, lock-free) -> `sender` (frames from `wire` into the peer's ring
+//! at its tail, bounded by credit, `ring`) -> `transport` (moves bytes into
+//! the peer's ring) -> `poller` on the peer (complete, verified frames ->
+//! batches) -> `apply` (batch -> Redis under the GIL, echo suppressed).
+//! `link` runs the connection lifecycle; `status` holds the counters.
+//!
+//! # Threads
+//! Redis' main thread runs the hook, the capture and `RDMASYNC.STATUS`.
+//! The module adds three threads: `rdmasync-send` (queue -> ring),
+//! `rdmasync-link` (dial, handshake, then receive and apply) and
+//! `rdmasync-accept` (incoming connections). All three are joined at
+//! `MODULE UNLOAD`; none ever blocks on the GIL (try-lock with backoff), so
+//! unload cannot deadlock.
+//!
+//! # Safety
+//! `unsafe` lives in `server` (Redis API calls the `redis-module` crate does
+//! not wrap) and, later, `transport::rdma`. Every block carries a `SAFETY:`
+//! comment. No panic crosses into redis-server: callbacks and threads run
+//! under `catch_unwind`.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+
+pub mod apply;
+pub mod capture;
 pub mod clock;
 pub mod config;
 pub mod control;
 pub mod entry;
 pub mod error;
+pub mod hook;
+pub mod link;
 pub mod poller;
+pub mod queue;
 pub mod ring;
+pub mod runtime;
+pub mod sender;
+pub mod server;
+pub mod status;
+pub mod transport;
 pub mod wire;
+
+mod module;

@@ -1,0 +1,206 @@
+//! Keyspace and server events -> the dirty set. Runs inside Redis commands:
+//! records `(db, key)` and nothing else; never writes, never blocks.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::LazyLock;
+
+use parking_lot::Mutex;
+use redis_module::{Context, NotifyEvent};
+
+use crate::server;
+
+/// Something to ship at the next flush, in the order it happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PendingOp {
+    /// The key changed; its value is read at flush time.
+    Key {
+        /// Database.
+        db: u32,
+        /// Key name.
+        key: Vec<u8>,
+    },
+    /// `FLUSHDB` of a database.
+    FlushDb(u32),
+    /// `FLUSHALL`.
+    FlushAll,
+    /// `SWAPDB a b`.
+    SwapDb(u32, u32),
+}
+
+/// Keys changed since the last flush plus the flushes and swaps between them.
+/// Each key appears once; a flush or swap reorders the keys it affects so that
+/// reading values at flush time gives the right result.
+#[derive(Debug, Default)]
+pub struct DirtySet {
+    ops: Vec<PendingOp>,
+    keys: HashSet<(u32, Vec<u8>)>,
+}
+
+impl DirtySet {
+    /// Whether nothing is pending.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// Records that `key` in `db` changed.
+    pub fn mark(&mut self, db: u32, key: &[u8]) {
+        let k = (db, key.to_vec());
+        if !self.keys.contains(&k) {
+            self.keys.insert(k.clone());
+            self.ops.push(PendingOp::Key { db, key: k.1 });
+        }
+    }
+
+    /// Records a flush of `db` (or of everything): keys dirtied before it are
+    /// gone, so they need not ship.
+    pub fn flushing(&mut self, db: Option<u32>) {
+        let hit = |d: u32| db.is_none_or(|f| f == d);
+        self.ops
+            .retain(|op| !matches!(op, PendingOp::Key { db: d, .. } if hit(*d)));
+        self.keys.retain(|(d, _)| !hit(*d));
+        self.ops.push(match db {
+            Some(d) => PendingOp::FlushDb(d),
+            None => PendingOp::FlushAll,
+        });
+    }
+
+    /// Records `SWAPDB a b`: dirty keys of either database now live in the
+    /// other one, and ship after the swap.
+    pub fn swapped(&mut self, a: u32, b: u32) {
+        let mut moved = Vec::new();
+        self.ops.retain(|op| match op {
+            PendingOp::Key { db, key } if *db == a || *db == b => {
+                moved.push((if *db == a { b } else { a }, key.clone()));
+                false
+            }
+            _ => true,
+        });
+        self.keys.retain(|(d, _)| *d != a && *d != b);
+        self.ops.push(PendingOp::SwapDb(a, b));
+        for (db, key) in moved {
+            self.mark(db, &key);
+        }
+    }
+
+    /// Takes everything pending.
+    pub fn take(&mut self) -> Vec<PendingOp> {
+        self.keys.clear();
+        std::mem::take(&mut self.ops)
+    }
+
+    /// Puts back ops taken earlier that could not be queued, ahead of anything
+    /// recorded since.
+    pub fn restore(&mut self, ops: Vec<PendingOp>) {
+        let newer = std::mem::replace(&mut self.ops, ops);
+        self.keys = self
+            .ops
+            .iter()
+            .filter_map(|op| match op {
+                PendingOp::Key { db, key } => Some((*db, key.clone())),
+                _ => None,
+            })
+            .collect();
+        for op in newer {
+            match op {
+                PendingOp::Key { db, key } => self.mark(db, &key),
+                PendingOp::FlushDb(d) => self.flushing(Some(d)),
+                PendingOp::FlushAll => self.flushing(None),
+                PendingOp::SwapDb(a, b) => self.swapped(a, b),
+            }
+        }
+    }
+}
+
+/// The node's dirty set. Touched only with the GIL held (main thread, or the
+/// apply thread while it holds the GIL), so the lock is never contended.
+pub static DIRTY: LazyLock<Mutex<DirtySet>> = LazyLock::new(Mutex::default);
+
+/// Set while the module itself runs commands (applying remote batches,
+/// snapshotting): the events they raise are not local writes (echo guard).
+pub static SUPPRESS: AtomicBool = AtomicBool::new(false);
+
+/// Keyspace notification handler: marks the key dirty.
+pub fn on_keyspace_event(ctx: &Context, _kind: NotifyEvent, _event: &str, key: &[u8]) {
+    if SUPPRESS.load(Ordering::Relaxed) {
+        return;
+    }
+    let db = server::selected_db(ctx);
+    DIRTY.lock().mark(db, key);
+}
+
+/// Records FLUSHDB/FLUSHALL and SWAPDB, which have no per-key notification.
+pub fn on_flush_or_swap(event: server::ServerEvent) {
+    if SUPPRESS.load(Ordering::Relaxed) {
+        return;
+    }
+    match event {
+        server::ServerEvent::FlushStarting(db) => DIRTY.lock().flushing(db),
+        server::ServerEvent::Swapped(a, b) => DIRTY.lock().swapped(a, b),
+        server::ServerEvent::BeforeSleep => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(db: u32, k: &str) -> PendingOp {
+        PendingOp::Key {
+            db,
+            key: k.as_bytes().to_vec(),
+        }
+    }
+
+    #[test]
+    fn hot_key_ships_once() {
+        let mut d = DirtySet::default();
+        for _ in 0..100 {
+            d.mark(0, b"hot");
+        }
+        d.mark(1, b"hot");
+        assert_eq!(d.take(), vec![key(0, "hot"), key(1, "hot")]);
+        assert!(d.is_empty());
+    }
+
+    #[test]
+    fn flush_drops_earlier_keys_of_that_db_only() {
+        let mut d = DirtySet::default();
+        d.mark(0, b"a");
+        d.mark(1, b"b");
+        d.flushing(Some(0));
+        d.mark(0, b"a");
+        assert_eq!(
+            d.take(),
+            vec![key(1, "b"), PendingOp::FlushDb(0), key(0, "a")]
+        );
+        d.mark(3, b"c");
+        d.flushing(None);
+        assert_eq!(d.take(), vec![PendingOp::FlushAll]);
+    }
+
+    #[test]
+    fn swap_moves_dirty_keys_after_it() {
+        let mut d = DirtySet::default();
+        d.mark(0, b"a");
+        d.mark(1, b"b");
+        d.mark(2, b"c");
+        d.swapped(0, 1);
+        assert_eq!(
+            d.take(),
+            vec![key(2, "c"), PendingOp::SwapDb(0, 1), key(1, "a"), key(0, "b")]
+        );
+    }
+
+    #[test]
+    fn restore_keeps_order_and_dedups() {
+        let mut d = DirtySet::default();
+        d.mark(0, b"a");
+        d.mark(0, b"b");
+        let taken = d.take();
+        d.mark(0, b"b");
+        d.mark(0, b"c");
+        d.restore(taken);
+        assert_eq!(d.take(), vec![key(0, "a"), key(0, "b"), key(0, "c")]);
+    }
+}

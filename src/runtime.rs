@@ -1,0 +1,188 @@
+//! The module's live state (`Shared`) and its threads: started at load,
+//! stopped and joined at unload.
+
+use std::net::{TcpListener, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
+use std::thread::JoinHandle;
+
+use parking_lot::{Mutex, RwLock};
+
+use crate::clock::{default_node_id, local_ip_towards, HybridClock};
+use crate::config::{Config, TransportChoice};
+use crate::error::{Error, Result};
+use crate::queue::BatchQueue;
+use crate::status::{Identity, LinkState, Stats};
+use crate::transport::RingWriter;
+use crate::{link, sender};
+
+/// State shared by the Redis callbacks and the module's threads.
+pub struct Shared {
+    /// Validated configuration.
+    pub config: Config,
+    /// This node's id.
+    pub node_id: u64,
+    /// Transport in use.
+    pub transport: &'static str,
+    /// Counters.
+    pub stats: Stats,
+    /// Hybrid logical clock stamping captured entries.
+    pub clock: HybridClock,
+    /// Capture -> sender queue.
+    pub queue: BatchQueue,
+    /// The link the sender writes to, when one is up.
+    pub link: Mutex<Option<Arc<dyn RingWriter>>>,
+    /// Set once at unload: every thread returns.
+    pub shutdown: AtomicBool,
+    next_seq: AtomicU64,
+}
+
+impl Shared {
+    /// Next entry sequence number (starts at 1).
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Whether unload has begun.
+    pub fn stopping(&self) -> bool {
+        self.shutdown.load(Ordering::Relaxed)
+    }
+
+    /// The link currently up, if any.
+    pub fn current_link(&self) -> Option<Arc<dyn RingWriter>> {
+        self.link.lock().clone()
+    }
+
+    /// Identity fields of `RDMASYNC.STATUS`.
+    pub fn identity(&self) -> Identity {
+        Identity {
+            node_id: self.node_id,
+            peer: self.config.peer_addr(),
+            transport: self.transport,
+            ring_size: self.config.ring_size,
+        }
+    }
+}
+
+struct Runtime {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+static RUNTIME: Mutex<Option<Runtime>> = Mutex::new(None);
+static CURRENT: LazyLock<RwLock<Option<Arc<Shared>>>> = LazyLock::new(|| RwLock::new(None));
+
+/// Runs `f` on the live state, if the module is started.
+pub fn with_shared<R>(f: impl FnOnce(&Arc<Shared>) -> R) -> Option<R> {
+    CURRENT.read().as_ref().map(f)
+}
+
+fn node_id_for(config: &Config) -> u64 {
+    if let Some(id) = config.node_id {
+        return id;
+    }
+    let local = (config.peer_host.as_str(), config.peer_port)
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut addrs| addrs.next())
+        .and_then(local_ip_towards)
+        .unwrap_or(config.bind);
+    default_node_id(local, config.listen_port)
+}
+
+fn spawn(
+    name: &'static str,
+    shared: &Arc<Shared>,
+    body: impl FnOnce(Arc<Shared>) + Send + 'static,
+) -> Result<JoinHandle<()>> {
+    let s = shared.clone();
+    std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(move || {
+            let s2 = s.clone();
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(s))).is_err() {
+                s2.stats.set_error(format!("thread {name} panicked; replication stopped"));
+                s2.stats.set_link(LinkState::Down);
+            }
+        })
+        .map_err(|source| Error::Spawn { name, source })
+}
+
+/// Starts the module's threads. Returns a log line saying what was chosen.
+///
+/// # Errors
+/// [`Error::Config`] for a transport this build cannot provide,
+/// [`Error::Listen`] when the listen port is taken, [`Error::Spawn`].
+pub fn start(config: Config) -> Result<String> {
+    let transport = match config.transport {
+        TransportChoice::Tcp => "tcp",
+        TransportChoice::Auto => "tcp",
+        TransportChoice::Rdma => {
+            return Err(Error::Config {
+                arg: "transport".into(),
+                reason: "rdma is not available in this build yet; use transport=tcp or transport=auto".into(),
+            })
+        }
+    };
+    let why = match config.transport {
+        TransportChoice::Auto => "transport=auto chose tcp: this build has no RDMA transport yet",
+        _ => "transport=tcp",
+    };
+    let listen_addr = std::net::SocketAddr::new(config.bind, config.listen_port);
+    let listener = TcpListener::bind(listen_addr).map_err(|source| Error::Listen {
+        addr: listen_addr.to_string(),
+        source,
+    })?;
+    let node_id = node_id_for(&config);
+    let shared = Arc::new(Shared {
+        queue: BatchQueue::new(config.queue_size),
+        config,
+        node_id,
+        transport,
+        stats: Stats::default(),
+        clock: HybridClock::new(),
+        link: Mutex::new(None),
+        shutdown: AtomicBool::new(false),
+        next_seq: AtomicU64::new(0),
+    });
+    shared.stats.set_link(LinkState::Connecting);
+    let (offer_tx, offer_rx) = crossbeam_channel::bounded(4);
+    let mut threads = Vec::new();
+    let started = (|| -> Result<()> {
+        threads.push(spawn("rdmasync-send", &shared, sender::run)?);
+        threads.push(spawn("rdmasync-accept", &shared, move |s| {
+            link::run_acceptor(s, listener, offer_tx)
+        })?);
+        threads.push(spawn("rdmasync-link", &shared, move |s| link::run_link(s, offer_rx))?);
+        Ok(())
+    })();
+    let line = format!(
+        "rdmasync: node {node_id} listening on {listen_addr}, peer {}, {why}",
+        shared.config.peer_addr()
+    );
+    *CURRENT.write() = Some(shared.clone());
+    *RUNTIME.lock() = Some(Runtime { shared, threads });
+    if let Err(e) = started {
+        stop();
+        return Err(e);
+    }
+    Ok(line)
+}
+
+/// Stops every thread and waits for it. Safe to call when not started.
+pub fn stop() {
+    let Some(rt) = RUNTIME.lock().take() else {
+        return;
+    };
+    rt.shared.shutdown.store(true, Ordering::SeqCst);
+    rt.shared.queue.wake.wake();
+    if let Some(link) = rt.shared.link.lock().take() {
+        link.close();
+    }
+    for t in rt.threads {
+        t.thread().unpark();
+        let _ = t.join();
+    }
+    rt.shared.stats.set_link(LinkState::Down);
+    *CURRENT.write() = None;
+}

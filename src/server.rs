@@ -1,0 +1,179 @@
+//! The few Redis module API calls `redis-module` does not wrap safely:
+//! database selection, server-event subscription and the GIL try-lock.
+//! Every `unsafe` block outside `transport/rdma/` lives here.
+
+use std::os::raw::c_void;
+use std::ptr;
+
+use redis_module::{raw, Context};
+
+/// Database the context has selected.
+pub fn selected_db(ctx: &Context) -> u32 {
+    let Some(get) = (unsafe {
+        // SAFETY: the API table is filled by RedisModule_Init before any callback runs.
+        raw::RedisModule_GetSelectedDb
+    }) else {
+        return 0;
+    };
+    // SAFETY: `ctx.ctx` is the live context Redis handed to this callback.
+    let db = unsafe { get(ctx.ctx) };
+    u32::try_from(db).unwrap_or(0)
+}
+
+/// Selects database `db` on the context; `false` if it does not exist.
+pub fn select_db(ctx: &Context, db: u32) -> bool {
+    let Ok(db) = i32::try_from(db) else {
+        return false;
+    };
+    // SAFETY: the API table is filled by RedisModule_Init before any callback runs.
+    let Some(select) = (unsafe { raw::RedisModule_SelectDb }) else {
+        return false;
+    };
+    // SAFETY: `ctx.ctx` is a live context and Redis validates `db` itself.
+    unsafe { select(ctx.ctx, db) == raw::REDISMODULE_OK as i32 }
+}
+
+/// What a server event tells the capture code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerEvent {
+    /// `FLUSHDB` (`Some(db)`) or `FLUSHALL` (`None`) is about to run.
+    FlushStarting(Option<u32>),
+    /// `SWAPDB a b` ran.
+    Swapped(u32, u32),
+    /// The event loop is about to sleep.
+    BeforeSleep,
+}
+
+/// Handler the module installs for [`ServerEvent`]s.
+pub type ServerEventHandler = fn(&Context, ServerEvent);
+
+static HANDLER: std::sync::OnceLock<ServerEventHandler> = std::sync::OnceLock::new();
+
+unsafe extern "C" fn on_server_event(
+    ctx: *mut raw::RedisModuleCtx,
+    eid: raw::RedisModuleEvent,
+    subevent: u64,
+    data: *mut c_void,
+) {
+    let event = match eid.id {
+        raw::REDISMODULE_EVENT_FLUSHDB if subevent == raw::REDISMODULE_SUBEVENT_FLUSHDB_START => {
+            // SAFETY: for FLUSHDB events Redis passes a RedisModuleFlushInfo (7.0: version 1).
+            let info = unsafe { &*(data as *const raw::RedisModuleFlushInfo) };
+            ServerEvent::FlushStarting(u32::try_from(info.dbnum).ok())
+        }
+        raw::REDISMODULE_EVENT_SWAPDB => {
+            // SAFETY: for SWAPDB events Redis passes a RedisModuleSwapDbInfo (version 1).
+            let info = unsafe { &*(data as *const raw::RedisModuleSwapDbInfo) };
+            match (u32::try_from(info.dbnum_first), u32::try_from(info.dbnum_second)) {
+                (Ok(a), Ok(b)) => ServerEvent::Swapped(a, b),
+                _ => return,
+            }
+        }
+        raw::REDISMODULE_EVENT_EVENTLOOP
+            if subevent == raw::REDISMODULE_SUBEVENT_EVENTLOOP_BEFORE_SLEEP =>
+        {
+            ServerEvent::BeforeSleep
+        }
+        _ => return,
+    };
+    if let Some(handler) = HANDLER.get() {
+        let context = Context::new(ctx);
+        // A panic must not unwind into redis-server.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(&context, event)));
+    }
+}
+
+/// Subscribes to FLUSHDB, SWAPDB and event-loop events; `handler` receives them.
+///
+/// # Errors
+/// The name of the event Redis refused (the event loop event needs Redis 7.0).
+pub fn subscribe_server_events(
+    ctx: &Context,
+    handler: ServerEventHandler,
+) -> Result<(), &'static str> {
+    let _ = HANDLER.set(handler);
+    // SAFETY: the API table is filled by RedisModule_Init before OnLoad continues.
+    let Some(subscribe) = (unsafe { raw::RedisModule_SubscribeToServerEvent }) else {
+        return Err("SubscribeToServerEvent");
+    };
+    for (id, name) in [
+        (raw::REDISMODULE_EVENT_FLUSHDB, "FlushDB"),
+        (raw::REDISMODULE_EVENT_SWAPDB, "SwapDB"),
+        (raw::REDISMODULE_EVENT_EVENTLOOP, "EventLoop"),
+    ] {
+        let event = raw::RedisModuleEvent { id, dataver: 1 };
+        // SAFETY: `ctx` is the OnLoad context and `on_server_event` matches the
+        // callback signature; it lives as long as the module is loaded.
+        let rc = unsafe { subscribe(ctx.ctx, event, Some(on_server_event)) };
+        if rc != raw::REDISMODULE_OK as i32 {
+            return Err(name);
+        }
+    }
+    Ok(())
+}
+
+/// A thread-safe context for one background thread, used to run Redis
+/// commands under the GIL.
+pub struct ThreadContext {
+    ctx: *mut raw::RedisModuleCtx,
+}
+
+// SAFETY: a detached thread-safe context is meant to be used from another
+// thread; every use beyond lock/unlock happens while holding the GIL.
+unsafe impl Send for ThreadContext {}
+
+impl ThreadContext {
+    /// A detached thread-safe context, or `None` if Redis lacks the API.
+    pub fn new() -> Option<Self> {
+        // SAFETY: the API table is filled before the module starts threads.
+        let get = unsafe { raw::RedisModule_GetThreadSafeContext }?;
+        // SAFETY: a null blocked client asks for a detached context.
+        let ctx = unsafe { get(ptr::null_mut()) };
+        (!ctx.is_null()).then_some(Self { ctx })
+    }
+
+    /// Takes the GIL if it is free right now.
+    pub fn try_lock(&self) -> Option<GilGuard<'_>> {
+        // SAFETY: the API table is filled before the module starts threads.
+        let try_lock = unsafe { raw::RedisModule_ThreadSafeContextTryLock }?;
+        // SAFETY: `self.ctx` is a live thread-safe context.
+        let rc = unsafe { try_lock(self.ctx) };
+        (rc == raw::REDISMODULE_OK as i32).then(|| GilGuard {
+            owner: self,
+            context: Context::new(self.ctx),
+        })
+    }
+}
+
+impl Drop for ThreadContext {
+    fn drop(&mut self) {
+        // SAFETY: the API table is filled; the context is ours and no longer used.
+        if let Some(free) = unsafe { raw::RedisModule_FreeThreadSafeContext } {
+            // SAFETY: `self.ctx` came from GetThreadSafeContext and is freed once.
+            unsafe { free(self.ctx) };
+        }
+    }
+}
+
+/// Holds the GIL; Redis commands may run through [`GilGuard::context`].
+pub struct GilGuard<'a> {
+    owner: &'a ThreadContext,
+    context: Context,
+}
+
+impl GilGuard<'_> {
+    /// The locked context.
+    pub fn context(&self) -> &Context {
+        &self.context
+    }
+}
+
+impl Drop for GilGuard<'_> {
+    fn drop(&mut self) {
+        // SAFETY: the API table is filled; we hold the GIL taken in try_lock.
+        if let Some(unlock) = unsafe { raw::RedisModule_ThreadSafeContextUnlock } {
+            // SAFETY: unlocks the GIL this guard acquired on `owner.ctx`.
+            unsafe { unlock(self.owner.ctx) };
+        }
+    }
+}

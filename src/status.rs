@@ -1,0 +1,213 @@
+//! Counters shared by every stage, and the `RDMASYNC.STATUS` reply.
+
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+
+/// State of the link to the peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum LinkState {
+    /// Not connected and not trying (shutting down).
+    Down = 0,
+    /// Dialing, accepting or handshaking.
+    Connecting = 1,
+    /// Handshake done; frames flow.
+    Up = 2,
+}
+
+impl LinkState {
+    /// The spelling used in `RDMASYNC.STATUS`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Down => "down",
+            Self::Connecting => "connecting",
+            Self::Up => "up",
+        }
+    }
+}
+
+/// Monotonic counters and the link state, written by any thread, read by
+/// `RDMASYNC.STATUS`. Relaxed ordering: they are statistics, not synchronisation.
+#[derive(Debug, Default)]
+pub struct Stats {
+    link: AtomicU8,
+    /// Unix ms of the last link state change.
+    pub link_since_ms: AtomicU64,
+    /// Node id of the connected (or last connected) peer.
+    pub peer_node_id: AtomicU64,
+    /// Entries written into the peer's ring.
+    pub entries_sent: AtomicU64,
+    /// Batches written into the peer's ring.
+    pub batches_sent: AtomicU64,
+    /// Bytes written into the peer's ring (frames and padding).
+    pub bytes_sent: AtomicU64,
+    /// Bytes the peer wrote into our ring.
+    pub bytes_received: AtomicU64,
+    /// Remote entries applied to this node.
+    pub entries_applied: AtomicU64,
+    /// Remote batches applied to this node.
+    pub batches_applied: AtomicU64,
+    /// Remote entries Redis refused to apply.
+    pub apply_errors: AtomicU64,
+    /// Batches that found the queue full (their keys stay dirty and retry).
+    pub queue_overflows: AtomicU64,
+    /// Entries not replicated because the link was down (no catch-up yet).
+    pub entries_dropped: AtomicU64,
+    /// Entries refused because no frame can carry them (key too large).
+    pub entries_refused: AtomicU64,
+    /// Times the sender waited for credit.
+    pub credit_stalls: AtomicU64,
+    /// Sender's bytes in the peer's ring not yet credited back.
+    pub ring_used_bytes: AtomicU64,
+    /// Frames or messages from the peer that failed validation.
+    pub bad_frames: AtomicU64,
+    /// Links established after the first one.
+    pub reconnects: AtomicU64,
+    /// Links established in total.
+    pub links_established: AtomicU64,
+    last_error: Mutex<String>,
+}
+
+/// Unix time in milliseconds.
+pub fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+impl Stats {
+    /// Adds `n` to a counter.
+    pub fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Reads a counter.
+    pub fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+
+    /// Current link state.
+    pub fn link(&self) -> LinkState {
+        match self.link.load(Ordering::Relaxed) {
+            2 => LinkState::Up,
+            1 => LinkState::Connecting,
+            _ => LinkState::Down,
+        }
+    }
+
+    /// Records a link state change; returns whether it changed.
+    pub fn set_link(&self, state: LinkState) -> bool {
+        let changed = self.link.swap(state as u8, Ordering::Relaxed) != state as u8;
+        if changed {
+            self.link_since_ms.store(unix_ms(), Ordering::Relaxed);
+        }
+        changed
+    }
+
+    /// Remembers the latest error for `RDMASYNC.STATUS`.
+    pub fn set_error(&self, message: impl Into<String>) {
+        *self.last_error.lock() = message.into();
+    }
+
+    /// The latest error, empty if none.
+    pub fn last_error(&self) -> String {
+        self.last_error.lock().clone()
+    }
+}
+
+/// One `RDMASYNC.STATUS` field's value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Field {
+    /// An integer reply.
+    Int(i64),
+    /// A bulk string reply.
+    Text(String),
+}
+
+/// Inputs of the status reply that do not live in [`Stats`].
+#[derive(Debug, Clone)]
+pub struct Identity {
+    /// This node's id.
+    pub node_id: u64,
+    /// `peer:port`.
+    pub peer: String,
+    /// Transport in use.
+    pub transport: &'static str,
+    /// Ring bytes this node registers for its peer.
+    pub ring_size: u64,
+}
+
+/// The ordered `(name, value)` pairs of `RDMASYNC.STATUS`.
+pub fn status_fields(id: &Identity, stats: &Stats, queue_depth: usize) -> Vec<(&'static str, Field)> {
+    let c = |a: &AtomicU64| Field::Int(i64::try_from(Stats::get(a)).unwrap_or(i64::MAX));
+    let t = |s: String| Field::Text(s);
+    vec![
+        ("node_id", t(id.node_id.to_string())),
+        ("peer", t(id.peer.clone())),
+        ("peer_node_id", t(Stats::get(&stats.peer_node_id).to_string())),
+        ("transport", t(id.transport.to_owned())),
+        ("link", t(stats.link().as_str().to_owned())),
+        ("link_since_ms", c(&stats.link_since_ms)),
+        ("ring_size", Field::Int(id.ring_size as i64)),
+        ("entries_sent", c(&stats.entries_sent)),
+        ("batches_sent", c(&stats.batches_sent)),
+        ("bytes_sent", c(&stats.bytes_sent)),
+        ("bytes_received", c(&stats.bytes_received)),
+        ("entries_applied", c(&stats.entries_applied)),
+        ("batches_applied", c(&stats.batches_applied)),
+        ("apply_errors", c(&stats.apply_errors)),
+        ("queue_depth", Field::Int(queue_depth as i64)),
+        ("queue_overflows", c(&stats.queue_overflows)),
+        ("entries_dropped", c(&stats.entries_dropped)),
+        ("entries_refused", c(&stats.entries_refused)),
+        ("ring_used_bytes", c(&stats.ring_used_bytes)),
+        ("credit_stalls", c(&stats.credit_stalls)),
+        ("bad_frames", c(&stats.bad_frames)),
+        ("reconnects", c(&stats.reconnects)),
+        ("last_error", t(stats.last_error())),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_has_every_required_field() {
+        let stats = Stats::default();
+        stats.set_link(LinkState::Up);
+        Stats::add(&stats.entries_sent, 3);
+        stats.set_error("boom");
+        let id = Identity {
+            node_id: 1,
+            peer: "h:1".into(),
+            transport: "tcp",
+            ring_size: 65536,
+        };
+        let f = status_fields(&id, &stats, 2);
+        let get = |n: &str| f.iter().find(|(k, _)| *k == n).map(|(_, v)| v.clone());
+        for name in [
+            "node_id",
+            "peer",
+            "transport",
+            "link",
+            "entries_sent",
+            "entries_applied",
+            "bytes_sent",
+            "queue_depth",
+            "queue_overflows",
+            "ring_used_bytes",
+            "reconnects",
+            "last_error",
+        ] {
+            assert!(get(name).is_some(), "missing {name}");
+        }
+        assert_eq!(get("link"), Some(Field::Text("up".into())));
+        assert_eq!(get("entries_sent"), Some(Field::Int(3)));
+        assert_eq!(get("queue_depth"), Some(Field::Int(2)));
+        assert_eq!(get("last_error"), Some(Field::Text("boom".into())));
+    }
+}

@@ -1,0 +1,230 @@
+//! The ring protocol over one TCP connection: WRITE messages stand in for
+//! RDMA WRITE_WITH_IMM (the receiver copies the bytes into its ring exactly
+//! where a NIC would, then learns how far the ring is placed), CREDIT carries
+//! the receiver's head back, KEEPALIVE proves liveness.
+
+use std::io::{ErrorKind, IoSlice, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::control::{Hello, MessageHeader, Op, HEADER_LEN, HELLO_LEN};
+use crate::error::{Error, Result};
+use crate::ring::RingGeometry;
+use crate::status::unix_ms;
+use crate::transport::RingWriter;
+
+/// How long a read waits before the receiver checks for shutdown and liveness.
+pub const READ_TICK: Duration = Duration::from_millis(100);
+/// The peer is declared dead after this long without a message.
+pub const DEAD_PEER: Duration = Duration::from_secs(5);
+
+/// One established TCP link; the sending half is shared with the sender thread.
+pub struct TcpLink {
+    /// Writes go through this lock so messages never interleave.
+    writer: Mutex<TcpStream>,
+    /// A handle for `shutdown`, usable while the writer is locked.
+    control: TcpStream,
+    /// The ring the peer registered for us.
+    peer_ring: RingGeometry,
+    /// Highest head the peer returned.
+    peer_head: AtomicU64,
+    alive: AtomicBool,
+    /// Head waiting to be returned when the writer was busy.
+    credit_to_send: AtomicU64,
+    credit_pending: AtomicBool,
+    last_tx_ms: AtomicU64,
+}
+
+fn write_all_vectored(stream: &mut TcpStream, mut parts: &mut [IoSlice<'_>]) -> std::io::Result<()> {
+    while !parts.is_empty() {
+        match stream.write_vectored(parts) {
+            Ok(0) => return Err(ErrorKind::WriteZero.into()),
+            Ok(n) => IoSlice::advance_slices(&mut parts, n),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+impl TcpLink {
+    /// Wraps a connection whose handshake is done.
+    ///
+    /// # Errors
+    /// [`Error::LinkIo`] when the socket cannot be cloned.
+    pub fn new(stream: &TcpStream, peer_ring: RingGeometry) -> Result<Self> {
+        Ok(Self {
+            writer: Mutex::new(stream.try_clone()?),
+            control: stream.try_clone()?,
+            peer_ring,
+            peer_head: AtomicU64::new(0),
+            alive: AtomicBool::new(true),
+            credit_to_send: AtomicU64::new(0),
+            credit_pending: AtomicBool::new(false),
+            last_tx_ms: AtomicU64::new(unix_ms()),
+        })
+    }
+
+    fn send(&self, stream: &mut TcpStream, parts: &mut [IoSlice<'_>]) -> Result<()> {
+        if !self.is_alive() {
+            return Err(Error::LinkClosed);
+        }
+        if let Err(e) = write_all_vectored(stream, parts) {
+            self.close();
+            return Err(e.into());
+        }
+        self.last_tx_ms.store(unix_ms(), Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Sends a pending credit while holding the writer.
+    fn flush_credit(&self, stream: &mut TcpStream) -> Result<()> {
+        if self.credit_pending.swap(false, Ordering::AcqRel) {
+            let head = self.credit_to_send.load(Ordering::Acquire);
+            let msg = MessageHeader {
+                op: Op::Credit,
+                len: 0,
+                arg: head,
+            }
+            .encode();
+            self.send(stream, &mut [IoSlice::new(&msg)])?;
+        }
+        Ok(())
+    }
+
+    /// Returns `head` to the peer. Never waits for the writer: if the sender
+    /// holds it (possibly blocked on a full socket), it sends the credit when done.
+    ///
+    /// # Errors
+    /// An I/O error; the link is then dead.
+    pub fn return_credit(&self, head: u64) -> Result<()> {
+        self.credit_to_send.fetch_max(head, Ordering::AcqRel);
+        self.credit_pending.store(true, Ordering::Release);
+        if let Some(mut w) = self.writer.try_lock() {
+            self.flush_credit(&mut w)?;
+        }
+        Ok(())
+    }
+
+    /// Sends a credit that found the writer busy earlier, if the writer is free now.
+    ///
+    /// # Errors
+    /// An I/O error; the link is then dead.
+    pub fn retry_credit(&self) -> Result<()> {
+        if self.credit_pending.load(Ordering::Acquire) {
+            if let Some(mut w) = self.writer.try_lock() {
+                self.flush_credit(&mut w)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Records credit the peer returned.
+    pub fn credit_received(&self, head: u64) {
+        self.peer_head.fetch_max(head, Ordering::AcqRel);
+    }
+}
+
+impl RingWriter for TcpLink {
+    fn geometry(&self) -> RingGeometry {
+        self.peer_ring
+    }
+
+    fn post_write(&self, pos: u64, bytes: &[u8]) -> Result<()> {
+        let len = u32::try_from(bytes.len()).map_err(|_| Error::Protocol("write over 4 GiB".into()))?;
+        let msg = MessageHeader {
+            op: Op::Write,
+            len,
+            arg: pos,
+        }
+        .encode();
+        let mut w = self.writer.lock();
+        self.send(&mut w, &mut [IoSlice::new(&msg), IoSlice::new(bytes)])?;
+        self.flush_credit(&mut w)
+    }
+
+    fn credit(&self) -> u64 {
+        self.peer_head.load(Ordering::Acquire)
+    }
+
+    fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
+    }
+
+    fn idle_ms(&self) -> u64 {
+        unix_ms().saturating_sub(self.last_tx_ms.load(Ordering::Relaxed))
+    }
+
+    fn send_keepalive(&self) -> Result<()> {
+        let msg = MessageHeader {
+            op: Op::Keepalive,
+            len: 0,
+            arg: 0,
+        }
+        .encode();
+        let mut w = self.writer.lock();
+        self.send(&mut w, &mut [IoSlice::new(&msg)])?;
+        self.flush_credit(&mut w)
+    }
+
+    fn close(&self) {
+        self.alive.store(false, Ordering::Release);
+        let _ = self.control.shutdown(Shutdown::Both);
+    }
+}
+
+/// Reads exactly `buf.len()` bytes, calling `on_idle` whenever a read times
+/// out so the caller can stop or give up on a silent peer.
+///
+/// # Errors
+/// [`Error::LinkClosed`] on EOF, an I/O error, or whatever `on_idle` returns.
+pub fn read_full(
+    stream: &mut TcpStream,
+    buf: &mut [u8],
+    on_idle: &mut dyn FnMut() -> Result<()>,
+) -> Result<()> {
+    let mut got = 0;
+    while got < buf.len() {
+        match stream.read(&mut buf[got..]) {
+            Ok(0) => return Err(Error::LinkClosed),
+            Ok(n) => got += n,
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => on_idle()?,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Sends our HELLO and reads the peer's, within `timeout`.
+///
+/// # Errors
+/// I/O errors, a timeout, or a HELLO that is malformed or from another version.
+pub fn exchange_hello(stream: &mut TcpStream, ours: &Hello, timeout: Duration) -> Result<Hello> {
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    stream.set_nodelay(true)?;
+    stream.write_all(&ours.encode())?;
+    let mut head = [0u8; HEADER_LEN];
+    let deadline = Instant::now() + timeout;
+    let mut give_up = || {
+        if Instant::now() >= deadline {
+            Err(Error::Protocol("handshake timed out".into()))
+        } else {
+            Ok(())
+        }
+    };
+    read_full(stream, &mut head, &mut give_up)?;
+    let header = MessageHeader::decode(&head, 0).map_err(|e| Error::Protocol(e.to_string()))?;
+    if header.op != Op::Hello {
+        return Err(Error::Protocol(format!("expected HELLO, got {:?}", header.op)));
+    }
+    let mut body = [0u8; HELLO_LEN];
+    read_full(stream, &mut body, &mut give_up)?;
+    let hello = Hello::decode(&body).map_err(|e| Error::Protocol(e.to_string()))?;
+    stream.set_write_timeout(None)?;
+    Ok(hello)
+}
