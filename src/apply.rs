@@ -35,7 +35,12 @@ fn lock_gil<'a>(tc: &'a ThreadContext, shared: &Shared) -> Result<GilGuard<'a>> 
     }
 }
 
-fn run(ctx: &Context, opts: &CallOptions, cmd: &str, args: &[&[u8]]) -> std::result::Result<(), String> {
+fn run(
+    ctx: &Context,
+    opts: &CallOptions,
+    cmd: &str,
+    args: &[&[u8]],
+) -> std::result::Result<(), String> {
     match ctx.call_ext::<_, CallResult>(cmd, opts, args) {
         Ok(_) => Ok(()),
         Err(e) => Err(format!("{cmd}: {}", e.to_utf8_string().unwrap_or_default())),
@@ -76,7 +81,10 @@ fn apply_entry(ctx: &Context, opts: &CallOptions, e: &Entry) -> std::result::Res
 /// # Errors
 /// [`Error::LinkClosed`] when unload began before the GIL was free.
 pub fn apply_batch(tc: &ThreadContext, shared: &Shared, batch: &Batch) -> Result<()> {
-    let opts = CallOptionsBuilder::new().errors_as_replies().replicate().build();
+    let opts = CallOptionsBuilder::new()
+        .errors_as_replies()
+        .replicate()
+        .build();
     let guard = lock_gil(tc, shared)?;
     let ctx = guard.context();
     SUPPRESS.store(true, Ordering::Relaxed);

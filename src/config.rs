@@ -98,7 +98,12 @@ fn parse_size(arg: &str, value: &str) -> Result<u64> {
         "k" | "kb" => 1 << 10,
         "m" | "mb" => 1 << 20,
         "g" | "gb" => 1 << 30,
-        _ => return Err(bad(arg, format!("unknown unit in '{value}' (use kb, mb, gb)"))),
+        _ => {
+            return Err(bad(
+                arg,
+                format!("unknown unit in '{value}' (use kb, mb, gb)"),
+            ))
+        }
     };
     digits
         .parse::<u64>()

@@ -173,7 +173,10 @@ mod tests {
         let b = h.encode();
         let head = MessageHeader::decode(b[..HEADER_LEN].try_into().unwrap(), 1 << 20).unwrap();
         assert_eq!(head.op, Op::Hello);
-        assert_eq!(Hello::decode(b[HEADER_LEN..].try_into().unwrap()).unwrap(), h);
+        assert_eq!(
+            Hello::decode(b[HEADER_LEN..].try_into().unwrap()).unwrap(),
+            h
+        );
     }
 
     #[test]
@@ -186,7 +189,10 @@ mod tests {
         assert!(MessageHeader::decode(&enc(Op::Hello, 47), 100).is_err());
         let mut bad = enc(Op::Keepalive, 0);
         bad[0] = 99;
-        assert_eq!(MessageHeader::decode(&bad, 100), Err(ControlError::BadOp(99)));
+        assert_eq!(
+            MessageHeader::decode(&bad, 100),
+            Err(ControlError::BadOp(99))
+        );
     }
 
     #[test]
@@ -198,10 +204,16 @@ mod tests {
         .encode();
         b[HEADER_LEN + 4] = 9;
         let body: &[u8; HELLO_LEN] = b[HEADER_LEN..].try_into().unwrap();
-        assert_eq!(Hello::decode(body), Err(ControlError::BadVersion { peer: 9 }));
+        assert_eq!(
+            Hello::decode(body),
+            Err(ControlError::BadVersion { peer: 9 })
+        );
         b[HEADER_LEN] = 0;
         let body: &[u8; HELLO_LEN] = b[HEADER_LEN..].try_into().unwrap();
-        assert!(matches!(Hello::decode(body), Err(ControlError::BadMagic(_))));
+        assert!(matches!(
+            Hello::decode(body),
+            Err(ControlError::BadMagic(_))
+        ));
     }
 
     proptest! {

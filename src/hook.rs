@@ -188,7 +188,12 @@ mod tests {
         d.swapped(0, 1);
         assert_eq!(
             d.take(),
-            vec![key(2, "c"), PendingOp::SwapDb(0, 1), key(1, "a"), key(0, "b")]
+            vec![
+                key(2, "c"),
+                PendingOp::SwapDb(0, 1),
+                key(1, "a"),
+                key(0, "b")
+            ]
         );
     }
 

@@ -45,4 +45,5 @@ pub mod status;
 pub mod transport;
 pub mod wire;
 
+#[cfg(not(test))]
 mod module;

@@ -5,6 +5,7 @@
 
 use std::io::ErrorKind;
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -189,6 +190,8 @@ fn run_connection(shared: &Shared, offer: Offer, offers: &Receiver<Offer>) -> Re
         .ok_or_else(|| Error::Protocol("invalid peer ring".into()))?;
     let link = Arc::new(TcpLink::new(&stream, peer_ring)?);
     stream.set_read_timeout(Some(READ_TICK))?;
+    shared.stats.ring_tail.store(0, Ordering::Relaxed);
+    shared.stats.ring_credit.store(0, Ordering::Relaxed);
     *shared.link.lock() = Some(link.clone());
     Stats::add(&shared.stats.links_established, 1);
     if Stats::get(&shared.stats.links_established) > 1 {
@@ -197,7 +200,7 @@ fn run_connection(shared: &Shared, offer: Offer, offers: &Receiver<Offer>) -> Re
     shared
         .stats
         .peer_node_id
-        .store(peer.node_id, std::sync::atomic::Ordering::Relaxed);
+        .store(peer.node_id, Ordering::Relaxed);
     shared.stats.set_link(LinkState::Up);
     redis_module::logging::log_notice(format!(
         "rdmasync: link up with node {} ({}), transport {}",
@@ -235,7 +238,8 @@ fn receive(
     let mut credit = CreditPolicy::new(geometry);
     let mut placed = 0u64;
     let mut batches = Vec::new();
-    let tc = ThreadContext::new().ok_or_else(|| Error::Protocol("no thread-safe context".into()))?;
+    let tc =
+        ThreadContext::new().ok_or_else(|| Error::Protocol("no thread-safe context".into()))?;
     let max_write = u32::try_from(geometry.capacity()).unwrap_or(u32::MAX);
     let mut last_rx = Instant::now();
     loop {
@@ -270,10 +274,7 @@ fn receive(
             Op::Write => {
                 let len = u64::from(msg.len);
                 let off = geometry.offset(msg.arg);
-                if msg.arg != placed
-                    || off as u64 + len > geometry.capacity()
-                    || placed + len - poller.head() > geometry.capacity()
-                {
+                if !geometry.write_continues(placed, poller.head(), msg.arg, len) {
                     Stats::add(&shared.stats.bad_frames, 1);
                     return Err(Error::Protocol(format!(
                         "write of {len} bytes at {} outside the ring (placed {placed}, head {})",
@@ -282,7 +283,7 @@ fn receive(
                     )));
                 }
                 read_full(stream, &mut ring[off..off + len as usize], &mut on_idle)?;
-                placed += len;
+                placed = msg.arg + len;
                 Stats::add(&shared.stats.bytes_received, len);
                 if let Err(e) = poller.consume(&ring, placed, &mut batches) {
                     Stats::add(&shared.stats.bad_frames, 1);
@@ -298,6 +299,7 @@ fn receive(
             }
             Op::Credit => {
                 link.credit_received(msg.arg);
+                shared.stats.ring_credit.store(msg.arg, Ordering::Relaxed);
                 shared.queue.wake.wake();
             }
             Op::Keepalive => {}

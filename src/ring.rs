@@ -74,6 +74,18 @@ impl RingGeometry {
         }
     }
 
+    /// Whether a write of `len` bytes at `pos` continues a ring whose bytes are
+    /// placed up to `placed`: either right there, or at the start of the next
+    /// lap after a padding marker. It must not wrap nor overrun `head`.
+    pub fn write_continues(self, placed: u64, head: u64, pos: u64, len: u64) -> bool {
+        let contiguous = pos == placed
+            || (self.offset(pos) == 0 && pos > placed && pos - placed == self.to_end(placed));
+        contiguous
+            && len > 0
+            && self.offset(pos) as u64 + len <= self.capacity
+            && pos + len - head <= self.capacity
+    }
+
     /// Largest frame a sender may write: a quarter of the ring, at most 1 MiB,
     /// so that wrapping never needs more than the ring and bulk traffic keeps
     /// several frames in flight.
@@ -156,6 +168,24 @@ mod tests {
     }
 
     #[test]
+    fn writes_must_continue_the_ring() {
+        let g = RingGeometry::new(4096).unwrap();
+        assert!(g.write_continues(0, 0, 0, 100));
+        assert!(!g.write_continues(0, 0, 8, 100), "gap");
+        assert!(!g.write_continues(0, 0, 0, 4097), "wraps");
+        assert!(!g.write_continues(4000, 100, 4000, 200), "crosses the end");
+        // After a padding marker at 4000, the next write starts the next lap.
+        assert!(g.write_continues(4008, 300, 4096, 200));
+        assert!(!g.write_continues(4008, 300, 4096 + 8, 200));
+        // Never past head + capacity.
+        assert!(
+            !g.write_continues(4096, 0, 4096, 8),
+            "overruns unread bytes"
+        );
+        assert!(g.write_continues(4096, 8, 4096, 8));
+    }
+
+    #[test]
     fn credit_is_returned_incrementally() {
         let g = RingGeometry::new(8192).unwrap();
         let mut p = CreditPolicy::new(g);
@@ -183,7 +213,7 @@ mod tests {
             let mut next_send = 0usize;
             let mut next_recv = 0usize;
             let mut policy = CreditPolicy::new(g);
-            for send in steps.iter().copied().chain(std::iter::repeat(false).take(4000)) {
+            for send in steps.iter().copied().chain(std::iter::repeat_n(false, 4000)) {
                 if send && next_send < frames.len() {
                     let len = frames[next_send];
                     // the sender only knows the credited head

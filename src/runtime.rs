@@ -101,7 +101,8 @@ fn spawn(
         .spawn(move || {
             let s2 = s.clone();
             if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(s))).is_err() {
-                s2.stats.set_error(format!("thread {name} panicked; replication stopped"));
+                s2.stats
+                    .set_error(format!("thread {name} panicked; replication stopped"));
                 s2.stats.set_link(LinkState::Down);
             }
         })
@@ -114,16 +115,17 @@ fn spawn(
 /// [`Error::Config`] for a transport this build cannot provide,
 /// [`Error::Listen`] when the listen port is taken, [`Error::Spawn`].
 pub fn start(config: Config) -> Result<String> {
-    let transport = match config.transport {
-        TransportChoice::Tcp => "tcp",
-        TransportChoice::Auto => "tcp",
-        TransportChoice::Rdma => {
-            return Err(Error::Config {
+    let transport =
+        match config.transport {
+            TransportChoice::Tcp => "tcp",
+            TransportChoice::Auto => "tcp",
+            TransportChoice::Rdma => return Err(Error::Config {
                 arg: "transport".into(),
-                reason: "rdma is not available in this build yet; use transport=tcp or transport=auto".into(),
-            })
-        }
-    };
+                reason:
+                    "rdma is not available in this build yet; use transport=tcp or transport=auto"
+                        .into(),
+            }),
+        };
     let why = match config.transport {
         TransportChoice::Auto => "transport=auto chose tcp: this build has no RDMA transport yet",
         _ => "transport=tcp",
@@ -153,7 +155,9 @@ pub fn start(config: Config) -> Result<String> {
         threads.push(spawn("rdmasync-accept", &shared, move |s| {
             link::run_acceptor(s, listener, offer_tx)
         })?);
-        threads.push(spawn("rdmasync-link", &shared, move |s| link::run_link(s, offer_rx))?);
+        threads.push(spawn("rdmasync-link", &shared, move |s| {
+            link::run_link(s, offer_rx)
+        })?);
         Ok(())
     })();
     let line = format!(

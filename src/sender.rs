@@ -1,6 +1,7 @@
 //! Queue -> frames in a staging buffer -> one write per contiguous run into
 //! the peer's ring at its tail, never past the credit the peer returned.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,6 +47,7 @@ impl RingCursor {
             self.link.post_write(self.staged_at, &self.staging)?;
             Stats::add(&shared.stats.bytes_sent, self.staging.len() as u64);
             self.staging.clear();
+            shared.stats.ring_tail.store(self.tail, Ordering::Relaxed);
         }
         self.staged_at = self.tail;
         Ok(())
@@ -56,10 +58,6 @@ impl RingCursor {
         let mut stalled = false;
         loop {
             let credit = self.link.credit();
-            shared
-                .stats
-                .ring_used_bytes
-                .store(self.tail - credit.min(self.tail), std::sync::atomic::Ordering::Relaxed);
             if self.geometry.free(self.tail, credit.min(self.tail)) >= needed {
                 return Ok(());
             }
@@ -149,9 +147,9 @@ pub fn run(shared: Arc<Shared>) {
     let mut cursor: Option<RingCursor> = None;
     while !shared.stopping() {
         let Some(batch) = shared.queue.pop() else {
-            if let Some(c) = cursor.as_mut() {
-                if c.link.is_alive() && c.link.idle_ms() >= KEEPALIVE_MS {
-                    let _ = c.link.send_keepalive();
+            if let Some(link) = shared.current_link() {
+                if link.is_alive() && link.idle_ms() >= KEEPALIVE_MS {
+                    let _ = link.send_keepalive();
                 }
             }
             let q = &shared.queue;

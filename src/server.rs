@@ -64,7 +64,10 @@ unsafe extern "C" fn on_server_event(
         raw::REDISMODULE_EVENT_SWAPDB => {
             // SAFETY: for SWAPDB events Redis passes a RedisModuleSwapDbInfo (version 1).
             let info = unsafe { &*(data as *const raw::RedisModuleSwapDbInfo) };
-            match (u32::try_from(info.dbnum_first), u32::try_from(info.dbnum_second)) {
+            match (
+                u32::try_from(info.dbnum_first),
+                u32::try_from(info.dbnum_second),
+            ) {
                 (Ok(a), Ok(b)) => ServerEvent::Swapped(a, b),
                 _ => return,
             }

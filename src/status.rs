@@ -59,8 +59,10 @@ pub struct Stats {
     pub entries_refused: AtomicU64,
     /// Times the sender waited for credit.
     pub credit_stalls: AtomicU64,
-    /// Sender's bytes in the peer's ring not yet credited back.
-    pub ring_used_bytes: AtomicU64,
+    /// Sender's tail in the peer's ring (current link).
+    pub ring_tail: AtomicU64,
+    /// Head the peer last returned (current link).
+    pub ring_credit: AtomicU64,
     /// Frames or messages from the peer that failed validation.
     pub bad_frames: AtomicU64,
     /// Links established after the first one.
@@ -107,6 +109,11 @@ impl Stats {
         changed
     }
 
+    /// Bytes of ours in the peer's ring that it has not credited back yet.
+    pub fn ring_used(&self) -> u64 {
+        Self::get(&self.ring_tail).saturating_sub(Self::get(&self.ring_credit))
+    }
+
     /// Remembers the latest error for `RDMASYNC.STATUS`.
     pub fn set_error(&self, message: impl Into<String>) {
         *self.last_error.lock() = message.into();
@@ -141,13 +148,20 @@ pub struct Identity {
 }
 
 /// The ordered `(name, value)` pairs of `RDMASYNC.STATUS`.
-pub fn status_fields(id: &Identity, stats: &Stats, queue_depth: usize) -> Vec<(&'static str, Field)> {
+pub fn status_fields(
+    id: &Identity,
+    stats: &Stats,
+    queue_depth: usize,
+) -> Vec<(&'static str, Field)> {
     let c = |a: &AtomicU64| Field::Int(i64::try_from(Stats::get(a)).unwrap_or(i64::MAX));
     let t = |s: String| Field::Text(s);
     vec![
         ("node_id", t(id.node_id.to_string())),
         ("peer", t(id.peer.clone())),
-        ("peer_node_id", t(Stats::get(&stats.peer_node_id).to_string())),
+        (
+            "peer_node_id",
+            t(Stats::get(&stats.peer_node_id).to_string()),
+        ),
         ("transport", t(id.transport.to_owned())),
         ("link", t(stats.link().as_str().to_owned())),
         ("link_since_ms", c(&stats.link_since_ms)),
@@ -163,7 +177,7 @@ pub fn status_fields(id: &Identity, stats: &Stats, queue_depth: usize) -> Vec<(&
         ("queue_overflows", c(&stats.queue_overflows)),
         ("entries_dropped", c(&stats.entries_dropped)),
         ("entries_refused", c(&stats.entries_refused)),
-        ("ring_used_bytes", c(&stats.ring_used_bytes)),
+        ("ring_used_bytes", Field::Int(stats.ring_used() as i64)),
         ("credit_stalls", c(&stats.credit_stalls)),
         ("bad_frames", c(&stats.bad_frames)),
         ("reconnects", c(&stats.reconnects)),

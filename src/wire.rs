@@ -316,10 +316,14 @@ fn check_lengths(h: &FrameHeader, len: usize) -> Result<(), WireError> {
     let key = h.key_len as usize;
     let value = h.value_len as usize;
     if len != frame_len(key, value) {
-        return Err(WireError::BadLength("frame_len does not match key and value lengths"));
+        return Err(WireError::BadLength(
+            "frame_len does not match key and value lengths",
+        ));
     }
     if h.value_len > h.value_total_len || h.value_total_len as usize > MAX_VALUE_LEN {
-        return Err(WireError::BadLength("value_len over value_total_len or limit"));
+        return Err(WireError::BadLength(
+            "value_len over value_total_len or limit",
+        ));
     }
     let chunked = h.flags & (FLAG_MORE | FLAG_CONTINUATION) != 0;
     if h.kind != FrameKind::Value && (value != 0 || chunked) {
@@ -329,7 +333,9 @@ fn check_lengths(h: &FrameHeader, len: usize) -> Result<(), WireError> {
         return Err(WireError::BadLength("key presence does not match kind"));
     }
     if !chunked && h.value_len != h.value_total_len {
-        return Err(WireError::BadLength("unchunked value_len != value_total_len"));
+        return Err(WireError::BadLength(
+            "unchunked value_len != value_total_len",
+        ));
     }
     Ok(())
 }

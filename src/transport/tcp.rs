@@ -38,7 +38,10 @@ pub struct TcpLink {
     last_tx_ms: AtomicU64,
 }
 
-fn write_all_vectored(stream: &mut TcpStream, mut parts: &mut [IoSlice<'_>]) -> std::io::Result<()> {
+fn write_all_vectored(
+    stream: &mut TcpStream,
+    mut parts: &mut [IoSlice<'_>],
+) -> std::io::Result<()> {
     while !parts.is_empty() {
         match stream.write_vectored(parts) {
             Ok(0) => return Err(ErrorKind::WriteZero.into()),
@@ -134,7 +137,8 @@ impl RingWriter for TcpLink {
     }
 
     fn post_write(&self, pos: u64, bytes: &[u8]) -> Result<()> {
-        let len = u32::try_from(bytes.len()).map_err(|_| Error::Protocol("write over 4 GiB".into()))?;
+        let len =
+            u32::try_from(bytes.len()).map_err(|_| Error::Protocol("write over 4 GiB".into()))?;
         let msg = MessageHeader {
             op: Op::Write,
             len,
@@ -220,7 +224,10 @@ pub fn exchange_hello(stream: &mut TcpStream, ours: &Hello, timeout: Duration) -
     read_full(stream, &mut head, &mut give_up)?;
     let header = MessageHeader::decode(&head, 0).map_err(|e| Error::Protocol(e.to_string()))?;
     if header.op != Op::Hello {
-        return Err(Error::Protocol(format!("expected HELLO, got {:?}", header.op)));
+        return Err(Error::Protocol(format!(
+            "expected HELLO, got {:?}",
+            header.op
+        )));
     }
     let mut body = [0u8; HELLO_LEN];
     read_full(stream, &mut body, &mut give_up)?;

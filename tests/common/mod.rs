@@ -1,0 +1,318 @@
+//! Test harness: real redis-server processes with the built module, on loopback.
+//! Each node gets a private directory, free ports, and is killed on drop.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub use redis::Connection;
+
+/// Path of the built module: `$RDMASYNC_SO`, else `target/debug/librdmasync.so`
+/// (cargo builds the cdylib alongside the integration tests).
+pub fn module_path() -> PathBuf {
+    let path = std::env::var_os("RDMASYNC_SO")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/debug/librdmasync.so")
+        });
+    assert!(
+        path.exists(),
+        "module not built at {} (run cargo build, or set RDMASYNC_SO)",
+        path.display()
+    );
+    if std::env::var_os("RDMASYNC_SO").is_none() {
+        // cargo test builds the rlib, not the cdylib: refuse a stale module.
+        let built = std::fs::metadata(&path).and_then(|m| m.modified()).unwrap();
+        let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src");
+        let newest = newest_mtime(&src);
+        assert!(
+            built >= newest,
+            "{} is older than the sources: run cargo build first",
+            path.display()
+        );
+    }
+    path
+}
+
+fn newest_mtime(dir: &std::path::Path) -> std::time::SystemTime {
+    let mut newest = std::time::SystemTime::UNIX_EPOCH;
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        let t = if p.is_dir() {
+            newest_mtime(&p)
+        } else {
+            e.metadata().and_then(|m| m.modified()).unwrap()
+        };
+        newest = newest.max(t);
+    }
+    newest
+}
+
+/// The redis-server binary: `$REDIS_SERVER` or `redis-server` on PATH.
+pub fn redis_server() -> String {
+    std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into())
+}
+
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("no free port")
+}
+
+/// The address nodes bind and dial: `$RDMASYNC_TEST_IP` (the Soft-RoCE guest
+/// sets its rxe address) or loopback.
+pub fn test_ip() -> String {
+    std::env::var("RDMASYNC_TEST_IP").unwrap_or_else(|_| "127.0.0.1".into())
+}
+
+/// Polls `f` until it returns true or `timeout` passes.
+pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    f()
+}
+
+/// One redis-server process; killed (SIGKILL) and reaped on drop.
+pub struct Node {
+    pub name: String,
+    pub port: u16,
+    pub dir: PathBuf,
+    pub args: Vec<String>,
+    child: Option<Child>,
+}
+
+impl Node {
+    /// Starts redis-server on a free port with extra `args` (e.g. `--loadmodule ...`).
+    pub fn start(name: &str, args: Vec<String>) -> Node {
+        let dir = std::env::temp_dir().join(format!(
+            "rdmasync-test-{}-{}-{}",
+            std::process::id(),
+            name,
+            free_port()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut node = Node {
+            name: name.into(),
+            port: free_port(),
+            dir,
+            args,
+            child: None,
+        };
+        node.spawn();
+        node.connect_retry();
+        node
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new(redis_server())
+            .arg("--port")
+            .arg(self.port.to_string())
+            .arg("--bind")
+            .arg("127.0.0.1")
+            .arg("--dir")
+            .arg(&self.dir)
+            .arg("--logfile")
+            .arg(self.dir.join("redis.log"))
+            .arg("--save")
+            .arg("")
+            .arg("--appendonly")
+            .arg("no")
+            .args([
+                "--enable-debug-command",
+                "yes",
+                "--enable-module-command",
+                "yes",
+            ])
+            .args(["--repl-diskless-sync-delay", "0"])
+            .args(&self.args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("cannot start redis-server (is it installed?)");
+        self.child = Some(child);
+    }
+
+    fn connect_retry(&mut self) {
+        let ok = wait_until(Duration::from_secs(10), || {
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
+                panic!(
+                    "{} exited with {status} during start; log:\n{}",
+                    self.name,
+                    self.log()
+                );
+            }
+            self.try_conn()
+                .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c).ok())
+                .is_some()
+        });
+        assert!(
+            ok,
+            "{} did not answer PING; log:\n{}",
+            self.name,
+            self.log()
+        );
+    }
+
+    fn try_conn(&self) -> Option<Connection> {
+        redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))
+            .ok()?
+            .get_connection_with_timeout(Duration::from_secs(5))
+            .ok()
+    }
+
+    /// A new client connection.
+    pub fn conn(&self) -> Connection {
+        self.try_conn()
+            .unwrap_or_else(|| panic!("cannot connect to {}", self.name))
+    }
+
+    /// Contents of the server log.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default()
+    }
+
+    /// Server process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    /// SIGKILLs the server and waits for it.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Kills and starts the server again with the same port, dir and args.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+        self.connect_retry();
+    }
+
+    /// `RDMASYNC.STATUS` as strings.
+    pub fn status(&self) -> HashMap<String, String> {
+        let mut c = self.conn();
+        let v: Vec<redis::Value> = redis::cmd("RDMASYNC.STATUS").query(&mut c).unwrap();
+        let mut m = HashMap::new();
+        for pair in v.chunks(2) {
+            let k: String = redis::from_redis_value(&pair[0]).unwrap();
+            let val: String = match &pair[1] {
+                redis::Value::Int(i) => i.to_string(),
+                other => redis::from_redis_value(other).unwrap(),
+            };
+            m.insert(k, val);
+        }
+        m
+    }
+
+    /// One numeric status field.
+    pub fn stat(&self, field: &str) -> u64 {
+        self.status()
+            .get(field)
+            .unwrap_or_else(|| panic!("no status field {field}"))
+            .parse()
+            .unwrap()
+    }
+
+    /// `DEBUG DIGEST`.
+    pub fn digest(&self) -> String {
+        redis::cmd("DEBUG")
+            .arg("DIGEST")
+            .query(&mut self.conn())
+            .unwrap()
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill();
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        } else {
+            eprintln!(
+                "--- {} log ({}):\n{}",
+                self.name,
+                self.dir.display(),
+                self.log()
+            );
+        }
+    }
+}
+
+/// Module arguments for one node of a pair.
+pub fn module_args(listen: u16, peer_port: u16, extra: &[&str]) -> Vec<String> {
+    let ip = test_ip();
+    let transport = std::env::var("RDMASYNC_TEST_TRANSPORT").unwrap_or_else(|_| "tcp".into());
+    let mut v = vec![
+        "--loadmodule".to_string(),
+        module_path().display().to_string(),
+        format!("peer={ip}"),
+        format!("port={peer_port}"),
+        format!("listen-port={listen}"),
+        format!("bind={ip}"),
+        format!("transport={transport}"),
+    ];
+    v.extend(extra.iter().map(|s| s.to_string()));
+    v
+}
+
+/// Two nodes with the module, each the other's peer.
+pub struct Pair {
+    pub a: Node,
+    pub b: Node,
+}
+
+impl Pair {
+    /// Starts A and B (extra module args per node) and waits until both links are up.
+    pub fn start_with(a_extra: &[&str], b_extra: &[&str]) -> Pair {
+        let (pa, pb) = (free_port(), free_port());
+        let a = Node::start("a", module_args(pa, pb, a_extra));
+        let b = Node::start("b", module_args(pb, pa, b_extra));
+        let pair = Pair { a, b };
+        pair.wait_linked();
+        pair
+    }
+
+    /// A pair with default arguments.
+    pub fn start() -> Pair {
+        Self::start_with(&[], &[])
+    }
+
+    /// Waits until both nodes report `link` = `up`.
+    pub fn wait_linked(&self) {
+        let ok = wait_until(Duration::from_secs(20), || {
+            self.a.status()["link"] == "up" && self.b.status()["link"] == "up"
+        });
+        assert!(
+            ok,
+            "link did not come up: a={:?} b={:?}",
+            self.a.status(),
+            self.b.status()
+        );
+    }
+
+    /// Waits until both digests are equal and stable; returns it.
+    pub fn wait_converged(&self, timeout: Duration) -> String {
+        let mut last = String::new();
+        let ok = wait_until(timeout, || {
+            let (da, db) = (self.a.digest(), self.b.digest());
+            last = format!("a={da} b={db}");
+            da == db
+        });
+        assert!(ok, "digests differ after {timeout:?}: {last}");
+        self.a.digest()
+    }
+}

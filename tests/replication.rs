@@ -1,0 +1,546 @@
+//! Two real redis-servers with the module, replicating both ways.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{wait_until, Node, Pair};
+use redis::Commands;
+
+const SETTLE: Duration = Duration::from_secs(20);
+
+fn get_on(node: &Node, key: &str) -> Option<String> {
+    node.conn().get(key).unwrap()
+}
+
+fn wait_value(node: &Node, key: &str, want: &str) {
+    let ok = wait_until(SETTLE, || get_on(node, key).as_deref() == Some(want));
+    assert!(
+        ok,
+        "{key} on {} is {:?}, want {want}",
+        node.name,
+        get_on(node, key)
+    );
+}
+
+/// Writes one key of every type on `node`, with keys prefixed by `p`.
+fn write_every_type(node: &Node, p: &str) {
+    let mut c = node.conn();
+    let q = |cmd: &mut redis::Cmd, c: &mut redis::Connection| cmd.query::<redis::Value>(c).unwrap();
+    q(
+        redis::cmd("SET").arg(format!("{p}str")).arg("hello"),
+        &mut c,
+    );
+    q(
+        redis::cmd("APPEND").arg(format!("{p}str")).arg(" world"),
+        &mut c,
+    );
+    q(redis::cmd("INCRBY").arg(format!("{p}n")).arg(41), &mut c);
+    q(redis::cmd("INCR").arg(format!("{p}n")), &mut c);
+    q(
+        redis::cmd("RPUSH")
+            .arg(format!("{p}list"))
+            .arg(&["a", "b", "c"]),
+        &mut c,
+    );
+    q(redis::cmd("LPOP").arg(format!("{p}list")), &mut c);
+    q(
+        redis::cmd("HSET")
+            .arg(format!("{p}hash"))
+            .arg(&["f1", "v1", "f2", "v2"]),
+        &mut c,
+    );
+    q(redis::cmd("HDEL").arg(format!("{p}hash")).arg("f2"), &mut c);
+    q(
+        redis::cmd("SADD")
+            .arg(format!("{p}set"))
+            .arg(&["x", "y", "z"]),
+        &mut c,
+    );
+    q(redis::cmd("SREM").arg(format!("{p}set")).arg("y"), &mut c);
+    q(
+        redis::cmd("ZADD")
+            .arg(format!("{p}zset"))
+            .arg(&["1", "one", "2", "two"]),
+        &mut c,
+    );
+    q(
+        redis::cmd("ZINCRBY")
+            .arg(format!("{p}zset"))
+            .arg(5)
+            .arg("one"),
+        &mut c,
+    );
+    q(
+        redis::cmd("XADD")
+            .arg(format!("{p}stream"))
+            .arg("*")
+            .arg(&["f", "v"]),
+        &mut c,
+    );
+    q(
+        redis::cmd("XADD")
+            .arg(format!("{p}stream"))
+            .arg("*")
+            .arg(&["g", "w"]),
+        &mut c,
+    );
+    q(
+        redis::cmd("SETRANGE")
+            .arg(format!("{p}bits"))
+            .arg(3)
+            .arg("abc"),
+        &mut c,
+    );
+    q(
+        redis::cmd("SETBIT").arg(format!("{p}bits")).arg(100).arg(1),
+        &mut c,
+    );
+    q(
+        redis::cmd("PFADD").arg(format!("{p}hll")).arg(&["a", "b"]),
+        &mut c,
+    );
+}
+
+fn assert_every_type(node: &Node, p: &str) {
+    let mut c = node.conn();
+    assert_eq!(
+        c.get::<_, String>(format!("{p}str")).unwrap(),
+        "hello world"
+    );
+    assert_eq!(c.get::<_, i64>(format!("{p}n")).unwrap(), 42);
+    assert_eq!(
+        c.lrange::<_, Vec<String>>(format!("{p}list"), 0, -1)
+            .unwrap(),
+        ["b", "c"]
+    );
+    assert_eq!(
+        c.hget::<_, _, String>(format!("{p}hash"), "f1").unwrap(),
+        "v1"
+    );
+    assert!(!c.hexists::<_, _, bool>(format!("{p}hash"), "f2").unwrap());
+    let mut members: Vec<String> = c.smembers(format!("{p}set")).unwrap();
+    members.sort();
+    assert_eq!(members, ["x", "z"]);
+    assert_eq!(
+        c.zscore::<_, _, f64>(format!("{p}zset"), "one").unwrap(),
+        6.0
+    );
+    assert_eq!(c.xlen::<_, u64>(format!("{p}stream")).unwrap(), 2);
+    assert_eq!(c.getbit::<_, u8>(format!("{p}bits"), 100).unwrap(), 1);
+    assert_eq!(
+        redis::cmd("PFCOUNT")
+            .arg(format!("{p}hll"))
+            .query::<u64>(&mut c)
+            .unwrap(),
+        2
+    );
+}
+
+#[test]
+fn every_data_type_replicates_both_ways() {
+    let pair = Pair::start();
+    write_every_type(&pair.a, "a:");
+    write_every_type(&pair.b, "b:");
+    pair.wait_converged(SETTLE);
+    for node in [&pair.a, &pair.b] {
+        assert_every_type(node, "a:");
+        assert_every_type(node, "b:");
+    }
+}
+
+#[test]
+fn absolute_expiry_is_preserved_and_persist_clears_it() {
+    let pair = Pair::start();
+    let mut a = pair.a.conn();
+    let mut b = pair.b.conn();
+    let _: () = redis::cmd("SET")
+        .arg("ttl")
+        .arg("v")
+        .arg("PX")
+        .arg(600_000)
+        .query(&mut a)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("later")
+        .arg("v")
+        .query(&mut b)
+        .unwrap();
+    let _: () = redis::cmd("PEXPIREAT")
+        .arg("later")
+        .arg(4_000_000_000_000u64)
+        .query(&mut b)
+        .unwrap();
+    let pexpiretime = |c: &mut redis::Connection, k: &str| -> i64 {
+        redis::cmd("PEXPIRETIME").arg(k).query(c).unwrap()
+    };
+    assert!(wait_until(SETTLE, || pexpiretime(&mut b, "ttl") > 0));
+    assert_eq!(pexpiretime(&mut a, "ttl"), pexpiretime(&mut b, "ttl"));
+    assert!(wait_until(SETTLE, || pexpiretime(&mut a, "later") == 4_000_000_000_000));
+    let _: () = redis::cmd("PERSIST").arg("ttl").query(&mut a).unwrap();
+    assert!(wait_until(SETTLE, || pexpiretime(&mut b, "ttl") == -1));
+    // A key that expires on A is gone on B too.
+    let _: () = redis::cmd("SET")
+        .arg("short")
+        .arg("v")
+        .arg("PX")
+        .arg(300)
+        .query(&mut a)
+        .unwrap();
+    wait_value(&pair.b, "short", "v");
+    assert!(wait_until(SETTLE, || !b
+        .exists::<_, bool>("short")
+        .unwrap()));
+    pair.wait_converged(SETTLE);
+}
+
+#[test]
+fn generic_commands_and_databases_replicate() {
+    let pair = Pair::start();
+    let mut a = pair.a.conn();
+    let q = |c: &mut redis::Connection, args: &[&str]| {
+        let mut cmd = redis::cmd(args[0]);
+        for x in &args[1..] {
+            cmd.arg(*x);
+        }
+        cmd.query::<redis::Value>(c).unwrap();
+    };
+    q(&mut a, &["SET", "gone", "1"]);
+    q(&mut a, &["SET", "old", "2"]);
+    q(&mut a, &["SET", "mover", "3"]);
+    q(&mut a, &["SET", "src", "4"]);
+    wait_value(&pair.b, "src", "4");
+    q(&mut a, &["DEL", "gone"]);
+    q(&mut a, &["RENAME", "old", "new"]);
+    q(&mut a, &["MOVE", "mover", "5"]);
+    q(&mut a, &["COPY", "src", "dst", "DB", "6"]);
+    q(&mut a, &["SELECT", "3"]);
+    q(&mut a, &["SET", "in3", "x"]);
+    q(&mut a, &["SELECT", "0"]);
+    let mut b = pair.b.conn();
+    assert!(wait_until(SETTLE, || {
+        let in3: Option<String> = redis::pipe()
+            .cmd("SELECT")
+            .arg(3)
+            .ignore()
+            .cmd("GET")
+            .arg("in3")
+            .cmd("SELECT")
+            .arg(0)
+            .ignore()
+            .query::<(Option<String>,)>(&mut b)
+            .map(|t| t.0)
+            .unwrap_or(None);
+        in3.as_deref() == Some("x")
+    }));
+    pair.wait_converged(SETTLE);
+    assert!(!b.exists::<_, bool>("gone").unwrap());
+    assert!(!b.exists::<_, bool>("old").unwrap());
+    assert_eq!(get_on(&pair.b, "new").as_deref(), Some("2"));
+    assert!(!b.exists::<_, bool>("mover").unwrap());
+
+    // SWAPDB, FLUSHDB and FLUSHALL arrive as such.
+    q(&mut a, &["SWAPDB", "0", "3"]);
+    wait_value(&pair.b, "in3", "x");
+    pair.wait_converged(SETTLE);
+    q(&mut a, &["FLUSHDB"]);
+    assert!(wait_until(SETTLE, || !b.exists::<_, bool>("in3").unwrap()));
+    pair.wait_converged(SETTLE);
+    q(&mut b, &["SET", "after", "1"]);
+    wait_value(&pair.a, "after", "1");
+    q(&mut b, &["FLUSHALL"]);
+    assert!(wait_until(SETTLE, || {
+        redis::cmd("DBSIZE").query::<u64>(&mut a).unwrap() == 0
+            && redis::pipe()
+                .cmd("SELECT")
+                .arg(6)
+                .ignore()
+                .cmd("DBSIZE")
+                .cmd("SELECT")
+                .arg(0)
+                .ignore()
+                .query::<(u64,)>(&mut a)
+                .unwrap()
+                .0
+                == 0
+    }));
+    pair.wait_converged(SETTLE);
+}
+
+#[test]
+fn multi_exec_is_applied_atomically() {
+    let pair = Pair::start();
+    let keys: Vec<String> = (0..50).map(|i| format!("tx:{i}")).collect();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let torn = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let reads = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let checker = {
+        let (stop, torn, reads, keys) = (stop.clone(), torn.clone(), reads.clone(), keys.clone());
+        let mut b = pair.b.conn();
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let vals: Vec<Option<String>> =
+                    redis::cmd("MGET").arg(&keys).query(&mut b).unwrap();
+                if vals.iter().any(|v| v != &vals[0]) {
+                    torn.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        })
+    };
+    let mut a = pair.a.conn();
+    for round in 0..300 {
+        let mut p = redis::pipe();
+        p.atomic();
+        for k in &keys {
+            p.cmd("SET").arg(k).arg(round).ignore();
+        }
+        let _: () = p.query(&mut a).unwrap();
+    }
+    wait_value(&pair.b, "tx:49", "299");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    checker.join().unwrap();
+    let reads = reads.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(reads > 10, "checker made only {reads} reads");
+    assert_eq!(
+        torn.load(std::sync::atomic::Ordering::Relaxed),
+        0,
+        "B saw a partial transaction"
+    );
+    pair.wait_converged(SETTLE);
+}
+
+#[test]
+fn mixed_workload_from_both_sides_converges() {
+    let pair = Pair::start();
+    const PER_SIDE: usize = 5_000;
+    let start = Instant::now();
+    let writer = |node: &Node, side: &'static str| {
+        let mut c = node.conn();
+        std::thread::spawn(move || {
+            for chunk in 0..(PER_SIDE / 100) {
+                let mut p = redis::pipe();
+                for i in 0..100 {
+                    let n = chunk * 100 + i;
+                    match n % 6 {
+                        0 => p.cmd("SET").arg(format!("{side}:s:{n}")).arg(n).ignore(),
+                        1 => p
+                            .cmd("HSET")
+                            .arg(format!("{side}:h:{}", n % 50))
+                            .arg(n)
+                            .arg(n)
+                            .ignore(),
+                        2 => p
+                            .cmd("RPUSH")
+                            .arg(format!("{side}:l:{}", n % 40))
+                            .arg(n)
+                            .ignore(),
+                        3 => p
+                            .cmd("ZADD")
+                            .arg(format!("{side}:z:{}", n % 30))
+                            .arg(n)
+                            .arg(n)
+                            .ignore(),
+                        4 => p
+                            .cmd("SADD")
+                            .arg(format!("{side}:t:{}", n % 20))
+                            .arg(n)
+                            .ignore(),
+                        _ => p.cmd("DEL").arg(format!("{side}:s:{}", n - 5)).ignore(),
+                    };
+                }
+                let _: () = p.query(&mut c).unwrap();
+            }
+        })
+    };
+    let (ta, tb) = (writer(&pair.a, "A"), writer(&pair.b, "B"));
+    ta.join().unwrap();
+    tb.join().unwrap();
+    let digest = pair.wait_converged(Duration::from_secs(60));
+    let elapsed = start.elapsed();
+    let sent = pair.a.stat("entries_sent") + pair.b.stat("entries_sent");
+    let applied = pair.a.stat("entries_applied") + pair.b.stat("entries_applied");
+    eprintln!(
+        "mixed workload: {} writes, {sent} entries shipped, converged in {:.2} s ({:.0} writes/s, {:.0} entries/s), digest {digest}",
+        2 * PER_SIDE,
+        elapsed.as_secs_f64(),
+        (2 * PER_SIDE) as f64 / elapsed.as_secs_f64(),
+        sent as f64 / elapsed.as_secs_f64()
+    );
+    assert!(digest != "0".repeat(40));
+    assert_eq!(
+        pair.a.stat("queue_overflows") + pair.b.stat("queue_overflows"),
+        0
+    );
+    assert!(
+        wait_until(SETTLE, || {
+            pair.a.stat("entries_applied") + pair.b.stat("entries_applied") == sent
+        }),
+        "sent {sent}, applied {applied}"
+    );
+}
+
+#[test]
+fn applied_writes_are_not_echoed_back() {
+    let pair = Pair::start();
+    let mut a = pair.a.conn();
+    for i in 0..100 {
+        let _: () = a.set(format!("echo:{i}"), i).unwrap();
+    }
+    wait_value(&pair.b, "echo:99", "99");
+    assert!(wait_until(SETTLE, || pair.b.stat("entries_applied")
+        == pair.a.stat("entries_sent")));
+    let before = (pair.a.status(), pair.b.status());
+    std::thread::sleep(Duration::from_millis(700));
+    let after = (pair.a.status(), pair.b.status());
+    for f in [
+        "entries_sent",
+        "entries_applied",
+        "bytes_sent",
+        "batches_sent",
+    ] {
+        assert_eq!(before.0[f], after.0[f], "a.{f} moved after writes stopped");
+        assert_eq!(before.1[f], after.1[f], "b.{f} moved after writes stopped");
+    }
+    assert_eq!(after.1["entries_sent"], "0", "B sent entries back: echo");
+    assert_eq!(after.0["entries_applied"], "0");
+    let sent: u64 = after.0["entries_sent"].parse().unwrap();
+    assert!(
+        (1..=100).contains(&sent),
+        "A sent {sent} entries for 100 keys"
+    );
+}
+
+#[test]
+fn restarted_node_reconnects_and_fresh_writes_flow() {
+    let mut pair = Pair::start();
+    let _: () = pair.a.conn().set("before", 1).unwrap();
+    wait_value(&pair.b, "before", "1");
+    pair.b.restart();
+    pair.wait_linked();
+    assert!(pair.a.stat("reconnects") >= 1);
+    let _: () = pair.a.conn().set("after-a", 2).unwrap();
+    let _: () = pair.b.conn().set("after-b", 3).unwrap();
+    wait_value(&pair.b, "after-a", "2");
+    wait_value(&pair.a, "after-b", "3");
+    // And again the other way round.
+    pair.a.restart();
+    pair.wait_linked();
+    let _: () = pair.b.conn().set("again", 4).unwrap();
+    wait_value(&pair.a, "again", "4");
+}
+
+#[test]
+fn value_larger_than_the_ring_is_chunked_and_the_link_keeps_working() {
+    let pair = Pair::start_with(&["ring-size=64kb"], &["ring-size=64kb"]);
+    let big: String = (0..1_000_000)
+        .map(|i| (b'a' + (i % 26) as u8) as char)
+        .collect();
+    let _: () = pair.a.conn().set("big", &big).unwrap();
+    let _: () = pair.a.conn().set("small", "after").unwrap();
+    wait_value(&pair.b, "small", "after");
+    assert_eq!(get_on(&pair.b, "big").map(|v| v.len()), Some(big.len()));
+    assert_eq!(get_on(&pair.b, "big"), Some(big));
+    assert_eq!(pair.a.stat("entries_refused"), 0);
+    assert_eq!(pair.b.status()["link"], "up");
+    pair.wait_converged(SETTLE);
+}
+
+#[test]
+fn full_queue_never_blocks_redis_and_loses_nothing() {
+    let pair = Pair::start_with(&["queue-size=1"], &["ring-size=64kb"]);
+    // Stall B's main thread: its receiver cannot apply, A runs out of credit.
+    let b_port = pair.b.port;
+    let sleeper = std::thread::spawn(move || {
+        let mut c = redis::Client::open(format!("redis://127.0.0.1:{b_port}/"))
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let _: () = redis::cmd("DEBUG")
+            .arg("SLEEP")
+            .arg(3)
+            .query(&mut c)
+            .unwrap();
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let mut a = pair.a.conn();
+    let value = "x".repeat(4000);
+    let t0 = Instant::now();
+    for round in 0..200 {
+        let mut p = redis::pipe();
+        for i in 0..10 {
+            p.cmd("SET")
+                .arg(format!("q:{i}:{}", round % 50))
+                .arg(format!("{value}{round}"))
+                .ignore();
+        }
+        let _: () = p.query(&mut a).unwrap();
+    }
+    let write_time = t0.elapsed();
+    assert!(
+        write_time < Duration::from_millis(2500),
+        "A blocked while B stalled: {write_time:?}"
+    );
+    assert!(pair.a.stat("queue_overflows") > 0, "{:?}", pair.a.status());
+    sleeper.join().unwrap();
+    pair.wait_converged(Duration::from_secs(30));
+    assert_eq!(get_on(&pair.b, "q:9:49").unwrap(), format!("{value}199"));
+    assert!(wait_until(SETTLE, || pair.a.stat("ring_used_bytes") == 0));
+}
+
+#[test]
+fn applied_writes_reach_the_nodes_own_replica() {
+    let pair = Pair::start();
+    let replica = Node::start(
+        "b-replica",
+        vec![
+            "--replicaof".into(),
+            "127.0.0.1".into(),
+            pair.b.port.to_string(),
+        ],
+    );
+    let mut r = replica.conn();
+    assert!(wait_until(SETTLE, || {
+        let info: String = redis::cmd("INFO").arg("replication").query(&mut r).unwrap();
+        info.contains("master_link_status:up")
+    }));
+    let _: () = pair.a.conn().set("via-b", "to-replica").unwrap();
+    let _: () = pair.a.conn().hset("h-via-b", "f", "v").unwrap();
+    wait_value(&replica, "via-b", "to-replica");
+    assert!(wait_until(SETTLE, || replica.digest() == pair.a.digest()));
+}
+
+#[test]
+fn status_answers_in_resp3_as_a_map() {
+    let pair = Pair::start();
+    let mut c = redis::Client::open(format!("redis://127.0.0.1:{}/?protocol=resp3", pair.a.port))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let v: redis::Value = redis::cmd("RDMASYNC.STATUS").query(&mut c).unwrap();
+    let redis::Value::Map(fields) = v else {
+        panic!("RESP3 reply is not a map: {v:?}");
+    };
+    let names: Vec<String> = fields
+        .iter()
+        .map(|(k, _)| redis::from_redis_value(k).unwrap())
+        .collect();
+    for f in [
+        "node_id",
+        "peer",
+        "transport",
+        "link",
+        "entries_sent",
+        "entries_applied",
+        "bytes_sent",
+        "queue_depth",
+        "queue_overflows",
+        "ring_used_bytes",
+        "reconnects",
+        "last_error",
+    ] {
+        assert!(names.iter().any(|n| n == f), "missing {f} in {names:?}");
+    }
+    assert_ne!(pair.a.status()["node_id"], pair.b.status()["node_id"]);
+    assert_eq!(pair.a.status()["transport"], "tcp");
+}
