@@ -202,6 +202,7 @@ fn run_connection(shared: &Shared, offer: Offer, offers: &Receiver<Offer>) -> Re
         .peer_node_id
         .store(peer.node_id, Ordering::Relaxed);
     shared.stats.set_link(LinkState::Up);
+    shared.stats.set_error(""); // connect errors before this link are history (see the log)
     redis_module::logging::log_notice(format!(
         "rdmasync: link up with node {} ({}), transport {}",
         peer.node_id,

@@ -12,6 +12,10 @@ use crate::status::{status_fields, Field};
 use crate::{capture, config, hook, runtime};
 
 fn init(ctx: &Context, args: &[RedisString]) -> Status {
+    // A panic in module code is caught; say so in Redis' own log.
+    std::panic::set_hook(Box::new(|info| {
+        redis_module::logging::log_warning(format!("rdmasync: internal error (caught): {info}"));
+    }));
     let args: Vec<String> = args.iter().map(|a| a.to_string_lossy()).collect();
     let config = match config::parse_args(&args) {
         Ok(c) => c,

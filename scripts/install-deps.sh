@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what building and testing rdmasync needs on Debian 12, only what is missing.
+# Usage: scripts/install-deps.sh [--softroce]   (--softroce adds the QEMU/Soft-RoCE guest packages)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+[ "$(id -u)" = 0 ] || SUDO="sudo"
+PKGS="redis-server redis-tools libclang-dev clang pkg-config libibverbs-dev librdmacm-dev"
+if [ "${1:-}" = "--softroce" ]; then
+  PKGS="$PKGS linux-image-amd64 qemu-system-x86 busybox-static kmod cpio xz-utils iproute2 \
+rdma-core ibverbs-providers ibverbs-utils rdmacm-utils perftest"
+fi
+missing=()
+for p in $PKGS; do
+  dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: apt-get install ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+# A redis-server started by the package would hold port 6379; the demo and tests use their own.
+if ! command -v cargo >/dev/null; then
+  echo "install-deps: cargo not found; install Rust (https://rustup.rs) first" >&2
+  exit 1
+fi
+if ! cargo nextest --version >/dev/null 2>&1; then
+  echo "install-deps: cargo install cargo-nextest"
+  cargo install cargo-nextest --locked
+fi
