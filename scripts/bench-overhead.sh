@@ -17,7 +17,7 @@ srv $PA --loadmodule "$SO" peer=127.0.0.1 port=7592 listen-port=7591 transport=t
 srv $PB --loadmodule "$SO" peer=127.0.0.1 port=7591 listen-port=7592 transport=tcp
 srv $PP
 for _ in $(seq 100); do redis-cli -p $PA rdmasync.status | grep -qx up && break; sleep 0.1; done
-rps() { redis-benchmark -p "$1" -t set -c "$C" -n "$N" -P "$P" -r 100000 -q | awk '/SET/{print $2}'; }
+rps() { redis-benchmark -p "$1" -t set -c "$C" -n "$N" -P "$P" -r 100000 --csv | awk -F'"' '/^"SET"/{print $4}'; }
 with=() without=()
 for r in $(seq "$ROUNDS"); do
   redis-cli -p $PA flushall >/dev/null; redis-cli -p $PP flushall >/dev/null
