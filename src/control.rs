@@ -5,6 +5,8 @@
 //! `op u8, reserved [u8; 3], len u32, arg u64`. `len` is the number of bytes
 //! that follow: 48 for HELLO, the written bytes for WRITE, 0 otherwise.
 //! `arg` is the ring position for WRITE and the receiver's head for CREDIT.
+//! HELLO body: magic, version u16, reserved u16, node id u64, ring size u64,
+//! ring address u64 and rkey u32 (RDMA only, else 0), 12 reserved bytes.
 
 /// Bytes of a message header.
 pub const HEADER_LEN: usize = 16;
@@ -115,6 +117,10 @@ pub struct Hello {
     pub node_id: u64,
     /// Bytes of the ring the sender of this HELLO registered for its peer.
     pub ring_capacity: u64,
+    /// RDMA: virtual address of that ring in the sender's memory (0 over TCP).
+    pub ring_addr: u64,
+    /// RDMA: remote key of that ring's memory region (0 over TCP).
+    pub ring_rkey: u32,
 }
 
 impl Hello {
@@ -132,6 +138,8 @@ impl Hello {
         body[4..6].copy_from_slice(&LINK_VERSION.to_le_bytes());
         body[8..16].copy_from_slice(&self.node_id.to_le_bytes());
         body[16..24].copy_from_slice(&self.ring_capacity.to_le_bytes());
+        body[24..32].copy_from_slice(&self.ring_addr.to_le_bytes());
+        body[32..36].copy_from_slice(&self.ring_rkey.to_le_bytes());
         b
     }
 
@@ -152,9 +160,13 @@ impl Hello {
         a.copy_from_slice(&body[8..16]);
         let node_id = u64::from_le_bytes(a);
         a.copy_from_slice(&body[16..24]);
+        let ring_capacity = u64::from_le_bytes(a);
+        a.copy_from_slice(&body[24..32]);
         Ok(Self {
             node_id,
-            ring_capacity: u64::from_le_bytes(a),
+            ring_capacity,
+            ring_addr: u64::from_le_bytes(a),
+            ring_rkey: u32::from_le_bytes([body[32], body[33], body[34], body[35]]),
         })
     }
 }
@@ -169,6 +181,8 @@ mod tests {
         let h = Hello {
             node_id: 0xdead_beef,
             ring_capacity: 1 << 23,
+            ring_addr: 0x7f00_1234_5000,
+            ring_rkey: 0x1234,
         };
         let b = h.encode();
         let head = MessageHeader::decode(b[..HEADER_LEN].try_into().unwrap(), 1 << 20).unwrap();
@@ -200,6 +214,8 @@ mod tests {
         let mut b = Hello {
             node_id: 1,
             ring_capacity: 4096,
+            ring_addr: 0,
+            ring_rkey: 0,
         }
         .encode();
         b[HEADER_LEN + 4] = 9;

@@ -25,24 +25,27 @@
 //! under `catch_unwind`.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
+// Unit tests build without the Redis wiring (`module`), which is what calls
+// most of the crate.
+#![cfg_attr(test, allow(dead_code))]
 
-pub mod apply;
-pub mod capture;
+pub(crate) mod apply;
+pub(crate) mod capture;
 pub mod clock;
 pub mod config;
 pub mod control;
 pub mod entry;
 pub mod error;
-pub mod hook;
-pub mod link;
+pub(crate) mod hook;
+pub(crate) mod link;
 pub mod poller;
 pub mod queue;
 pub mod ring;
-pub mod runtime;
-pub mod sender;
-pub mod server;
+pub(crate) mod runtime;
+pub(crate) mod sender;
+pub(crate) mod server;
 pub mod status;
-pub mod transport;
+pub(crate) mod transport;
 pub mod wire;
 
 #[cfg(not(test))]

@@ -1,7 +1,8 @@
-//! Connection lifecycle: listen and dial, handshake, keep exactly one link
-//! per pair (the one dialed by the lower node id), run it, and reconnect with
-//! bounded backoff when it drops. While a link is up its thread is the
-//! receiver: socket -> ring -> poller -> apply, with credit back.
+//! Connection lifecycle, for either transport: listen and dial, exchange
+//! HELLO, keep exactly one link per pair (the one dialed by the lower node
+//! id), run it, and reconnect with bounded backoff when it drops. While a
+//! link is up its thread runs the transport's receive loop, which hands
+//! placed bytes to `Inbound`: poller -> apply, with credit back.
 
 use std::io::ErrorKind;
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -13,25 +14,44 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use crate::apply::apply_batch;
 use crate::config::{MAX_RING_SIZE, MIN_RING_SIZE};
-use crate::control::{Hello, MessageHeader, Op, HEADER_LEN};
+use crate::control::Hello;
+use crate::entry::Batch;
 use crate::error::{Error, Result};
 use crate::poller::Poller;
 use crate::ring::{CreditPolicy, RingGeometry};
-use crate::runtime::Shared;
+use crate::runtime::{Shared, TransportKind};
 use crate::server::ThreadContext;
 use crate::status::{LinkState, Stats};
-use crate::transport::tcp::{exchange_hello, read_full, TcpLink, DEAD_PEER, READ_TICK};
-use crate::transport::RingWriter;
+use crate::transport::rdma::{self, RdmaLink};
+use crate::transport::tcp::{self, exchange_hello, TcpLink};
+use crate::transport::{Delivery, RingWriter};
 
 /// Handshake and dial timeout.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(1000);
 /// First and largest pause between connection attempts.
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_millis(1000);
+/// The peer is declared dead after this long without a message (it sends a
+/// keepalive after a second of silence).
+pub const DEAD_PEER: Duration = Duration::from_secs(5);
 
-/// A connection whose handshake succeeded and that the tie-break keeps.
+/// A connected transport whose HELLO exchange is done.
+pub enum Conn {
+    /// A TCP stream.
+    Tcp(TcpStream),
+    /// An RDMA connection (its sending half; the endpoint lives inside).
+    Rdma(Arc<RdmaLink>),
+}
+
+/// A running link: the typed halves the receive loop needs.
+enum Active {
+    Tcp(TcpStream, Arc<TcpLink>),
+    Rdma(Arc<RdmaLink>),
+}
+
+/// A connection the tie-break keeps, handed to the link thread.
 pub struct Offer {
-    stream: TcpStream,
+    conn: Conn,
     peer: Hello,
 }
 
@@ -51,12 +71,7 @@ fn keep(role: Role, me: u64, peer: u64) -> bool {
     }
 }
 
-fn handshake(shared: &Shared, mut stream: TcpStream, role: Role) -> Result<Option<Offer>> {
-    let ours = Hello {
-        node_id: shared.node_id,
-        ring_capacity: shared.config.ring_size,
-    };
-    let peer = exchange_hello(&mut stream, &ours, CONNECT_TIMEOUT)?;
+fn check_peer(shared: &Shared, peer: &Hello) -> Result<()> {
     if peer.node_id == shared.node_id {
         return Err(Error::Protocol(format!(
             "peer has the same node id {}; set node-id= on one of them",
@@ -71,11 +86,57 @@ fn handshake(shared: &Shared, mut stream: TcpStream, role: Role) -> Result<Optio
             peer.ring_capacity
         )));
     }
-    Ok(keep(role, shared.node_id, peer.node_id).then_some(Offer { stream, peer }))
+    Ok(())
 }
 
-/// Accepts connections and hands kept ones to the link thread.
-pub fn run_acceptor(shared: Arc<Shared>, listener: TcpListener, offers: Sender<Offer>) {
+fn tcp_handshake(shared: &Shared, mut stream: TcpStream, role: Role) -> Result<Option<Offer>> {
+    let ours = Hello {
+        node_id: shared.node_id,
+        ring_capacity: shared.config.ring_size,
+        ring_addr: 0,
+        ring_rkey: 0,
+    };
+    let peer = exchange_hello(&mut stream, &ours, CONNECT_TIMEOUT)?;
+    check_peer(shared, &peer)?;
+    Ok(keep(role, shared.node_id, peer.node_id).then_some(Offer {
+        conn: Conn::Tcp(stream),
+        peer,
+    }))
+}
+
+fn rdma_handshake(shared: &Shared, pending: rdma::Pending, role: Role) -> Result<Option<Offer>> {
+    let ours = pending.hello(shared.node_id);
+    let (link, peer) = pending.exchange(&ours)?;
+    if let Err(e) = check_peer(shared, &peer) {
+        link.close();
+        return Err(e);
+    }
+    if keep(role, shared.node_id, peer.node_id) {
+        Ok(Some(Offer {
+            conn: Conn::Rdma(link),
+            peer,
+        }))
+    } else {
+        link.close();
+        Ok(None)
+    }
+}
+
+fn hand_over(shared: &Shared, offers: &Sender<Offer>, result: Result<Option<Offer>>) {
+    match result {
+        Ok(Some(offer)) => {
+            let _ = offers.try_send(offer);
+        }
+        Ok(None) => {}
+        Err(e) => {
+            Stats::add(&shared.stats.bad_frames, 1);
+            shared.stats.set_error(format!("incoming handshake: {e}"));
+        }
+    }
+}
+
+/// Accepts TCP connections and hands kept ones to the link thread.
+pub fn run_tcp_acceptor(shared: Arc<Shared>, listener: TcpListener, offers: Sender<Offer>) {
     if let Err(e) = listener.set_nonblocking(true) {
         shared.stats.set_error(format!("listener: {e}"));
     }
@@ -83,22 +144,31 @@ pub fn run_acceptor(shared: Arc<Shared>, listener: TcpListener, offers: Sender<O
         match listener.accept() {
             Ok((stream, _)) => {
                 let _ = stream.set_nonblocking(false);
-                match handshake(&shared, stream, Role::Acceptor) {
-                    Ok(Some(offer)) => {
-                        let _ = offers.try_send(offer);
-                    }
-                    Ok(None) => {}
-                    Err(e) => {
-                        Stats::add(&shared.stats.bad_frames, 1);
-                        shared.stats.set_error(format!("incoming handshake: {e}"));
-                    }
-                }
+                let result = tcp_handshake(&shared, stream, Role::Acceptor);
+                hand_over(&shared, &offers, result);
             }
             Err(e) if e.kind() == ErrorKind::WouldBlock => {
                 std::thread::park_timeout(Duration::from_millis(20));
             }
             Err(e) => {
                 shared.stats.set_error(format!("accept: {e}"));
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+}
+
+/// Accepts RDMA connections and hands kept ones to the link thread.
+pub fn run_rdma_acceptor(shared: Arc<Shared>, listener: rdma::Listener, offers: Sender<Offer>) {
+    while !shared.stopping() {
+        match listener.accept(shared.config.ring_size, Duration::from_millis(100)) {
+            Ok(Some(pending)) => {
+                let result = rdma_handshake(&shared, pending, Role::Acceptor);
+                hand_over(&shared, &offers, result);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                shared.stats.set_error(format!("rdma accept: {e}"));
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
@@ -116,14 +186,24 @@ fn dial(shared: &Shared) -> Result<Option<Offer>> {
         .collect();
     let mut last = None;
     for addr in addrs {
-        match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
-            Ok(stream) => return handshake(shared, stream, Role::Dialer),
-            Err(source) => {
-                last = Some(Error::Connect {
+        let attempt = match shared.transport {
+            TransportKind::Tcp => TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)
+                .map_err(|source| Error::Connect {
                     addr: addr.to_string(),
                     source,
                 })
+                .and_then(|s| tcp_handshake(shared, s, Role::Dialer)),
+            TransportKind::Rdma => {
+                let bind = SocketAddr::new(shared.config.bind, 0);
+                let src = (!bind.ip().is_unspecified()).then_some(bind);
+                rdma::dial(src, addr, shared.config.ring_size)
+                    .map_err(Error::from)
+                    .and_then(|p| rdma_handshake(shared, p, Role::Dialer))
             }
+        };
+        match attempt {
+            Ok(offer) => return Ok(offer),
+            Err(e) => last = Some(e),
         }
     }
     Err(last.unwrap_or(Error::Resolve {
@@ -135,7 +215,7 @@ fn dial(shared: &Shared) -> Result<Option<Offer>> {
 /// The link thread: connects, runs the link, reconnects; until unload.
 pub fn run_link(shared: Arc<Shared>, offers: Receiver<Offer>) {
     let mut backoff = BACKOFF_MIN;
-    let mut dialed_error_logged = false;
+    let mut dial_error_logged = false;
     while !shared.stopping() {
         shared.stats.set_link(LinkState::Connecting);
         let offer = match offers.try_recv() {
@@ -143,11 +223,11 @@ pub fn run_link(shared: Arc<Shared>, offers: Receiver<Offer>) {
             Err(_) => match dial(&shared) {
                 Ok(offer) => offer,
                 Err(e) => {
-                    if !dialed_error_logged {
+                    if !dial_error_logged {
                         redis_module::logging::log_notice(format!(
                             "rdmasync: cannot reach peer yet ({e}); retrying with backoff"
                         ));
-                        dialed_error_logged = true;
+                        dial_error_logged = true;
                     }
                     shared.stats.set_error(e.to_string());
                     None
@@ -167,7 +247,7 @@ pub fn run_link(shared: Arc<Shared>, offers: Receiver<Offer>) {
             backoff = (backoff * 2).min(BACKOFF_MAX);
             continue;
         };
-        dialed_error_logged = false;
+        dial_error_logged = false;
         let started = Instant::now();
         let result = run_connection(&shared, offer, &offers);
         shared.stats.set_link(LinkState::Connecting);
@@ -185,14 +265,24 @@ pub fn run_link(shared: Arc<Shared>, offers: Receiver<Offer>) {
 
 /// Runs one established link until it fails, is replaced, or unload begins.
 fn run_connection(shared: &Shared, offer: Offer, offers: &Receiver<Offer>) -> Result<()> {
-    let Offer { mut stream, peer } = offer;
+    let Offer { conn, peer } = offer;
     let peer_ring = RingGeometry::new(peer.ring_capacity)
         .ok_or_else(|| Error::Protocol("invalid peer ring".into()))?;
-    let link = Arc::new(TcpLink::new(&stream, peer_ring)?);
-    stream.set_read_timeout(Some(READ_TICK))?;
+    let active = match conn {
+        Conn::Tcp(stream) => {
+            let link = Arc::new(TcpLink::new(&stream, peer_ring)?);
+            Active::Tcp(stream, link)
+        }
+        Conn::Rdma(link) => Active::Rdma(link),
+    };
+    let (writer, device): (Arc<dyn RingWriter>, String) = match &active {
+        Active::Tcp(_, link) => (link.clone(), String::new()),
+        Active::Rdma(link) => (link.clone(), link.device().to_owned()),
+    };
     shared.stats.ring_tail.store(0, Ordering::Relaxed);
     shared.stats.ring_credit.store(0, Ordering::Relaxed);
-    *shared.link.lock() = Some(link.clone());
+    *shared.device.lock() = device.clone();
+    *shared.link.lock() = Some(writer.clone());
     Stats::add(&shared.stats.links_established, 1);
     if Stats::get(&shared.stats.links_established) > 1 {
         Stats::add(&shared.stats.reconnects, 1);
@@ -202,21 +292,28 @@ fn run_connection(shared: &Shared, offer: Offer, offers: &Receiver<Offer>) -> Re
         .peer_node_id
         .store(peer.node_id, Ordering::Relaxed);
     shared.stats.set_link(LinkState::Up);
-    shared.stats.set_error(""); // connect errors before this link are history (see the log)
+    shared.stats.set_error(""); // errors before this link are history (see the log)
+    let on = if device.is_empty() {
+        String::new()
+    } else {
+        format!(" on {device}")
+    };
     redis_module::logging::log_notice(format!(
-        "rdmasync: link up with node {} ({}), transport {}",
+        "rdmasync: link up with node {} ({}), transport {}{on}",
         peer.node_id,
         shared.config.peer_addr(),
-        shared.transport
+        shared.transport.as_str(),
     ));
-    let result = receive(shared, &mut stream, &link, offers);
-    link.close();
+    let result = Inbound::new(shared, offers).and_then(|mut inbound| match active {
+        Active::Tcp(mut stream, link) => {
+            tcp::receive(&mut stream, &link, shared.config.ring_size, &mut inbound)
+        }
+        Active::Rdma(link) => rdma::receive(&link, &mut inbound),
+    });
+    writer.close();
     {
         let mut slot = shared.link.lock();
-        if slot
-            .as_ref()
-            .is_some_and(|l| Arc::ptr_eq(l, &(link.clone() as Arc<dyn RingWriter>)))
-        {
+        if slot.as_ref().is_some_and(|l| Arc::ptr_eq(l, &writer)) {
             *slot = None;
         }
     }
@@ -224,92 +321,80 @@ fn run_connection(shared: &Shared, offer: Offer, offers: &Receiver<Offer>) -> Re
     result
 }
 
-/// Socket -> ring -> poller -> apply, returning credit as the head moves.
-fn receive(
-    shared: &Shared,
-    stream: &mut TcpStream,
-    link: &TcpLink,
-    offers: &Receiver<Offer>,
-) -> Result<()> {
-    let geometry = RingGeometry::new(shared.config.ring_size)
-        .ok_or_else(|| Error::Protocol("invalid local ring size".into()))?;
-    // The ring the peer writes into (for TCP, plain memory: nothing is registered).
-    let mut ring = vec![0u8; geometry.capacity() as usize];
-    let mut poller = Poller::new(geometry);
-    let mut credit = CreditPolicy::new(geometry);
-    let mut placed = 0u64;
-    let mut batches = Vec::new();
-    let tc =
-        ThreadContext::new().ok_or_else(|| Error::Protocol("no thread-safe context".into()))?;
-    let max_write = u32::try_from(geometry.capacity()).unwrap_or(u32::MAX);
-    let mut last_rx = Instant::now();
-    loop {
-        let mut on_idle = || -> Result<()> {
-            if shared.stopping() {
-                return Err(Error::LinkClosed);
-            }
-            if !link.is_alive() {
-                return Err(Error::LinkClosed);
-            }
-            if last_rx.elapsed() > DEAD_PEER {
-                return Err(Error::Protocol(format!(
-                    "peer silent for {} s",
-                    DEAD_PEER.as_secs()
-                )));
-            }
-            if !offers.is_empty() {
-                return Err(Error::Protocol("replaced by a newer connection".into()));
-            }
-            link.retry_credit()
-        };
-        let mut head = [0u8; HEADER_LEN];
-        read_full(stream, &mut head, &mut on_idle)?;
-        let msg = match MessageHeader::decode(&head, max_write) {
-            Ok(m) => m,
-            Err(e) => {
-                Stats::add(&shared.stats.bad_frames, 1);
-                return Err(Error::Protocol(e.to_string()));
-            }
-        };
-        match msg.op {
-            Op::Write => {
-                let len = u64::from(msg.len);
-                let off = geometry.offset(msg.arg);
-                if !geometry.write_continues(placed, poller.head(), msg.arg, len) {
-                    Stats::add(&shared.stats.bad_frames, 1);
-                    return Err(Error::Protocol(format!(
-                        "write of {len} bytes at {} outside the ring (placed {placed}, head {})",
-                        msg.arg,
-                        poller.head()
-                    )));
-                }
-                read_full(stream, &mut ring[off..off + len as usize], &mut on_idle)?;
-                placed = msg.arg + len;
-                Stats::add(&shared.stats.bytes_received, len);
-                if let Err(e) = poller.consume(&ring, placed, &mut batches) {
-                    Stats::add(&shared.stats.bad_frames, 1);
-                    return Err(e);
-                }
-                for batch in batches.drain(..) {
-                    apply_batch(&tc, shared, &batch)?;
-                }
-                if let Some(h) = credit.due(poller.head(), poller.head() == placed) {
-                    link.return_credit(h)?;
-                    credit.returned(h);
-                }
-            }
-            Op::Credit => {
-                link.credit_received(msg.arg);
-                shared.stats.ring_credit.store(msg.arg, Ordering::Relaxed);
-                shared.queue.wake.wake();
-            }
-            Op::Keepalive => {}
-            Op::Hello => {
-                Stats::add(&shared.stats.bad_frames, 1);
-                return Err(Error::Protocol("HELLO on an established link".into()));
-            }
+/// The receiving side shared by every transport: poller -> apply -> credit.
+struct Inbound<'a> {
+    shared: &'a Shared,
+    offers: &'a Receiver<Offer>,
+    poller: Poller,
+    credit: CreditPolicy,
+    batches: Vec<Batch>,
+    tc: ThreadContext,
+}
+
+impl<'a> Inbound<'a> {
+    fn new(shared: &'a Shared, offers: &'a Receiver<Offer>) -> Result<Self> {
+        let geometry = RingGeometry::new(shared.config.ring_size)
+            .ok_or_else(|| Error::Protocol("invalid local ring size".into()))?;
+        Ok(Self {
+            shared,
+            offers,
+            poller: Poller::new(geometry),
+            credit: CreditPolicy::new(geometry),
+            batches: Vec::new(),
+            tc: ThreadContext::new()
+                .ok_or_else(|| Error::Protocol("no thread-safe context".into()))?,
+        })
+    }
+}
+
+impl Delivery for Inbound<'_> {
+    fn placed(&mut self, ring: &[u8], placed: u64) -> Result<Option<u64>> {
+        if let Err(e) = self.poller.consume(ring, placed, &mut self.batches) {
+            self.rejected();
+            return Err(e);
         }
-        last_rx = Instant::now();
+        for batch in self.batches.drain(..) {
+            apply_batch(&self.tc, self.shared, &batch)?;
+        }
+        let head = self.poller.head();
+        let due = self.credit.due(head, head == placed);
+        if let Some(h) = due {
+            self.credit.returned(h);
+        }
+        Ok(due)
+    }
+
+    fn idle(&mut self, last_rx: Instant) -> Result<()> {
+        if self.shared.stopping() {
+            return Err(Error::LinkClosed);
+        }
+        if last_rx.elapsed() > DEAD_PEER {
+            return Err(Error::Protocol(format!(
+                "peer silent for {} s",
+                DEAD_PEER.as_secs()
+            )));
+        }
+        if !self.offers.is_empty() {
+            return Err(Error::Protocol("replaced by a newer connection".into()));
+        }
+        Ok(())
+    }
+
+    fn credit(&mut self, head: u64) {
+        self.shared.stats.ring_credit.store(head, Ordering::Relaxed);
+        self.shared.queue.wake.wake();
+    }
+
+    fn head(&self) -> u64 {
+        self.poller.head()
+    }
+
+    fn received(&mut self, bytes: u64) {
+        Stats::add(&self.shared.stats.bytes_received, bytes);
+    }
+
+    fn rejected(&mut self) {
+        Stats::add(&self.shared.stats.bad_frames, 1);
     }
 }
 

@@ -13,8 +13,27 @@ use crate::config::{Config, TransportChoice};
 use crate::error::{Error, Result};
 use crate::queue::BatchQueue;
 use crate::status::{Identity, LinkState, Stats};
-use crate::transport::RingWriter;
+use crate::transport::{rdma, RingWriter};
 use crate::{link, sender};
+
+/// The transport a running module uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransportKind {
+    /// The ring protocol over TCP.
+    Tcp,
+    /// One-sided RDMA WRITEs.
+    Rdma,
+}
+
+impl TransportKind {
+    /// The spelling used in `RDMASYNC.STATUS` and the log.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Tcp => "tcp",
+            Self::Rdma => "rdma",
+        }
+    }
+}
 
 /// State shared by the Redis callbacks and the module's threads.
 pub struct Shared {
@@ -23,7 +42,9 @@ pub struct Shared {
     /// This node's id.
     pub node_id: u64,
     /// Transport in use.
-    pub transport: &'static str,
+    pub transport: TransportKind,
+    /// RDMA device of the current link (empty over TCP).
+    pub device: Mutex<String>,
     /// Counters.
     pub stats: Stats,
     /// Hybrid logical clock stamping captured entries.
@@ -58,7 +79,8 @@ impl Shared {
         Identity {
             node_id: self.node_id,
             peer: self.config.peer_addr(),
-            transport: self.transport,
+            transport: self.transport.as_str(),
+            device: self.device.lock().clone(),
             ring_size: self.config.ring_size,
         }
     }
@@ -115,32 +137,30 @@ fn spawn(
 /// [`Error::Config`] for a transport this build cannot provide,
 /// [`Error::Listen`] when the listen port is taken, [`Error::Spawn`].
 pub fn start(config: Config) -> Result<String> {
-    let transport =
-        match config.transport {
-            TransportChoice::Tcp => "tcp",
-            TransportChoice::Auto => "tcp",
-            TransportChoice::Rdma => return Err(Error::Config {
-                arg: "transport".into(),
-                reason:
-                    "rdma is not available in this build yet; use transport=tcp or transport=auto"
-                        .into(),
-            }),
-        };
-    let why = match config.transport {
-        TransportChoice::Auto => "transport=auto chose tcp: this build has no RDMA transport yet",
-        _ => "transport=tcp",
-    };
+    let (transport, why) = choose_transport(config.transport)?;
     let listen_addr = std::net::SocketAddr::new(config.bind, config.listen_port);
-    let listener = TcpListener::bind(listen_addr).map_err(|source| Error::Listen {
-        addr: listen_addr.to_string(),
-        source,
-    })?;
+    let listener =
+        match transport {
+            TransportKind::Tcp => Listener::Tcp(TcpListener::bind(listen_addr).map_err(
+                |source| Error::Listen {
+                    addr: listen_addr.to_string(),
+                    source,
+                },
+            )?),
+            TransportKind::Rdma => Listener::Rdma(rdma::Listener::bind(listen_addr).map_err(
+                |e| Error::Listen {
+                    addr: listen_addr.to_string(),
+                    source: std::io::Error::other(e.to_string()),
+                },
+            )?),
+        };
     let node_id = node_id_for(&config);
     let shared = Arc::new(Shared {
         queue: BatchQueue::new(config.queue_size),
         config,
         node_id,
         transport,
+        device: Mutex::new(String::new()),
         stats: Stats::default(),
         clock: HybridClock::new(),
         link: Mutex::new(None),
@@ -152,9 +172,14 @@ pub fn start(config: Config) -> Result<String> {
     let mut threads = Vec::new();
     let started = (|| -> Result<()> {
         threads.push(spawn("rdmasync-send", &shared, sender::run)?);
-        threads.push(spawn("rdmasync-accept", &shared, move |s| {
-            link::run_acceptor(s, listener, offer_tx)
-        })?);
+        threads.push(match listener {
+            Listener::Tcp(l) => spawn("rdmasync-accept", &shared, move |s| {
+                link::run_tcp_acceptor(s, l, offer_tx)
+            })?,
+            Listener::Rdma(l) => spawn("rdmasync-accept", &shared, move |s| {
+                link::run_rdma_acceptor(s, l, offer_tx)
+            })?,
+        });
         threads.push(spawn("rdmasync-link", &shared, move |s| {
             link::run_link(s, offer_rx)
         })?);
@@ -171,6 +196,35 @@ pub fn start(config: Config) -> Result<String> {
         return Err(e);
     }
     Ok(line)
+}
+
+enum Listener {
+    Tcp(TcpListener),
+    Rdma(rdma::Listener),
+}
+
+/// Picks the transport and says why, for the log.
+fn choose_transport(choice: TransportChoice) -> Result<(TransportKind, String)> {
+    if choice == TransportChoice::Tcp {
+        return Ok((TransportKind::Tcp, "transport=tcp".into()));
+    }
+    // Before any other verbs call: BGSAVE forks with registered memory.
+    let fork = rdma::fork_init();
+    match (choice, rdma::probe()) {
+        (_, Ok(devices)) => Ok((
+            TransportKind::Rdma,
+            format!(
+                "transport={} chose rdma: active device(s) {}; {fork}",
+                choice.as_str(),
+                devices.join(", ")
+            ),
+        )),
+        (TransportChoice::Rdma, Err(e)) => Err(Error::Config {
+            arg: "transport".into(),
+            reason: format!("rdma requested but no usable RDMA device: {e}"),
+        }),
+        (_, Err(e)) => Ok((TransportKind::Tcp, format!("transport=auto chose tcp: {e}"))),
+    }
 }
 
 /// Stops every thread and waits for it. Safe to call when not started.

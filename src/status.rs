@@ -143,6 +143,8 @@ pub struct Identity {
     pub peer: String,
     /// Transport in use.
     pub transport: &'static str,
+    /// RDMA device of the current link, empty over TCP.
+    pub device: String,
     /// Ring bytes this node registers for its peer.
     pub ring_size: u64,
 }
@@ -163,6 +165,7 @@ pub fn status_fields(
             t(Stats::get(&stats.peer_node_id).to_string()),
         ),
         ("transport", t(id.transport.to_owned())),
+        ("device", t(id.device.clone())),
         ("link", t(stats.link().as_str().to_owned())),
         ("link_since_ms", c(&stats.link_since_ms)),
         ("ring_size", Field::Int(id.ring_size as i64)),
@@ -199,6 +202,7 @@ mod tests {
             node_id: 1,
             peer: "h:1".into(),
             transport: "tcp",
+            device: String::new(),
             ring_size: 65536,
         };
         let f = status_fields(&id, &stats, 2);

@@ -2,7 +2,10 @@
 //! position and bring the peer's head (credit) back. Everything above this
 //! trait (sender, poller, apply) is the same for every transport.
 
+pub mod rdma;
 pub mod tcp;
+
+use std::time::Instant;
 
 use crate::error::Result;
 use crate::ring::RingGeometry;
@@ -37,4 +40,29 @@ pub trait RingWriter: Send + Sync {
 
     /// Tears the link down; blocked reads and writes return.
     fn close(&self);
+}
+
+/// What a transport's receive loop hands to the layer above it: placed
+/// bytes to decode and apply, credit from the peer, idle ticks.
+pub trait Delivery {
+    /// The ring holds the peer's bytes up to `placed`: decode and apply what
+    /// is complete; returns a head to send back as credit, if one is due.
+    ///
+    /// # Errors
+    /// Bad frames, or unload while waiting to apply.
+    fn placed(&mut self, ring: &[u8], placed: u64) -> Result<Option<u64>>;
+    /// Nothing arrived for a while; `Err` ends the link (unload, silent
+    /// peer, replaced by a newer connection).
+    ///
+    /// # Errors
+    /// Why the link must end.
+    fn idle(&mut self, last_rx: Instant) -> Result<()>;
+    /// The peer returned credit up to `head`.
+    fn credit(&mut self, head: u64);
+    /// Position up to which the ring has been consumed.
+    fn head(&self) -> u64;
+    /// Counts bytes the peer placed.
+    fn received(&mut self, bytes: u64);
+    /// Counts a malformed message or frame (the link then closes).
+    fn rejected(&mut self);
 }

@@ -14,12 +14,10 @@ use crate::control::{Hello, MessageHeader, Op, HEADER_LEN, HELLO_LEN};
 use crate::error::{Error, Result};
 use crate::ring::RingGeometry;
 use crate::status::unix_ms;
-use crate::transport::RingWriter;
+use crate::transport::{Delivery, RingWriter};
 
 /// How long a read waits before the receiver checks for shutdown and liveness.
 pub const READ_TICK: Duration = Duration::from_millis(100);
-/// The peer is declared dead after this long without a message.
-pub const DEAD_PEER: Duration = Duration::from_secs(5);
 
 /// One established TCP link; the sending half is shared with the sender thread.
 pub struct TcpLink {
@@ -234,4 +232,73 @@ pub fn exchange_hello(stream: &mut TcpStream, ours: &Hello, timeout: Duration) -
     let hello = Hello::decode(&body).map_err(|e| Error::Protocol(e.to_string()))?;
     stream.set_write_timeout(None)?;
     Ok(hello)
+}
+
+/// The receive loop of one TCP link: socket -> ring (at the position each
+/// WRITE names) -> `delivery`; runs until the link ends.
+///
+/// # Errors
+/// Why the link ended.
+pub fn receive(
+    stream: &mut TcpStream,
+    link: &TcpLink,
+    ring_size: u64,
+    delivery: &mut dyn Delivery,
+) -> Result<()> {
+    let geometry = RingGeometry::new(ring_size)
+        .ok_or_else(|| Error::Protocol("invalid local ring size".into()))?;
+    // The ring the peer writes into: plain memory, nothing to register over TCP.
+    let mut ring = vec![0u8; geometry.capacity() as usize];
+    let max_write = u32::try_from(geometry.capacity()).unwrap_or(u32::MAX);
+    let mut placed = 0u64;
+    let mut last_rx = Instant::now();
+    stream.set_read_timeout(Some(READ_TICK))?;
+    loop {
+        let mut head = [0u8; HEADER_LEN];
+        read_full(stream, &mut head, &mut || idle(link, delivery, last_rx))?;
+        let msg = MessageHeader::decode(&head, max_write).map_err(|e| {
+            delivery.rejected();
+            Error::Protocol(e.to_string())
+        })?;
+        match msg.op {
+            Op::Write => {
+                let len = u64::from(msg.len);
+                if !geometry.write_continues(placed, delivery.head(), msg.arg, len) {
+                    delivery.rejected();
+                    return Err(Error::Protocol(format!(
+                        "write of {len} bytes at {} outside the ring (placed {placed}, head {})",
+                        msg.arg,
+                        delivery.head()
+                    )));
+                }
+                let off = geometry.offset(msg.arg);
+                read_full(stream, &mut ring[off..off + len as usize], &mut || {
+                    idle(link, delivery, last_rx)
+                })?;
+                placed = msg.arg + len;
+                delivery.received(len);
+                if let Some(h) = delivery.placed(&ring, placed)? {
+                    link.return_credit(h)?;
+                }
+            }
+            Op::Credit => {
+                link.credit_received(msg.arg);
+                delivery.credit(msg.arg);
+            }
+            Op::Keepalive => {}
+            Op::Hello => {
+                delivery.rejected();
+                return Err(Error::Protocol("HELLO on an established link".into()));
+            }
+        }
+        last_rx = Instant::now();
+    }
+}
+
+fn idle(link: &TcpLink, delivery: &mut dyn Delivery, last_rx: Instant) -> Result<()> {
+    if !link.is_alive() {
+        return Err(Error::LinkClosed);
+    }
+    delivery.idle(last_rx)?;
+    link.retry_credit()
 }

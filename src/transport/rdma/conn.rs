@@ -1,0 +1,573 @@
+//! One RDMA connection: its verbs resources (`Endpoint`), the sending half
+//! (`RdmaLink`, a `RingWriter` posting WRITE_WITH_IMM into the peer's ring)
+//! and the receive loop (completions -> placed position -> poller -> apply).
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use rdma_sys::{
+    ibv_access_flags, ibv_qp_init_attr, ibv_qp_type, ibv_wc, ibv_wc_opcode, ibv_wc_status,
+};
+
+use super::cm::{CmId, EventChannel};
+use super::mem::{MemoryRegion, MmapRegion};
+use super::verbs::{self, CompletionChannel, CompletionQueue, ProtectionDomain, SendKind};
+use super::{RdmaError, CONNECT_TIMEOUT};
+use crate::control::{Hello, MessageHeader, Op, HEADER_LEN, HELLO_LEN};
+use crate::error::{Error, Result};
+use crate::ring::RingGeometry;
+use crate::status::unix_ms;
+use crate::transport::{Delivery, RingWriter};
+
+/// Receives pre-posted for control messages and write notifications.
+const RECV_SLOTS: usize = 64;
+/// Bytes per receive slot: the largest control message (HELLO).
+const SLOT_BYTES: usize = HEADER_LEN + HELLO_LEN;
+/// Send queue depth.
+const SEND_WRS: usize = 128;
+/// Registered staging memory for outgoing bytes.
+const STAGING_BYTES: u64 = 4 << 20;
+/// Empty polls before the receiver arms the CQ and sleeps.
+const SPIN_POLLS: u32 = 2000;
+
+/// Verbs resources of one connection. Fields drop in declaration order: the
+/// id (and its QP) first, then the CQs, the memory, the PD, the channel.
+pub(crate) struct Endpoint {
+    id: CmId,
+    send_cq: Arc<CompletionQueue>,
+    recv_cq: Arc<CompletionQueue>,
+    ring: MemoryRegion,
+    slots: MemoryRegion,
+    staging: MemoryRegion,
+    _pd: Arc<ProtectionDomain>,
+    channel: EventChannel,
+    device: String,
+}
+
+impl Endpoint {
+    fn build(mut id: CmId, channel: EventChannel, ring_size: u64) -> Result<Self, RdmaError> {
+        let ctx = id.verbs();
+        if ctx.is_null() {
+            return Err(RdmaError::NoDevice(
+                "rdma_cm id is not bound to a device".into(),
+            ));
+        }
+        // `ctx` belongs to the bound id; librdmacm keeps device contexts open
+        // for the life of the process, so it outlives everything below.
+        // SAFETY: see above.
+        let pd = unsafe { ProtectionDomain::new(ctx)? };
+        // SAFETY: see above.
+        let comp = unsafe { CompletionChannel::new(ctx)? };
+        // SAFETY: see above.
+        let recv_cq = unsafe { CompletionQueue::new(ctx, (RECV_SLOTS * 2) as i32, Some(comp))? };
+        // SAFETY: see above.
+        let send_cq = unsafe { CompletionQueue::new(ctx, (SEND_WRS * 2) as i32, None)? };
+        let remote_write = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
+            | ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
+        let local = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0;
+        let ring = MemoryRegion::register(&pd, MmapRegion::new(ring_size as usize)?, remote_write)?;
+        let slots = MemoryRegion::register(&pd, MmapRegion::new(RECV_SLOTS * SLOT_BYTES)?, local)?;
+        let staging = MemoryRegion::register(&pd, MmapRegion::new(STAGING_BYTES as usize)?, local)?;
+        // SAFETY: ibv_qp_init_attr is plain old data; fields set below.
+        let mut attr: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+        attr.send_cq = send_cq.as_ptr();
+        attr.recv_cq = recv_cq.as_ptr();
+        attr.cap.max_send_wr = SEND_WRS as u32;
+        attr.cap.max_recv_wr = RECV_SLOTS as u32;
+        attr.cap.max_send_sge = 1;
+        attr.cap.max_recv_sge = 1;
+        attr.qp_type = ibv_qp_type::IBV_QPT_RC;
+        attr.sq_sig_all = 0;
+        // SAFETY: the PD and CQs are live and are dropped after the id (field order).
+        unsafe { id.create_qp(pd.as_ptr(), &mut attr)? };
+        let device = id.device_name();
+        let ep = Self {
+            id,
+            send_cq,
+            recv_cq,
+            ring,
+            slots,
+            staging,
+            _pd: pd,
+            channel,
+            device,
+        };
+        for slot in 0..RECV_SLOTS {
+            ep.post_slot(slot as u64)?;
+        }
+        Ok(ep)
+    }
+
+    fn post_slot(&self, slot: u64) -> Result<(), RdmaError> {
+        let addr = self.slots.addr() + slot * SLOT_BYTES as u64;
+        // SAFETY: the slot lies inside `slots`, registered and owned by this
+        // endpoint; it is only re-posted after its previous completion.
+        unsafe {
+            verbs::post_recv(
+                self.id.qp(),
+                slot,
+                addr,
+                SLOT_BYTES as u32,
+                self.slots.lkey(),
+            )
+        }
+    }
+
+    fn slot_bytes(&self, slot: u64) -> Result<[u8; SLOT_BYTES], RdmaError> {
+        let slot = usize::try_from(slot)
+            .ok()
+            .filter(|s| *s < RECV_SLOTS)
+            .ok_or_else(|| RdmaError::Protocol(format!("completion for unknown slot {slot}")))?;
+        let mut out = [0u8; SLOT_BYTES];
+        // SAFETY: the slot's receive completed, so the NIC no longer writes it
+        // until we re-post it; the range is inside `slots`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.slots.as_ptr().add(slot * SLOT_BYTES),
+                out.as_mut_ptr(),
+                SLOT_BYTES,
+            );
+        }
+        Ok(out)
+    }
+
+    /// The ring's bytes.
+    ///
+    /// The peer's NIC writes only positions between what we have been told is
+    /// placed and `head + capacity`; the poller reads only between head and
+    /// placed, so the bytes it looks at do not change under it.
+    fn ring(&self) -> &[u8] {
+        // SAFETY: `ring` is a live mapping of `len` bytes owned by this endpoint;
+        // see above for why the bytes read through the slice are stable.
+        unsafe { std::slice::from_raw_parts(self.ring.as_ptr(), self.ring.len()) }
+    }
+}
+
+/// A connection that is established but has not exchanged HELLO yet.
+pub(crate) struct Pending {
+    ep: Endpoint,
+}
+
+impl Pending {
+    /// Dialer side: resources, then `rdma_connect`.
+    pub(crate) fn connect(
+        id: CmId,
+        channel: EventChannel,
+        ring_size: u64,
+    ) -> Result<Self, RdmaError> {
+        let ep = Endpoint::build(id, channel, ring_size)?;
+        ep.id.connect(&ep.channel, CONNECT_TIMEOUT)?;
+        Ok(Self { ep })
+    }
+
+    /// Acceptor side: resources, then `rdma_accept`.
+    pub(crate) fn accept(
+        id: CmId,
+        channel: EventChannel,
+        ring_size: u64,
+    ) -> Result<Self, RdmaError> {
+        let ep = Endpoint::build(id, channel, ring_size)?;
+        ep.id.accept(&ep.channel, CONNECT_TIMEOUT)?;
+        Ok(Self { ep })
+    }
+
+    /// Our HELLO: the ring the peer may write into.
+    pub(crate) fn hello(&self, node_id: u64) -> Hello {
+        Hello {
+            node_id,
+            ring_capacity: self.ep.ring.len() as u64,
+            ring_addr: self.ep.ring.addr(),
+            ring_rkey: self.ep.ring.rkey(),
+        }
+    }
+
+    /// Sends our HELLO, waits for the peer's, and returns the sending half.
+    ///
+    /// # Errors
+    /// Timeouts, completion errors, or a malformed or foreign HELLO.
+    pub(crate) fn exchange(self, ours: &Hello) -> Result<(Arc<RdmaLink>, Hello)> {
+        let ep = Arc::new(self.ep);
+        let placeholder =
+            RingGeometry::new(4096).ok_or_else(|| Error::Protocol("geometry".into()))?;
+        let mut link = RdmaLink::new(ep.clone(), placeholder, 0, 0);
+        link.send_bytes(SendKind::Send, &ours.encode())?;
+        let deadline = Instant::now() + CONNECT_TIMEOUT;
+        let mut wcs = std::array::from_fn::<_, 4, _>(|_| verbs::empty_wc());
+        let peer = loop {
+            let n = ep.recv_cq.poll(&mut wcs)?;
+            if let Some(wc) = wcs[..n].first() {
+                check_status(wc)?;
+                let bytes = ep.slot_bytes(wc.wr_id)?;
+                ep.post_slot(wc.wr_id)?;
+                let head: &[u8; HEADER_LEN] = bytes[..HEADER_LEN]
+                    .try_into()
+                    .map_err(|_| Error::Protocol("slot".into()))?;
+                let msg =
+                    MessageHeader::decode(head, 0).map_err(|e| Error::Protocol(e.to_string()))?;
+                if wc.opcode != ibv_wc_opcode::IBV_WC_RECV || msg.op != Op::Hello {
+                    return Err(Error::Protocol(format!("expected HELLO, got {:?}", msg.op)));
+                }
+                let body: &[u8; HELLO_LEN] = bytes[HEADER_LEN..]
+                    .try_into()
+                    .map_err(|_| Error::Protocol("slot".into()))?;
+                break Hello::decode(body).map_err(|e| Error::Protocol(e.to_string()))?;
+            }
+            if Instant::now() >= deadline {
+                return Err(RdmaError::Timeout("HELLO").into());
+            }
+            ep.recv_cq.arm_and_wait(Duration::from_millis(10))?;
+        };
+        let geometry = RingGeometry::new(peer.ring_capacity).ok_or_else(|| {
+            Error::Protocol(format!(
+                "peer announced an invalid ring of {} bytes",
+                peer.ring_capacity
+            ))
+        })?;
+        link.peer_ring = geometry;
+        link.peer_addr = peer.ring_addr;
+        link.peer_rkey = peer.ring_rkey;
+        Ok((Arc::new(link), peer))
+    }
+}
+
+fn check_status(wc: &ibv_wc) -> Result<(), RdmaError> {
+    if wc.status == ibv_wc_status::IBV_WC_SUCCESS {
+        Ok(())
+    } else {
+        Err(RdmaError::Completion {
+            status: wc.status,
+            opcode: wc.opcode,
+            vendor: wc.vendor_err,
+        })
+    }
+}
+
+/// Sender-side bookkeeping of staging memory and outstanding work requests.
+#[derive(Debug, Default)]
+struct SendState {
+    next_wr: u64,
+    /// Staging bytes before this position are free again (a completion covered them).
+    staging_head: u64,
+    /// Next staging byte to hand out.
+    staging_tail: u64,
+    /// Posted, not yet known complete: (wr_id, staging end).
+    inflight: VecDeque<(u64, u64)>,
+    unsignaled: u32,
+    unsignaled_bytes: u64,
+}
+
+impl SendState {
+    /// Reserves `len` contiguous staging bytes; returns their offset.
+    fn reserve(&mut self, len: u64) -> Option<u64> {
+        let to_end = STAGING_BYTES - self.staging_tail % STAGING_BYTES;
+        let skip = if len > to_end { to_end } else { 0 };
+        if STAGING_BYTES - (self.staging_tail - self.staging_head) < skip + len {
+            return None;
+        }
+        self.staging_tail += skip;
+        let at = self.staging_tail % STAGING_BYTES;
+        self.staging_tail += len;
+        Some(at)
+    }
+
+    /// Signal every 16th request, and always when unsignaled work would pin a
+    /// quarter of the staging memory or of the send queue: then a completion
+    /// is always on its way when the sender waits for room.
+    fn should_signal(&self, len: u64) -> bool {
+        self.unsignaled + 1 >= 16
+            || self.unsignaled_bytes + len >= STAGING_BYTES / 4
+            || self.inflight.len() >= SEND_WRS / 4
+    }
+}
+
+/// The sending half of an RDMA connection.
+pub(crate) struct RdmaLink {
+    ep: Arc<Endpoint>,
+    send: Mutex<SendState>,
+    peer_ring: RingGeometry,
+    peer_addr: u64,
+    peer_rkey: u32,
+    peer_head: AtomicU64,
+    alive: AtomicBool,
+    credit_to_send: AtomicU64,
+    credit_pending: AtomicBool,
+    last_tx_ms: AtomicU64,
+}
+
+impl RdmaLink {
+    fn new(ep: Arc<Endpoint>, peer_ring: RingGeometry, peer_addr: u64, peer_rkey: u32) -> Self {
+        Self {
+            ep,
+            send: Mutex::new(SendState::default()),
+            peer_ring,
+            peer_addr,
+            peer_rkey,
+            peer_head: AtomicU64::new(0),
+            alive: AtomicBool::new(true),
+            credit_to_send: AtomicU64::new(0),
+            credit_pending: AtomicBool::new(false),
+            last_tx_ms: AtomicU64::new(unix_ms()),
+        }
+    }
+
+    /// Name of the device this connection uses.
+    pub(crate) fn device(&self) -> &str {
+        &self.ep.device
+    }
+
+    fn reap(&self, st: &mut SendState) -> Result<(), RdmaError> {
+        let mut wcs = std::array::from_fn::<_, 16, _>(|_| verbs::empty_wc());
+        loop {
+            let n = self.ep.send_cq.poll(&mut wcs)?;
+            for wc in &wcs[..n] {
+                check_status(wc)?;
+                while st.inflight.front().is_some_and(|(id, _)| *id <= wc.wr_id) {
+                    if let Some((_, end)) = st.inflight.pop_front() {
+                        st.staging_head = end;
+                    }
+                }
+            }
+            if n < wcs.len() {
+                return Ok(());
+            }
+        }
+    }
+
+    fn post_locked(&self, st: &mut SendState, kind: SendKind, bytes: &[u8]) -> Result<()> {
+        let len = bytes.len() as u64;
+        if len > STAGING_BYTES / 2 {
+            return Err(Error::Protocol(format!(
+                "send of {len} bytes exceeds staging"
+            )));
+        }
+        let started = Instant::now();
+        let at = loop {
+            self.reap(st)?;
+            if st.inflight.len() < SEND_WRS - 1 {
+                if let Some(at) = st.reserve(len) {
+                    break at;
+                }
+            }
+            if !self.is_alive() {
+                return Err(Error::LinkClosed);
+            }
+            if started.elapsed() > Duration::from_secs(10) {
+                return Err(RdmaError::Timeout("waiting for send completions").into());
+            }
+            std::thread::sleep(Duration::from_micros(20));
+        };
+        // SAFETY: `at..at+len` lies inside `staging` and was just reserved:
+        // no posted request still reads it.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                self.ep.staging.as_ptr().add(at as usize),
+                bytes.len(),
+            );
+        }
+        let signaled = st.should_signal(len);
+        let wr_id = st.next_wr;
+        st.next_wr += 1;
+        let sge = (
+            self.ep.staging.addr() + at,
+            len as u32,
+            self.ep.staging.lkey(),
+        );
+        // SAFETY: the QP is live while `ep` is; the staging bytes stay untouched
+        // until a completion covering `wr_id` frees them (see `reap`).
+        if let Err(e) = unsafe { verbs::post_send(self.ep.id.qp(), wr_id, kind, sge, signaled) } {
+            self.close();
+            return Err(e.into());
+        }
+        st.inflight.push_back((wr_id, st.staging_tail));
+        if signaled {
+            st.unsignaled = 0;
+            st.unsignaled_bytes = 0;
+        } else {
+            st.unsignaled += 1;
+            st.unsignaled_bytes += len;
+        }
+        self.last_tx_ms.store(unix_ms(), Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn send_bytes(&mut self, kind: SendKind, bytes: &[u8]) -> Result<()> {
+        let mut st = self.send.lock();
+        self.post_locked(&mut st, kind, bytes)
+    }
+
+    fn flush_credit(&self, st: &mut SendState) -> Result<()> {
+        if self.credit_pending.swap(false, Ordering::AcqRel) {
+            let head = self.credit_to_send.load(Ordering::Acquire);
+            let msg = MessageHeader {
+                op: Op::Credit,
+                len: 0,
+                arg: head,
+            }
+            .encode();
+            self.post_locked(st, SendKind::Send, &msg)?;
+        }
+        Ok(())
+    }
+
+    /// Returns `head` to the peer without waiting on the sender.
+    ///
+    /// # Errors
+    /// Posting errors; the link is then dead.
+    pub(crate) fn return_credit(&self, head: u64) -> Result<()> {
+        self.credit_to_send.fetch_max(head, Ordering::AcqRel);
+        self.credit_pending.store(true, Ordering::Release);
+        if let Some(mut st) = self.send.try_lock() {
+            self.flush_credit(&mut st)?;
+        }
+        Ok(())
+    }
+}
+
+impl RingWriter for RdmaLink {
+    fn geometry(&self) -> RingGeometry {
+        self.peer_ring
+    }
+
+    fn post_write(&self, pos: u64, bytes: &[u8]) -> Result<()> {
+        let end = pos + bytes.len() as u64;
+        let kind = SendKind::WriteWithImm {
+            remote_addr: self.peer_addr + self.peer_ring.offset(pos) as u64,
+            rkey: self.peer_rkey,
+            imm: end as u32,
+        };
+        let mut st = self.send.lock();
+        self.post_locked(&mut st, kind, bytes)?;
+        self.flush_credit(&mut st)
+    }
+
+    fn credit(&self) -> u64 {
+        self.peer_head.load(Ordering::Acquire)
+    }
+
+    fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
+    }
+
+    fn idle_ms(&self) -> u64 {
+        unix_ms().saturating_sub(self.last_tx_ms.load(Ordering::Relaxed))
+    }
+
+    fn send_keepalive(&self) -> Result<()> {
+        let msg = MessageHeader {
+            op: Op::Keepalive,
+            len: 0,
+            arg: 0,
+        }
+        .encode();
+        let mut st = self.send.lock();
+        self.post_locked(&mut st, SendKind::Send, &msg)?;
+        self.flush_credit(&mut st)
+    }
+
+    fn close(&self) {
+        if self.alive.swap(false, Ordering::AcqRel) {
+            self.ep.id.disconnect();
+        }
+    }
+}
+
+/// The receive loop of one connection: runs until the link ends.
+///
+/// # Errors
+/// Why the link ended.
+pub(crate) fn receive(link: &RdmaLink, delivery: &mut dyn Delivery) -> Result<()> {
+    let ep = &link.ep;
+    let capacity = ep.ring.len() as u64;
+    let mut wcs = std::array::from_fn::<_, 16, _>(|_| verbs::empty_wc());
+    let mut placed = 0u64;
+    let mut last_rx = Instant::now();
+    let mut spins = 0u32;
+    loop {
+        let n = ep.recv_cq.poll(&mut wcs)?;
+        if n == 0 {
+            spins += 1;
+            if spins < SPIN_POLLS {
+                std::hint::spin_loop();
+                continue;
+            }
+            spins = 0;
+            if !link.is_alive() {
+                return Err(Error::LinkClosed);
+            }
+            if let Some(ev) = ep.channel.next_event(Duration::ZERO)? {
+                return Err(RdmaError::CmEvent {
+                    step: "established link",
+                    event: ev.kind,
+                    status: ev.status,
+                }
+                .into());
+            }
+            delivery.idle(last_rx)?;
+            if link.credit_pending.load(Ordering::Acquire) {
+                if let Some(mut st) = link.send.try_lock() {
+                    link.flush_credit(&mut st)?;
+                }
+            }
+            ep.recv_cq.arm_and_wait(Duration::from_millis(100))?;
+            continue;
+        }
+        spins = 0;
+        last_rx = Instant::now();
+        for wc in &wcs[..n] {
+            check_status(wc)?;
+            match wc.opcode {
+                ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM => {
+                    ep.post_slot(wc.wr_id)?;
+                    // SAFETY: for RECV_RDMA_WITH_IMM completions the union holds imm_data.
+                    let imm = u32::from_be(unsafe { wc.imm_data_invalidated_rkey_union.imm_data });
+                    let end = placed + u64::from(imm.wrapping_sub(placed as u32));
+                    if end <= placed || end - delivery.head() > capacity {
+                        delivery.rejected();
+                        return Err(Error::Protocol(format!(
+                            "write ends at {end}, outside the ring (placed {placed}, head {})",
+                            delivery.head()
+                        )));
+                    }
+                    placed = end;
+                    delivery.received(u64::from(wc.byte_len));
+                    if let Some(head) = delivery.placed(ep.ring(), placed)? {
+                        link.return_credit(head)?;
+                    }
+                }
+                ibv_wc_opcode::IBV_WC_RECV => {
+                    let bytes = ep.slot_bytes(wc.wr_id)?;
+                    ep.post_slot(wc.wr_id)?;
+                    let head: &[u8; HEADER_LEN] = bytes[..HEADER_LEN]
+                        .try_into()
+                        .map_err(|_| Error::Protocol("slot".into()))?;
+                    let msg = MessageHeader::decode(head, 0).map_err(|e| {
+                        delivery.rejected();
+                        Error::Protocol(e.to_string())
+                    })?;
+                    match msg.op {
+                        Op::Credit => {
+                            link.peer_head.fetch_max(msg.arg, Ordering::AcqRel);
+                            delivery.credit(msg.arg);
+                        }
+                        Op::Keepalive => {}
+                        other => {
+                            delivery.rejected();
+                            return Err(Error::Protocol(format!(
+                                "unexpected {other:?} on an established link"
+                            )));
+                        }
+                    }
+                }
+                other => {
+                    return Err(Error::Protocol(format!(
+                        "unexpected completion opcode {other}"
+                    )))
+                }
+            }
+        }
+    }
+}
