@@ -49,7 +49,7 @@ fn bad_module_arguments_refuse_the_load_and_name_the_argument() {
     let port = free_port().to_string();
     let listen = format!("listen-port={}", free_port());
     let peer_port = format!("port={port}");
-    let cases: Vec<(Vec<String>, &str)> = vec![
+    let mut cases: Vec<(Vec<String>, &str)> = vec![
         (vec![peer_port.clone()], "peer"),
         (vec!["peer=127.0.0.1".into()], "port"),
         (vec!["peer=127.0.0.1".into(), "port=0".into()], "port"),
@@ -137,6 +137,18 @@ fn bad_module_arguments_refuse_the_load_and_name_the_argument() {
             "colour",
         ),
     ];
+    if std::env::var_os("RDMASYNC_TEST_HAS_RDMA").is_none() {
+        // Without a usable device, an explicit transport=rdma is refused.
+        cases.push((
+            vec![
+                "peer=127.0.0.1".into(),
+                peer_port.clone(),
+                listen.clone(),
+                "transport=rdma".into(),
+            ],
+            "transport",
+        ));
+    }
     for (args, name) in cases {
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
         let (ok, log) = load_with(&refs);
@@ -152,7 +164,7 @@ fn bad_module_arguments_refuse_the_load_and_name_the_argument() {
 fn taken_listen_port_refuses_the_load() {
     let taken = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
     let port = taken.local_addr().unwrap().port();
-    let (ok, log) = load_with(&["peer=127.0.0.1", &format!("port={port}")]);
+    let (ok, log) = load_with(&["peer=127.0.0.1", &format!("port={port}"), "transport=tcp"]);
     assert!(!ok);
     assert!(log.contains("cannot listen"), "{log}");
 }

@@ -70,6 +70,17 @@ pub fn test_ip() -> String {
     std::env::var("RDMASYNC_TEST_IP").unwrap_or_else(|_| "127.0.0.1".into())
 }
 
+/// B's address when the pair spans two addresses (`$RDMASYNC_TEST_IP_B`,
+/// set for the Soft-RoCE `pair` topology), else the same as A's.
+pub fn test_ip_b() -> String {
+    std::env::var("RDMASYNC_TEST_IP_B").unwrap_or_else(|_| test_ip())
+}
+
+/// The transport under test: `$RDMASYNC_TEST_TRANSPORT` or `tcp`.
+pub fn test_transport() -> String {
+    std::env::var("RDMASYNC_TEST_TRANSPORT").unwrap_or_else(|_| "tcp".into())
+}
+
 /// Polls `f` until it returns true or `timeout` passes.
 pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + timeout;
@@ -252,18 +263,27 @@ impl Drop for Node {
     }
 }
 
-/// Module arguments for one node of a pair.
+/// Module arguments for a node on the test address whose peer is on the same address.
 pub fn module_args(listen: u16, peer_port: u16, extra: &[&str]) -> Vec<String> {
-    let ip = test_ip();
-    let transport = std::env::var("RDMASYNC_TEST_TRANSPORT").unwrap_or_else(|_| "tcp".into());
+    module_args_at(&test_ip(), listen, &test_ip(), peer_port, extra)
+}
+
+/// Module arguments for a node bound to `ip` whose peer is `peer_ip:peer_port`.
+pub fn module_args_at(
+    ip: &str,
+    listen: u16,
+    peer_ip: &str,
+    peer_port: u16,
+    extra: &[&str],
+) -> Vec<String> {
     let mut v = vec![
         "--loadmodule".to_string(),
         module_path().display().to_string(),
-        format!("peer={ip}"),
+        format!("peer={peer_ip}"),
         format!("port={peer_port}"),
         format!("listen-port={listen}"),
         format!("bind={ip}"),
-        format!("transport={transport}"),
+        format!("transport={}", test_transport()),
     ];
     v.extend(extra.iter().map(|s| s.to_string()));
     v
@@ -279,8 +299,9 @@ impl Pair {
     /// Starts A and B (extra module args per node) and waits until both links are up.
     pub fn start_with(a_extra: &[&str], b_extra: &[&str]) -> Pair {
         let (pa, pb) = (free_port(), free_port());
-        let a = Node::start("a", module_args(pa, pb, a_extra));
-        let b = Node::start("b", module_args(pb, pa, b_extra));
+        let (ia, ib) = (test_ip(), test_ip_b());
+        let a = Node::start("a", module_args_at(&ia, pa, &ib, pb, a_extra));
+        let b = Node::start("b", module_args_at(&ib, pb, &ia, pa, b_extra));
         let pair = Pair { a, b };
         pair.wait_linked();
         pair
