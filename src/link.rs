@@ -31,6 +31,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_millis(1000);
 /// First and largest pause between connection attempts.
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_millis(1000);
+/// How often idle threads wake to check for unload and a silent peer.
+pub const IDLE_TICK: Duration = Duration::from_millis(250);
 /// The peer is declared dead after this long without a message (it sends a
 /// keepalive after a second of silence).
 pub const DEAD_PEER: Duration = Duration::from_secs(5);
@@ -148,7 +150,7 @@ pub fn run_tcp_acceptor(shared: Arc<Shared>, listener: TcpListener, offers: Send
                 hand_over(&shared, &offers, result);
             }
             Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                std::thread::park_timeout(Duration::from_millis(20));
+                std::thread::park_timeout(IDLE_TICK); // stop() unparks
             }
             Err(e) => {
                 shared.stats.set_error(format!("accept: {e}"));
@@ -161,7 +163,7 @@ pub fn run_tcp_acceptor(shared: Arc<Shared>, listener: TcpListener, offers: Send
 /// Accepts RDMA connections and hands kept ones to the link thread.
 pub fn run_rdma_acceptor(shared: Arc<Shared>, listener: rdma::Listener, offers: Sender<Offer>) {
     while !shared.stopping() {
-        match listener.accept(shared.config.ring_size, Duration::from_millis(100)) {
+        match listener.accept(shared.config.ring_size, IDLE_TICK) {
             Ok(Some(pending)) => {
                 let result = rdma_handshake(&shared, pending, Role::Acceptor);
                 hand_over(&shared, &offers, result);

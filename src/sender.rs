@@ -153,7 +153,8 @@ pub fn run(shared: Arc<Shared>) {
                 }
             }
             let q = &shared.queue;
-            q.wake.wait(Duration::from_millis(200), || !q.is_empty());
+            q.wake
+                .wait(Duration::from_millis(KEEPALIVE_MS / 2), || !q.is_empty());
             continue;
         };
         let Some(link) = shared.current_link() else {

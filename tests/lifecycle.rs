@@ -87,15 +87,6 @@ fn bad_module_arguments_refuse_the_load_and_name_the_argument() {
                 "peer=127.0.0.1".into(),
                 peer_port.clone(),
                 listen.clone(),
-                "transport=rdma".into(),
-            ],
-            "transport",
-        ),
-        (
-            vec![
-                "peer=127.0.0.1".into(),
-                peer_port.clone(),
-                listen.clone(),
                 "node-id=0".into(),
             ],
             "node-id",
@@ -226,9 +217,14 @@ fn module_unload_joins_every_thread_and_reload_works() {
 fn node_without_peer_keeps_serving_and_reports_connecting() {
     let node = Node::start("lonely", module_args(free_port(), free_port(), &[]));
     let _: () = node.conn().set("k", "v").unwrap();
-    let st = node.status();
-    assert_eq!(st["link"], "connecting");
-    assert!(st["last_error"].contains("connect"), "{st:?}");
+    assert_eq!(node.status()["link"], "connecting");
+    // The first dial fails quickly over TCP, within the rdma_cm timeouts over RDMA.
+    assert!(
+        wait_until(Duration::from_secs(10), || !node.status()["last_error"]
+            .is_empty()),
+        "{:?}",
+        node.status()
+    );
     assert!(wait_until(Duration::from_secs(5), || node
         .stat("entries_dropped")
         >= 1));

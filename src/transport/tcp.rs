@@ -17,7 +17,7 @@ use crate::status::unix_ms;
 use crate::transport::{Delivery, RingWriter};
 
 /// How long a read waits before the receiver checks for shutdown and liveness.
-pub const READ_TICK: Duration = Duration::from_millis(100);
+pub const READ_TICK: Duration = crate::link::IDLE_TICK;
 
 /// One established TCP link; the sending half is shared with the sender thread.
 pub struct TcpLink {

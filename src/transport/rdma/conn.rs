@@ -485,16 +485,17 @@ pub(crate) fn receive(link: &RdmaLink, delivery: &mut dyn Delivery) -> Result<()
     let mut wcs = std::array::from_fn::<_, 16, _>(|_| verbs::empty_wc());
     let mut placed = 0u64;
     let mut last_rx = Instant::now();
-    let mut spins = 0u32;
+    // Spin briefly after activity (the next write is likely close), then sleep
+    // on the completion channel; an idle link does not spin at all.
+    let mut spins_left = 0u32;
     loop {
         let n = ep.recv_cq.poll(&mut wcs)?;
         if n == 0 {
-            spins += 1;
-            if spins < SPIN_POLLS {
+            if spins_left > 0 {
+                spins_left -= 1;
                 std::hint::spin_loop();
                 continue;
             }
-            spins = 0;
             if !link.is_alive() {
                 return Err(Error::LinkClosed);
             }
@@ -512,10 +513,10 @@ pub(crate) fn receive(link: &RdmaLink, delivery: &mut dyn Delivery) -> Result<()
                     link.flush_credit(&mut st)?;
                 }
             }
-            ep.recv_cq.arm_and_wait(Duration::from_millis(100))?;
+            ep.recv_cq.arm_and_wait(crate::link::IDLE_TICK)?;
             continue;
         }
-        spins = 0;
+        spins_left = SPIN_POLLS;
         last_rx = Instant::now();
         for wc in &wcs[..n] {
             check_status(wc)?;

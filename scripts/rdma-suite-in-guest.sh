@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Runs inside the Soft-RoCE guest (see scripts/test-rdma.sh). Exit status: number of failed runs.
+set -u
+TOPO=${1:-single}
+fails=0
+run_suite() { # label, then env assignments
+  local label=$1; shift
+  for bin in $RDMASYNC_TEST_BINS; do
+    local name; name=$(basename "$bin" | sed 's/-[0-9a-f]*$//')
+    local t0; t0=$(date +%s.%N)
+    echo "== [$label] $name"
+    env "$@" RDMASYNC_TEST_HAS_RDMA=1 "$bin" --test-threads 1 --nocapture ${RDMASYNC_TEST_FILTER:+"$RDMASYNC_TEST_FILTER"} \
+      >"/tmp/$name.$$.log" 2>&1
+    local rc=$?
+    # Results, panics with their message, and the figures the tests print.
+    grep -E -A1 '^(test |test result|thread .* panicked)' "/tmp/$name.$$.log" | grep -v -E '^(--|stack backtrace:)$'
+    grep -E '^(mixed workload|idle CPU)' "/tmp/$name.$$.log"
+    [ "$rc" = 0 ] || tail -60 "/tmp/$name.$$.log" | grep -E '<module>|<rdmasync>|# ' | tail -20
+    echo "== [$label] $name: exit $rc in $(echo "$(date +%s.%N) - $t0" | bc | cut -c1-6) s"
+    [ "$rc" = 0 ] || fails=$((fails + 1))
+  done
+}
+latency_floor() { # server-ip client-source-ip device-a device-b
+  timeout 60 ib_write_lat -d "$3" -x 1 -n 1000 >/tmp/lat.srv 2>&1 & local sp=$!
+  sleep 1
+  timeout 45 ib_write_lat -d "$4" -x 1 -n 1000 "$1" 2>&1 | grep -E '^ *[0-9]+ +[0-9]+' | sed 's/^/ib_write_lat: /'
+  wait $sp
+  echo "(ib_write_lat columns: bytes iterations t_min t_max t_typical t_avg t_stdev 99% 99.9% [usec])"
+}
+if [ "$TOPO" = single ]; then
+  run_suite "tcp in guest" RDMASYNC_TEST_IP="$SOFTROCE_IP" RDMASYNC_TEST_TRANSPORT=tcp
+  run_suite "rdma on $SOFTROCE_DEV" RDMASYNC_TEST_IP="$SOFTROCE_IP" RDMASYNC_TEST_TRANSPORT=rdma
+  latency_floor "$SOFTROCE_IP" "$SOFTROCE_IP" "$SOFTROCE_DEV" "$SOFTROCE_DEV"
+else
+  run_suite "rdma across $SOFTROCE_DEV_A/$SOFTROCE_DEV_B" RDMASYNC_TEST_IP="$SOFTROCE_IP_A" \
+    RDMASYNC_TEST_IP_B="$SOFTROCE_IP_B" RDMASYNC_TEST_TRANSPORT=rdma
+  latency_floor "$SOFTROCE_IP_A" "$SOFTROCE_IP_B" "$SOFTROCE_DEV_A" "$SOFTROCE_DEV_B"
+fi
+echo "rdma-suite-in-guest ($TOPO): $fails failed run(s)"
+exit "$fails"
