@@ -9,7 +9,7 @@ run_suite() { # label, then env assignments
     local name; name=$(basename "$bin" | sed 's/-[0-9a-f]*$//')
     local t0; t0=$(date +%s.%N)
     echo "== [$label] $name"
-    env "$@" RDMASYNC_TEST_HAS_RDMA=1 "$bin" --test-threads 1 --nocapture ${RDMASYNC_TEST_FILTER:+"$RDMASYNC_TEST_FILTER"} \
+    env "$@" RDMASYNC_TEST_HAS_RDMA=1 RDMASYNC_TEST_EMULATED=1 "$bin" --test-threads 1 --nocapture ${RDMASYNC_TEST_FILTER:+"$RDMASYNC_TEST_FILTER"} \
       >"/tmp/$name.$$.log" 2>&1
     local rc=$?
     # Results, panics with their message, and the figures the tests print.

@@ -93,13 +93,28 @@ fn silent_peer_is_declared_dead_then_the_link_comes_back() {
     }));
 }
 
-/// Seconds of CPU (user + system) the process has used.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let after = &stat[stat.rfind(')').unwrap() + 2..];
-    let f: Vec<&str> = after.split(' ').collect();
-    let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
-    ticks / 100.0
+/// Seconds of CPU (user + system) used by `pid`'s threads named `rdmasync*`
+/// (the module's own threads), or by the whole process when `all`.
+fn cpu_seconds(pid: u32, all: bool) -> f64 {
+    let ticks = |stat: &str| -> f64 {
+        let after = &stat[stat.rfind(')').unwrap() + 2..];
+        let f: Vec<&str> = after.split(' ').collect();
+        f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap()
+    };
+    if all {
+        return ticks(&std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap()) / 100.0;
+    }
+    let mut total = 0.0;
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+    {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if comm.starts_with("rdmasync") {
+            total += ticks(&std::fs::read_to_string(t.path().join("stat")).unwrap_or_default());
+        }
+    }
+    total / 100.0
 }
 
 #[test]
@@ -107,27 +122,39 @@ fn an_idle_connected_pair_uses_little_cpu() {
     let pair = Pair::start();
     let _: () = pair.a.conn().set("warm", 1).unwrap();
     std::thread::sleep(Duration::from_millis(500));
-    // Baseline: the same redis-server without the module, idle as long.
     let plain = Node::start("plain", vec![]);
-    let pids = [pair.a.pid(), pair.b.pid(), plain.pid()];
-    let before: Vec<f64> = pids.iter().map(|p| cpu_seconds(*p)).collect();
+    let probes = [
+        (pair.a.pid(), false),
+        (pair.b.pid(), false),
+        (plain.pid(), true),
+    ];
+    let before: Vec<f64> = probes
+        .iter()
+        .map(|(p, all)| cpu_seconds(*p, *all))
+        .collect();
     let t0 = Instant::now();
-    std::thread::sleep(Duration::from_secs(4));
+    std::thread::sleep(Duration::from_secs(6));
     let wall = t0.elapsed().as_secs_f64();
-    let used: Vec<f64> = pids
+    let used: Vec<f64> = probes
         .iter()
         .zip(&before)
-        .map(|(p, b)| (cpu_seconds(*p) - b) / wall * 100.0)
+        .map(|((p, all), b)| (cpu_seconds(*p, *all) - b) / wall * 100.0)
         .collect();
+    // Under software emulation (the Soft-RoCE guest) every wake-up costs far
+    // more CPU than on hardware; the bound there only catches busy-polling.
+    let emulated = std::env::var_os("RDMASYNC_TEST_EMULATED").is_some();
+    let bound = if emulated { 3.0 } else { 1.0 };
     eprintln!(
-        "idle CPU: a {:.2}%, b {:.2}%, plain redis-server {:.2}% of a core",
-        used[0], used[1], used[2]
+        "idle CPU: module threads a {:.2}%, b {:.2}% of a core; a whole plain redis-server {:.2}% (bound {bound}%{})",
+        used[0],
+        used[1],
+        used[2],
+        if emulated { ", emulated" } else { "" }
     );
     for (name, u) in [("a", used[0]), ("b", used[1])] {
         assert!(
-            u < used[2] + 1.0,
-            "idle node {name} used {u:.2}% of a core (plain redis-server {:.2}%)",
-            used[2]
+            u < bound,
+            "idle node {name}: module threads used {u:.2}% of a core"
         );
     }
     assert_eq!(pair.a.status()["link"], "up");

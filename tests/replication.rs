@@ -417,14 +417,17 @@ fn restarted_node_reconnects_and_fresh_writes_flow() {
     let _: () = pair.a.conn().set("before", 1).unwrap();
     wait_value(&pair.b, "before", "1");
     pair.b.restart();
+    // A notices the old link died (EOF, or a CM disconnect) and takes the new one.
+    assert!(wait_until(SETTLE, || pair.a.stat("reconnects") >= 1));
     pair.wait_linked();
-    assert!(pair.a.stat("reconnects") >= 1);
     let _: () = pair.a.conn().set("after-a", 2).unwrap();
     let _: () = pair.b.conn().set("after-b", 3).unwrap();
     wait_value(&pair.b, "after-a", "2");
     wait_value(&pair.a, "after-b", "3");
     // And again the other way round.
+    let b_reconnects = pair.b.stat("reconnects");
     pair.a.restart();
+    assert!(wait_until(SETTLE, || pair.b.stat("reconnects") > b_reconnects));
     pair.wait_linked();
     let _: () = pair.b.conn().set("again", 4).unwrap();
     wait_value(&pair.a, "again", "4");
