@@ -294,7 +294,6 @@ fn run_connection(shared: &Shared, offer: Offer, offers: &Receiver<Offer>) -> Re
         .peer_node_id
         .store(peer.node_id, Ordering::Relaxed);
     shared.stats.set_link(LinkState::Up);
-    shared.stats.set_error(""); // errors before this link are history (see the log)
     let on = if device.is_empty() {
         String::new()
     } else {

@@ -69,6 +69,8 @@ pub struct Stats {
     pub reconnects: AtomicU64,
     /// Links established in total.
     pub links_established: AtomicU64,
+    /// Unix ms of `last_error`.
+    pub last_error_ms: AtomicU64,
     last_error: Mutex<String>,
 }
 
@@ -114,9 +116,10 @@ impl Stats {
         Self::get(&self.ring_tail).saturating_sub(Self::get(&self.ring_credit))
     }
 
-    /// Remembers the latest error for `RDMASYNC.STATUS`.
+    /// Remembers the latest error (and when) for `RDMASYNC.STATUS`.
     pub fn set_error(&self, message: impl Into<String>) {
         *self.last_error.lock() = message.into();
+        self.last_error_ms.store(unix_ms(), Ordering::Relaxed);
     }
 
     /// The latest error, empty if none.
@@ -185,6 +188,7 @@ pub fn status_fields(
         ("bad_frames", c(&stats.bad_frames)),
         ("reconnects", c(&stats.reconnects)),
         ("last_error", t(stats.last_error())),
+        ("last_error_ms", c(&stats.last_error_ms)),
     ]
 }
 
