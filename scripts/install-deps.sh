@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO="sudo"
-PKGS="redis-server redis-tools libclang-dev clang pkg-config libibverbs-dev librdmacm-dev python3 bc"
+PKGS="redis-server redis-tools libclang-dev pkg-config libibverbs-dev librdmacm-dev python3 bc"
 missing=()
 for p in $PKGS; do
   dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
