@@ -229,3 +229,29 @@ fn node_without_peer_keeps_serving_and_reports_connecting() {
         .stat("entries_dropped")
         >= 1));
 }
+
+#[test]
+fn transport_auto_picks_rdma_with_a_device_else_tcp_and_says_why() {
+    let ip = common::test_ip();
+    let node = Node::start(
+        "auto",
+        common::module_args_at(&ip, free_port(), &ip, free_port(), &["transport=auto"])
+            .into_iter()
+            .filter(|a| a != "transport=rdma" && a != "transport=tcp")
+            .collect(),
+    );
+    let log = node.log();
+    if std::env::var_os("RDMASYNC_TEST_HAS_RDMA").is_some() {
+        assert_eq!(node.status()["transport"], "rdma");
+        assert!(
+            log.contains("transport=auto chose rdma: active device(s)"),
+            "{log}"
+        );
+    } else {
+        assert_eq!(node.status()["transport"], "tcp");
+        assert!(
+            log.contains("transport=auto chose tcp: no RDMA device"),
+            "{log}"
+        );
+    }
+}

@@ -82,10 +82,7 @@ fn silent_peer_is_declared_dead_then_the_link_comes_back() {
     assert_eq!(send_signal(pid, signal::SIGCONT), 0);
     assert!(down, "A never noticed its peer went silent");
     let last_error = pair.a.status()["last_error"].clone();
-    assert!(
-        last_error.contains("silent"),
-        "{last_error}"
-    );
+    assert!(last_error.contains("silent"), "{last_error}");
     pair.wait_linked();
     let _: () = pair.a.conn().set("after-stop", 1).unwrap();
     assert!(wait_until(Duration::from_secs(20), || {
