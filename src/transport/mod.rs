@@ -5,10 +5,12 @@
 pub mod rdma;
 pub mod tcp;
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use crate::error::Result;
 use crate::ring::RingGeometry;
+use crate::status::unix_ms;
 
 /// The sending half of an established link, as the sender thread sees it.
 pub trait RingWriter: Send + Sync {
@@ -65,4 +67,97 @@ pub trait Delivery {
     fn received(&mut self, bytes: u64);
     /// Counts a malformed message or frame (the link then closes).
     fn rejected(&mut self);
+}
+
+/// Link-level state every transport's sending half keeps: liveness, the
+/// credit the peer returned, credit waiting to go back, last transmission.
+#[derive(Debug)]
+pub struct LinkFlags {
+    peer_head: AtomicU64,
+    alive: AtomicBool,
+    credit_to_send: AtomicU64,
+    credit_pending: AtomicBool,
+    last_tx_ms: AtomicU64,
+}
+
+impl Default for LinkFlags {
+    fn default() -> Self {
+        Self {
+            peer_head: AtomicU64::new(0),
+            alive: AtomicBool::new(true),
+            credit_to_send: AtomicU64::new(0),
+            credit_pending: AtomicBool::new(false),
+            last_tx_ms: AtomicU64::new(unix_ms()),
+        }
+    }
+}
+
+impl LinkFlags {
+    /// Highest head the peer returned.
+    pub fn credit(&self) -> u64 {
+        self.peer_head.load(Ordering::Acquire)
+    }
+
+    /// Records credit the peer returned.
+    pub fn credit_received(&self, head: u64) {
+        self.peer_head.fetch_max(head, Ordering::AcqRel);
+    }
+
+    /// Whether the link still works.
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
+    }
+
+    /// Marks the link dead; true only for the first call.
+    pub fn kill(&self) -> bool {
+        self.alive.swap(false, Ordering::AcqRel)
+    }
+
+    /// Milliseconds since the last transmission.
+    pub fn idle_ms(&self) -> u64 {
+        unix_ms().saturating_sub(self.last_tx_ms.load(Ordering::Relaxed))
+    }
+
+    /// Records a transmission.
+    pub fn sent(&self) {
+        self.last_tx_ms.store(unix_ms(), Ordering::Relaxed);
+    }
+
+    /// Queues `head` to be returned to the peer.
+    pub fn queue_credit(&self, head: u64) {
+        self.credit_to_send.fetch_max(head, Ordering::AcqRel);
+        self.credit_pending.store(true, Ordering::Release);
+    }
+
+    /// Whether credit waits to be sent.
+    pub fn credit_waiting(&self) -> bool {
+        self.credit_pending.load(Ordering::Acquire)
+    }
+
+    /// Takes the credit waiting to be sent, if any.
+    pub fn take_credit(&self) -> Option<u64> {
+        self.credit_pending
+            .swap(false, Ordering::AcqRel)
+            .then(|| self.credit_to_send.load(Ordering::Acquire))
+    }
+}
+
+/// The CREDIT message returning `head`.
+pub fn credit_message(head: u64) -> [u8; crate::control::HEADER_LEN] {
+    crate::control::MessageHeader {
+        op: crate::control::Op::Credit,
+        len: 0,
+        arg: head,
+    }
+    .encode()
+}
+
+/// The KEEPALIVE message.
+pub fn keepalive_message() -> [u8; crate::control::HEADER_LEN] {
+    crate::control::MessageHeader {
+        op: crate::control::Op::Keepalive,
+        len: 0,
+        arg: 0,
+    }
+    .encode()
 }

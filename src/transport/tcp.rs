@@ -5,7 +5,6 @@
 
 use std::io::{ErrorKind, IoSlice, Read, Write};
 use std::net::{Shutdown, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -13,8 +12,7 @@ use parking_lot::Mutex;
 use crate::control::{Hello, MessageHeader, Op, HEADER_LEN, HELLO_LEN};
 use crate::error::{Error, Result};
 use crate::ring::RingGeometry;
-use crate::status::unix_ms;
-use crate::transport::{Delivery, RingWriter};
+use crate::transport::{credit_message, keepalive_message, Delivery, LinkFlags, RingWriter};
 
 /// How long a read waits before the receiver checks for shutdown and liveness.
 pub const READ_TICK: Duration = crate::link::IDLE_TICK;
@@ -27,13 +25,7 @@ pub struct TcpLink {
     control: TcpStream,
     /// The ring the peer registered for us.
     peer_ring: RingGeometry,
-    /// Highest head the peer returned.
-    peer_head: AtomicU64,
-    alive: AtomicBool,
-    /// Head waiting to be returned when the writer was busy.
-    credit_to_send: AtomicU64,
-    credit_pending: AtomicBool,
-    last_tx_ms: AtomicU64,
+    flags: LinkFlags,
 }
 
 fn write_all_vectored(
@@ -61,11 +53,7 @@ impl TcpLink {
             writer: Mutex::new(stream.try_clone()?),
             control: stream.try_clone()?,
             peer_ring,
-            peer_head: AtomicU64::new(0),
-            alive: AtomicBool::new(true),
-            credit_to_send: AtomicU64::new(0),
-            credit_pending: AtomicBool::new(false),
-            last_tx_ms: AtomicU64::new(unix_ms()),
+            flags: LinkFlags::default(),
         })
     }
 
@@ -77,21 +65,14 @@ impl TcpLink {
             self.close();
             return Err(e.into());
         }
-        self.last_tx_ms.store(unix_ms(), Ordering::Relaxed);
+        self.flags.sent();
         Ok(())
     }
 
     /// Sends a pending credit while holding the writer.
     fn flush_credit(&self, stream: &mut TcpStream) -> Result<()> {
-        if self.credit_pending.swap(false, Ordering::AcqRel) {
-            let head = self.credit_to_send.load(Ordering::Acquire);
-            let msg = MessageHeader {
-                op: Op::Credit,
-                len: 0,
-                arg: head,
-            }
-            .encode();
-            self.send(stream, &mut [IoSlice::new(&msg)])?;
+        if let Some(head) = self.flags.take_credit() {
+            self.send(stream, &mut [IoSlice::new(&credit_message(head))])?;
         }
         Ok(())
     }
@@ -102,8 +83,7 @@ impl TcpLink {
     /// # Errors
     /// An I/O error; the link is then dead.
     pub fn return_credit(&self, head: u64) -> Result<()> {
-        self.credit_to_send.fetch_max(head, Ordering::AcqRel);
-        self.credit_pending.store(true, Ordering::Release);
+        self.flags.queue_credit(head);
         if let Some(mut w) = self.writer.try_lock() {
             self.flush_credit(&mut w)?;
         }
@@ -115,7 +95,7 @@ impl TcpLink {
     /// # Errors
     /// An I/O error; the link is then dead.
     pub fn retry_credit(&self) -> Result<()> {
-        if self.credit_pending.load(Ordering::Acquire) {
+        if self.flags.credit_waiting() {
             if let Some(mut w) = self.writer.try_lock() {
                 self.flush_credit(&mut w)?;
             }
@@ -125,7 +105,7 @@ impl TcpLink {
 
     /// Records credit the peer returned.
     pub fn credit_received(&self, head: u64) {
-        self.peer_head.fetch_max(head, Ordering::AcqRel);
+        self.flags.credit_received(head);
     }
 }
 
@@ -149,31 +129,25 @@ impl RingWriter for TcpLink {
     }
 
     fn credit(&self) -> u64 {
-        self.peer_head.load(Ordering::Acquire)
+        self.flags.credit()
     }
 
     fn is_alive(&self) -> bool {
-        self.alive.load(Ordering::Acquire)
+        self.flags.is_alive()
     }
 
     fn idle_ms(&self) -> u64 {
-        unix_ms().saturating_sub(self.last_tx_ms.load(Ordering::Relaxed))
+        self.flags.idle_ms()
     }
 
     fn send_keepalive(&self) -> Result<()> {
-        let msg = MessageHeader {
-            op: Op::Keepalive,
-            len: 0,
-            arg: 0,
-        }
-        .encode();
         let mut w = self.writer.lock();
-        self.send(&mut w, &mut [IoSlice::new(&msg)])?;
+        self.send(&mut w, &mut [IoSlice::new(&keepalive_message())])?;
         self.flush_credit(&mut w)
     }
 
     fn close(&self) {
-        self.alive.store(false, Ordering::Release);
+        self.flags.kill();
         let _ = self.control.shutdown(Shutdown::Both);
     }
 }

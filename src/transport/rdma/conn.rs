@@ -3,7 +3,6 @@
 //! and the receive loop (completions -> placed position -> poller -> apply).
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,8 +18,7 @@ use super::{RdmaError, CONNECT_TIMEOUT};
 use crate::control::{Hello, MessageHeader, Op, HEADER_LEN, HELLO_LEN};
 use crate::error::{Error, Result};
 use crate::ring::RingGeometry;
-use crate::status::unix_ms;
-use crate::transport::{Delivery, RingWriter};
+use crate::transport::{credit_message, keepalive_message, Delivery, LinkFlags, RingWriter};
 
 /// Receives pre-posted for control messages and write notifications.
 const RECV_SLOTS: usize = 64;
@@ -290,11 +288,7 @@ pub(crate) struct RdmaLink {
     peer_ring: RingGeometry,
     peer_addr: u64,
     peer_rkey: u32,
-    peer_head: AtomicU64,
-    alive: AtomicBool,
-    credit_to_send: AtomicU64,
-    credit_pending: AtomicBool,
-    last_tx_ms: AtomicU64,
+    flags: LinkFlags,
 }
 
 impl RdmaLink {
@@ -305,11 +299,7 @@ impl RdmaLink {
             peer_ring,
             peer_addr,
             peer_rkey,
-            peer_head: AtomicU64::new(0),
-            alive: AtomicBool::new(true),
-            credit_to_send: AtomicU64::new(0),
-            credit_pending: AtomicBool::new(false),
-            last_tx_ms: AtomicU64::new(unix_ms()),
+            flags: LinkFlags::default(),
         }
     }
 
@@ -390,7 +380,7 @@ impl RdmaLink {
             st.unsignaled += 1;
             st.unsignaled_bytes += len;
         }
-        self.last_tx_ms.store(unix_ms(), Ordering::Relaxed);
+        self.flags.sent();
         Ok(())
     }
 
@@ -400,15 +390,8 @@ impl RdmaLink {
     }
 
     fn flush_credit(&self, st: &mut SendState) -> Result<()> {
-        if self.credit_pending.swap(false, Ordering::AcqRel) {
-            let head = self.credit_to_send.load(Ordering::Acquire);
-            let msg = MessageHeader {
-                op: Op::Credit,
-                len: 0,
-                arg: head,
-            }
-            .encode();
-            self.post_locked(st, SendKind::Send, &msg)?;
+        if let Some(head) = self.flags.take_credit() {
+            self.post_locked(st, SendKind::Send, &credit_message(head))?;
         }
         Ok(())
     }
@@ -418,8 +401,7 @@ impl RdmaLink {
     /// # Errors
     /// Posting errors; the link is then dead.
     pub(crate) fn return_credit(&self, head: u64) -> Result<()> {
-        self.credit_to_send.fetch_max(head, Ordering::AcqRel);
-        self.credit_pending.store(true, Ordering::Release);
+        self.flags.queue_credit(head);
         if let Some(mut st) = self.send.try_lock() {
             self.flush_credit(&mut st)?;
         }
@@ -445,31 +427,25 @@ impl RingWriter for RdmaLink {
     }
 
     fn credit(&self) -> u64 {
-        self.peer_head.load(Ordering::Acquire)
+        self.flags.credit()
     }
 
     fn is_alive(&self) -> bool {
-        self.alive.load(Ordering::Acquire)
+        self.flags.is_alive()
     }
 
     fn idle_ms(&self) -> u64 {
-        unix_ms().saturating_sub(self.last_tx_ms.load(Ordering::Relaxed))
+        self.flags.idle_ms()
     }
 
     fn send_keepalive(&self) -> Result<()> {
-        let msg = MessageHeader {
-            op: Op::Keepalive,
-            len: 0,
-            arg: 0,
-        }
-        .encode();
         let mut st = self.send.lock();
-        self.post_locked(&mut st, SendKind::Send, &msg)?;
+        self.post_locked(&mut st, SendKind::Send, &keepalive_message())?;
         self.flush_credit(&mut st)
     }
 
     fn close(&self) {
-        if self.alive.swap(false, Ordering::AcqRel) {
+        if self.flags.kill() {
             self.ep.id.disconnect();
         }
     }
@@ -508,7 +484,7 @@ pub(crate) fn receive(link: &RdmaLink, delivery: &mut dyn Delivery) -> Result<()
                 .into());
             }
             delivery.idle(last_rx)?;
-            if link.credit_pending.load(Ordering::Acquire) {
+            if link.flags.credit_waiting() {
                 if let Some(mut st) = link.send.try_lock() {
                     link.flush_credit(&mut st)?;
                 }
@@ -551,7 +527,7 @@ pub(crate) fn receive(link: &RdmaLink, delivery: &mut dyn Delivery) -> Result<()
                     })?;
                     match msg.op {
                         Op::Credit => {
-                            link.peer_head.fetch_max(msg.arg, Ordering::AcqRel);
+                            link.flags.credit_received(msg.arg);
                             delivery.credit(msg.arg);
                         }
                         Op::Keepalive => {}
