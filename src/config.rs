@@ -15,6 +15,44 @@ pub const DEFAULT_QUEUE_SIZE: usize = 4096;
 /// Largest accepted queue bound, in batches.
 pub const MAX_QUEUE_SIZE: usize = 1 << 20;
 
+/// Every argument name, in the order `CONFIG GET rdmasync.*` lists them.
+pub const ARG_NAMES: [&str; 8] = [
+    "peer",
+    "port",
+    "listen-port",
+    "bind",
+    "transport",
+    "node-id",
+    "ring-size",
+    "queue-size",
+];
+
+/// Checks the shape of `name=value` arguments (known names, given once)
+/// without requiring any; returns them as pairs.
+///
+/// # Errors
+/// [`Error::Config`] naming the first malformed, unknown or repeated argument.
+pub fn split_args<S: AsRef<str>>(args: &[S]) -> Result<Vec<(String, String)>> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for raw in args {
+        let raw = raw.as_ref();
+        let Some((name, value)) = raw.split_once('=') else {
+            return Err(bad(raw, "expected name=value"));
+        };
+        if !ARG_NAMES.contains(&name) {
+            return Err(bad(
+                name,
+                format!("unknown argument (known: {})", ARG_NAMES.join(", ")),
+            ));
+        }
+        if out.iter().any(|(n, _)| n == name) {
+            return Err(bad(name, "given more than once"));
+        }
+        out.push((name.to_owned(), value.to_owned()));
+    }
+    Ok(out)
+}
+
 /// Which transport moves frames into the peer's ring.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TransportChoice {
@@ -59,6 +97,21 @@ pub struct Config {
 }
 
 impl Config {
+    /// The effective value of every argument, in [`ARG_NAMES`] order, with
+    /// `node_id` the id in use (given or derived).
+    pub fn effective(&self, node_id: u64) -> [String; ARG_NAMES.len()] {
+        [
+            self.peer_host.clone(),
+            self.peer_port.to_string(),
+            self.listen_port.to_string(),
+            self.bind.to_string(),
+            self.transport.as_str().to_owned(),
+            node_id.to_string(),
+            self.ring_size.to_string(),
+            self.queue_size.to_string(),
+        ]
+    }
+
     /// `peer:port` as given, for dialing and display.
     pub fn peer_addr(&self) -> String {
         if self.peer_host.contains(':') {
@@ -151,9 +204,11 @@ pub fn parse_args<S: AsRef<str>>(args: &[S]) -> Result<Config> {
             "port" => peer_port = Some(parse_port(name, value)?),
             "listen-port" => listen_port = Some(parse_port(name, value)?),
             "bind" => {
-                bind = Some(value.parse::<IpAddr>().map_err(|_| {
-                    bad(name, format!("not an IP address: '{value}'"))
-                })?)
+                bind = Some(
+                    value
+                        .parse::<IpAddr>()
+                        .map_err(|_| bad(name, format!("not an IP address: '{value}'")))?,
+                )
             }
             "transport" => {
                 transport = Some(match value {
@@ -201,7 +256,7 @@ pub fn parse_args<S: AsRef<str>>(args: &[S]) -> Result<Config> {
             _ => {
                 return Err(bad(
                     name,
-                    "unknown argument (known: peer, port, listen-port, bind, transport, node-id, ring-size, queue-size)",
+                    format!("unknown argument (known: {})", ARG_NAMES.join(", ")),
                 ))
             }
         }
@@ -263,6 +318,26 @@ mod tests {
         assert_eq!(c.ring_size, 65536);
         assert_eq!(c.queue_size, 8);
         assert_eq!(c.peer_addr(), "host-b:7001");
+    }
+
+    #[test]
+    fn split_checks_names_but_requires_nothing() {
+        assert_eq!(
+            split_args(&["port=1"]).unwrap(),
+            vec![("port".to_string(), "1".to_string())]
+        );
+        assert_eq!(
+            arg_of(split_args(&["port=1", "port=2"]).map(|_| unreachable!())),
+            "port"
+        );
+        assert_eq!(
+            arg_of(split_args(&["nope=1"]).map(|_| unreachable!())),
+            "nope"
+        );
+        assert_eq!(
+            arg_of(split_args(&["bare"]).map(|_| unreachable!())),
+            "bare"
+        );
     }
 
     #[test]

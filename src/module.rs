@@ -3,13 +3,53 @@
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+use redis_module::configuration::{register_string_configuration, ConfigurationFlags};
 use redis_module::{
-    redis_module, Context, NotifyEvent, RedisError, RedisResult, RedisString, RedisValue, Status,
+    raw, redis_module, Context, NotifyEvent, RedisError, RedisResult, RedisString, RedisValue,
+    Status,
 };
 
 use crate::server::{self, ServerEvent};
 use crate::status::{status_fields, Field};
 use crate::{capture, config, hook, runtime};
+
+/// Values of the `rdmasync.*` configs, one per `config::ARG_NAMES` entry.
+static CONFIG_VALUES: [std::sync::Mutex<String>; config::ARG_NAMES.len()] =
+    [const { std::sync::Mutex::new(String::new()) }; config::ARG_NAMES.len()];
+
+/// Registers `rdmasync.<arg>` configs (immutable: every setting shapes the
+/// ring, the listener or the identity, none can change under a live link),
+/// defaulting to the load arguments; `MODULE LOADEX ... CONFIG` and redis.conf
+/// `rdmasync.*` lines override them. Returns the merged arguments.
+fn register_configs(ctx: &Context, args: &[String]) -> Result<Vec<String>, crate::error::Error> {
+    let given = config::split_args(args)?;
+    for (i, name) in config::ARG_NAMES.iter().enumerate() {
+        let default = given
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or("", |(_, v)| v.as_str());
+        register_string_configuration(
+            ctx,
+            name,
+            &CONFIG_VALUES[i],
+            default,
+            ConfigurationFlags::IMMUTABLE,
+            None,
+        );
+    }
+    if !server::load_configs(ctx) {
+        ctx.log_warning("rdmasync: RedisModule_LoadConfigs failed; using the load arguments only");
+    }
+    Ok(config::ARG_NAMES
+        .iter()
+        .zip(CONFIG_VALUES.iter())
+        .filter_map(|(name, value)| {
+            let v = value.lock().map(|v| v.clone()).unwrap_or_default();
+            let given_empty = given.iter().any(|(n, gv)| n == name && gv.is_empty());
+            (!v.is_empty() || given_empty).then(|| format!("{name}={v}"))
+        })
+        .collect())
+}
 
 fn init(ctx: &Context, args: &[RedisString]) -> Status {
     // A panic in module code is caught; say so in Redis' own log.
@@ -17,13 +57,17 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         redis_module::logging::log_warning(format!("rdmasync: internal error (caught): {info}"));
     }));
     let args: Vec<String> = args.iter().map(|a| a.to_string_lossy()).collect();
-    let config = match config::parse_args(&args) {
+    let config = match register_configs(ctx, &args).and_then(|merged| config::parse_args(&merged)) {
         Ok(c) => c,
         Err(e) => {
             ctx.log_warning(&format!("rdmasync: refusing to load: {e}"));
             return Status::Err;
         }
     };
+    raw::register_info_function(ctx.ctx, Some(info_func));
+    if !server::set_command_docs(ctx, &STATUS_DOCS) {
+        ctx.log_notice("rdmasync: COMMAND DOCS not set (RedisModule_SetCommandInfo refused)");
+    }
     if let Err(event) = server::subscribe_server_events(ctx, on_server_event) {
         ctx.log_warning(&format!(
             "rdmasync: refusing to load: cannot subscribe to the {event} server event (needs Redis 7.0 or later)"
@@ -33,6 +77,14 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     match runtime::start(config) {
         Ok(line) => {
             ctx.log_notice(&line);
+            // CONFIG GET shows what is in effect, defaults and derived node id included.
+            runtime::with_shared(|s| {
+                for (slot, value) in CONFIG_VALUES.iter().zip(s.config.effective(s.node_id)) {
+                    if let Ok(mut v) = slot.lock() {
+                        *v = value;
+                    }
+                }
+            });
             Status::Ok
         }
         Err(e) => {
@@ -63,6 +115,40 @@ fn on_keyspace_event(ctx: &Context, kind: NotifyEvent, event: &str, key: &[u8]) 
     }));
 }
 
+const STATUS_DOCS: server::CommandDocs = server::CommandDocs {
+    name: c"rdmasync.status",
+    summary: c"Returns rdmasync's link state, transport and replication counters.",
+    complexity: c"O(1)",
+    since: c"0.1.0",
+    arity: 1,
+};
+
+/// `INFO rdmasync`: the status figures as `rdmasync_<name>:<value>` lines.
+extern "C" fn info_func(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: i32) {
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        let Some(fields) =
+            runtime::with_shared(|s| status_fields(&s.identity(), &s.stats, s.queue.len()))
+        else {
+            return;
+        };
+        raw::add_info_section(ctx, None);
+        for (name, value) in fields {
+            match value {
+                Field::Int(i) => {
+                    raw::add_info_field_long_long(ctx, name, i);
+                }
+                Field::Text(t) => {
+                    let clean: String = t
+                        .chars()
+                        .map(|c| if c.is_control() { ' ' } else { c })
+                        .collect();
+                    raw::add_info_field_str(ctx, name, &clean);
+                }
+            }
+        }
+    }));
+}
+
 fn status_command(_ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if args.len() != 1 {
         return Err(RedisError::WrongArity);
@@ -90,7 +176,9 @@ redis_module! {
     init: init,
     deinit: deinit,
     commands: [
-        ["rdmasync.status", status_command, "readonly fast", 0, 0, 0, ""],
+        // admin: the status exposes topology and internals; a user needs
+        // +rdmasync.status or +@admin to read it.
+        ["rdmasync.status", status_command, "readonly fast admin allow-loading allow-stale", 0, 0, 0, ""],
     ],
     event_handlers: [
         [@GENERIC @STRING @LIST @SET @HASH @ZSET @EXPIRED @EVICTED @STREAM: on_keyspace_event],

@@ -2,6 +2,7 @@
 //! database selection, server-event subscription and the GIL try-lock.
 //! Every `unsafe` block outside `transport/rdma/` lives here.
 
+use std::ffi::CStr;
 use std::os::raw::c_void;
 use std::ptr;
 
@@ -178,5 +179,67 @@ impl Drop for GilGuard<'_> {
             // SAFETY: unlocks the GIL this guard acquired on `owner.ctx`.
             unsafe { unlock(self.owner.ctx) };
         }
+    }
+}
+
+/// What `COMMAND DOCS` says about one of the module's commands.
+pub struct CommandDocs {
+    /// `rdmasync.status`.
+    pub name: &'static CStr,
+    /// One line.
+    pub summary: &'static CStr,
+    /// Big-O.
+    pub complexity: &'static CStr,
+    /// Module version that added it.
+    pub since: &'static CStr,
+    /// Redis arity (1: no arguments).
+    pub arity: i32,
+}
+
+/// Describes a registered command for `COMMAND DOCS`/`COMMAND INFO`
+/// (`RedisModule_SetCommandInfo`, Redis 7.0+). Returns false if refused.
+pub fn set_command_docs(ctx: &Context, docs: &CommandDocs) -> bool {
+    // SAFETY: the API table is filled by RedisModule_Init before OnLoad continues.
+    let (Some(get), Some(set)) = (unsafe { raw::RedisModule_GetCommand }, unsafe {
+        // SAFETY: as above.
+        raw::RedisModule_SetCommandInfo
+    }) else {
+        return false;
+    };
+    // SAFETY: `ctx` is the OnLoad context and the name a C string.
+    let command = unsafe { get(ctx.ctx, docs.name.as_ptr()) };
+    if command.is_null() {
+        return false;
+    }
+    let version = raw::RedisModuleCommandInfoVersion {
+        version: 1,
+        sizeof_historyentry: std::mem::size_of::<raw::RedisModuleCommandHistoryEntry>(),
+        sizeof_keyspec: std::mem::size_of::<raw::RedisModuleCommandKeySpec>(),
+        sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
+    };
+    let info = raw::RedisModuleCommandInfo {
+        version: &version,
+        summary: docs.summary.as_ptr(),
+        complexity: docs.complexity.as_ptr(),
+        since: docs.since.as_ptr(),
+        history: ptr::null_mut(),
+        tips: ptr::null(),
+        arity: docs.arity,
+        key_specs: ptr::null_mut(),
+        args: ptr::null_mut(),
+    };
+    // SAFETY: `command` is ours; Redis copies everything it keeps from `info`
+    // during the call, and `info`'s pointers live until it returns.
+    unsafe { set(command, &info) == raw::REDISMODULE_OK as i32 }
+}
+
+/// Applies `CONFIG` values given by `MODULE LOADEX ... CONFIG` or redis.conf
+/// to the registered configs (`RedisModule_LoadConfigs`).
+pub fn load_configs(ctx: &Context) -> bool {
+    // SAFETY: the API table is filled by RedisModule_Init before OnLoad continues.
+    match unsafe { raw::RedisModule_LoadConfigs } {
+        // SAFETY: `ctx` is the OnLoad context, as LoadConfigs requires.
+        Some(load) => unsafe { load(ctx.ctx) == raw::REDISMODULE_OK as i32 },
+        None => false,
     }
 }
