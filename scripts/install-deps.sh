@@ -17,6 +17,24 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
+# Valkey 8 (bookworm-backports) for the second server the suite runs against,
+# through a private apt configuration: /etc/apt stays as it is.
+if ! command -v valkey-server >/dev/null; then
+  d=/tmp/rdmasync-apt-bpo
+  mkdir -p "$d/parts" "$d/lists/partial"
+  cp /etc/apt/sources.list.d/*.sources "$d/parts/" 2>/dev/null || true
+  [ -s /etc/apt/sources.list ] && cp /etc/apt/sources.list "$d/parts/main.list"
+  uri=$(grep -h -E '^(URIs:|deb )' /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null \
+    | grep -v -- -security | grep -o -E 'https?://[^ ]+' | head -1)
+  printf 'Types: deb\nURIs: %s\nSuites: bookworm-backports\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+    "$uri" > "$d/parts/bpo.sources"
+  o=(-o "Dir::Etc::SourceList=/dev/null" -o "Dir::Etc::SourceParts=$d/parts" -o "Dir::State::Lists=$d/lists")
+  echo "install-deps: apt-get install valkey-server (bookworm-backports)"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get "${o[@]}" update -qq
+  $SUDO apt-get "${o[@]}" install -y -q --no-install-recommends \
+    valkey-server/bookworm-backports valkey-tools/bookworm-backports
+fi
 # The Soft-RoCE guest (QEMU, Debian's kernel with rdma_rxe, rdma-core, perftest);
 # the runner knows how to pair qemu with a backported qemu-utils.
 if [ "${1:-}" = "--softroce" ]; then

@@ -124,7 +124,15 @@ fn rdma_handshake(shared: &Shared, pending: rdma::Pending, role: Role) -> Result
     }
 }
 
-fn hand_over(shared: &Shared, offers: &Sender<Offer>, result: Result<Option<Offer>>) {
+/// Passes a kept connection to the link thread; counts and logs a failed
+/// handshake (once per distinct error, so a flood of bad connections does
+/// not flood the log).
+fn hand_over(
+    shared: &Shared,
+    offers: &Sender<Offer>,
+    result: Result<Option<Offer>>,
+    last_logged: &mut String,
+) {
     match result {
         Ok(Some(offer)) => {
             let _ = offers.try_send(offer);
@@ -132,7 +140,12 @@ fn hand_over(shared: &Shared, offers: &Sender<Offer>, result: Result<Option<Offe
         Ok(None) => {}
         Err(e) => {
             Stats::add(&shared.stats.bad_frames, 1);
-            shared.stats.set_error(format!("incoming handshake: {e}"));
+            let msg = format!("incoming handshake: {e}");
+            if *last_logged != msg {
+                redis_module::logging::log_warning(format!("rdmasync: {msg}"));
+                last_logged.clone_from(&msg);
+            }
+            shared.stats.set_error(msg);
         }
     }
 }
@@ -142,12 +155,13 @@ pub fn run_tcp_acceptor(shared: Arc<Shared>, listener: TcpListener, offers: Send
     if let Err(e) = listener.set_nonblocking(true) {
         shared.stats.set_error(format!("listener: {e}"));
     }
+    let mut last_logged = String::new();
     while !shared.stopping() {
         match listener.accept() {
             Ok((stream, _)) => {
                 let _ = stream.set_nonblocking(false);
                 let result = tcp_handshake(&shared, stream, Role::Acceptor);
-                hand_over(&shared, &offers, result);
+                hand_over(&shared, &offers, result, &mut last_logged);
             }
             Err(e) if e.kind() == ErrorKind::WouldBlock => {
                 std::thread::park_timeout(IDLE_TICK); // stop() unparks
@@ -162,11 +176,12 @@ pub fn run_tcp_acceptor(shared: Arc<Shared>, listener: TcpListener, offers: Send
 
 /// Accepts RDMA connections and hands kept ones to the link thread.
 pub fn run_rdma_acceptor(shared: Arc<Shared>, listener: rdma::Listener, offers: Sender<Offer>) {
+    let mut last_logged = String::new();
     while !shared.stopping() {
         match listener.accept(shared.config.ring_size, IDLE_TICK) {
             Ok(Some(pending)) => {
                 let result = rdma_handshake(&shared, pending, Role::Acceptor);
-                hand_over(&shared, &offers, result);
+                hand_over(&shared, &offers, result, &mut last_logged);
             }
             Ok(None) => {}
             Err(e) => {

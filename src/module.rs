@@ -65,6 +65,12 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         }
     };
     raw::register_info_function(ctx.ctx, Some(info_func));
+    let apis = server::detect_newer_apis();
+    ctx.log_notice(&format!(
+        "rdmasync: server module API: post-notification jobs {}, key event {} (neither is needed: the hook only records keys)",
+        if apis.post_notification_jobs { "yes" } else { "no (Redis 7.0)" },
+        if apis.key_event { "yes" } else { "no (Redis 7.0)" },
+    ));
     if !server::set_command_docs(ctx, &STATUS_DOCS) {
         ctx.log_notice("rdmasync: COMMAND DOCS not set (RedisModule_SetCommandInfo refused)");
     }

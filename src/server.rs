@@ -243,3 +243,39 @@ pub fn load_configs(ctx: &Context) -> bool {
         None => false,
     }
 }
+
+/// Module APIs newer than Redis 7.0 that this server offers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NewerApis {
+    /// `RedisModule_AddPostNotificationJob` (Redis 7.2+, Valkey 7.2+).
+    pub post_notification_jobs: bool,
+    /// The `Key` server event (Redis 7.2+, Valkey 7.2+).
+    pub key_event: bool,
+}
+
+/// Detects the newer APIs at load (a 7.0 server leaves them null or refuses
+/// the event). Neither is needed by the data path: the hook never writes (so
+/// no post-notification job), and deleted/expired/evicted keys are captured
+/// from keyspace notifications on every version.
+pub fn detect_newer_apis() -> NewerApis {
+    // SAFETY: the API table is filled by RedisModule_Init; reading a pointer.
+    let post_notification_jobs = unsafe { raw::RedisModule_AddPostNotificationJob }.is_some();
+    // SAFETY: as above.
+    let key_event = match unsafe { raw::RedisModule_IsSubEventSupported } {
+        // SAFETY: a pure query of the server's event table.
+        Some(supported) => unsafe {
+            supported(
+                raw::RedisModuleEvent {
+                    id: raw::REDISMODULE_EVENT_KEY,
+                    dataver: 1,
+                },
+                0,
+            ) != 0
+        },
+        None => false,
+    };
+    NewerApis {
+        post_notification_jobs,
+        key_event,
+    }
+}
