@@ -157,8 +157,9 @@ extern "C" fn info_func(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: i3
 
 fn status_command(_ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     // A panic must not unwind into redis-server.
-    catch_unwind(AssertUnwindSafe(|| status_reply(args.len())))
-        .unwrap_or(Err(RedisError::Str("ERR rdmasync internal error (see the log)")))
+    catch_unwind(AssertUnwindSafe(|| status_reply(args.len()))).unwrap_or(Err(RedisError::Str(
+        "ERR rdmasync internal error (see the log)",
+    )))
 }
 
 fn status_reply(argc: usize) -> RedisResult {

@@ -86,6 +86,27 @@ impl Shared {
     }
 }
 
+#[cfg(test)]
+impl Shared {
+    /// A `Shared` with default settings and no threads, for unit tests.
+    pub fn for_tests() -> Self {
+        let config = crate::config::parse_args(&["peer=127.0.0.1", "port=1"])
+            .unwrap_or_else(|e| panic!("test config: {e}"));
+        Self {
+            queue: BatchQueue::new(config.queue_size),
+            config,
+            node_id: 1,
+            transport: TransportKind::Tcp,
+            device: Mutex::new(String::new()),
+            stats: Stats::default(),
+            clock: HybridClock::new(),
+            link: Mutex::new(None),
+            shutdown: AtomicBool::new(false),
+            next_seq: AtomicU64::new(0),
+        }
+    }
+}
+
 struct Runtime {
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<()>>,

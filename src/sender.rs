@@ -43,6 +43,11 @@ impl RingCursor {
 
     /// Posts the staged bytes as one write.
     fn post(&mut self, shared: &Shared) -> Result<()> {
+        debug_assert!(
+            self.geometry.offset(self.staged_at) + self.staging.len()
+                <= self.geometry.capacity() as usize,
+            "a staged run must not cross the ring end"
+        );
         if !self.staging.is_empty() {
             self.link.post_write(self.staged_at, &self.staging)?;
             Stats::add(&shared.stats.bytes_sent, self.staging.len() as u64);
@@ -97,7 +102,11 @@ impl RingCursor {
             self.tail += pad;
             self.post(shared)?;
         }
-        if self.staging.len() + len > STAGING_BYTES {
+        // One write covers one contiguous run: post before the run would
+        // grow past the staging buffer or cross the ring end (a frame that
+        // ended exactly at the end leaves the tail at offset 0).
+        let run_end = self.geometry.offset(self.staged_at) + self.staging.len() + len;
+        if self.staging.len() + len > STAGING_BYTES || run_end > self.geometry.capacity() as usize {
             self.post(shared)?;
         }
         let at = self.staging.len();
@@ -185,6 +194,139 @@ pub fn run(shared: Arc<Shared>) {
                 c.link.close();
                 cursor = None;
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::entry::{Entry, Op};
+    use crate::poller::Poller;
+    use parking_lot::Mutex;
+    use proptest::prelude::*;
+
+    /// A peer that checks every write the way the TCP receiver does, then
+    /// decodes with the real poller and returns credit at once.
+    struct CheckingPeer {
+        geometry: RingGeometry,
+        ring: Mutex<Vec<u8>>,
+        placed: Mutex<u64>,
+        poller: Mutex<Poller>,
+        received: Mutex<Vec<Batch>>,
+    }
+
+    impl CheckingPeer {
+        fn new(capacity: u64) -> Self {
+            let geometry = RingGeometry::new(capacity).unwrap();
+            Self {
+                geometry,
+                ring: Mutex::new(vec![0; capacity as usize]),
+                placed: Mutex::new(0),
+                poller: Mutex::new(Poller::new(geometry)),
+                received: Mutex::new(Vec::new()),
+            }
+        }
+    }
+
+    impl RingWriter for CheckingPeer {
+        fn geometry(&self) -> RingGeometry {
+            self.geometry
+        }
+        fn post_write(&self, pos: u64, bytes: &[u8]) -> Result<()> {
+            let mut placed = self.placed.lock();
+            let mut poller = self.poller.lock();
+            let len = bytes.len() as u64;
+            if !self
+                .geometry
+                .write_continues(*placed, poller.head(), pos, len)
+            {
+                return Err(Error::Protocol(format!(
+                    "write of {len} at {pos} does not continue the ring (placed {})",
+                    *placed
+                )));
+            }
+            let mut ring = self.ring.lock();
+            let off = self.geometry.offset(pos);
+            ring[off..off + bytes.len()].copy_from_slice(bytes);
+            *placed = pos + len;
+            let mut out = Vec::new();
+            poller.consume(&ring, *placed, &mut out)?;
+            self.received.lock().extend(out);
+            Ok(())
+        }
+        fn credit(&self) -> u64 {
+            self.poller.lock().head()
+        }
+        fn is_alive(&self) -> bool {
+            true
+        }
+        fn idle_ms(&self) -> u64 {
+            0
+        }
+        fn send_keepalive(&self) -> Result<()> {
+            Ok(())
+        }
+        fn close(&self) {}
+    }
+
+    fn batch_of(seq: &mut u64, sizes: &[usize]) -> Batch {
+        Batch {
+            entries: sizes
+                .iter()
+                .map(|n| {
+                    *seq += 1;
+                    Entry {
+                        origin: 1,
+                        seq: *seq,
+                        clock: *seq,
+                        db: 0,
+                        op: Op::Value {
+                            key: format!("k{seq}").into_bytes(),
+                            payload: vec![7; *n],
+                            expiry_ms: None,
+                        },
+                    }
+                })
+                .collect(),
+        }
+    }
+
+    fn send_all(capacity: u64, batches: &[Batch], post_every: usize) -> Vec<Batch> {
+        let shared = Shared::for_tests();
+        let peer = Arc::new(CheckingPeer::new(capacity));
+        let mut cursor = RingCursor::new(peer.clone());
+        for (i, b) in batches.iter().enumerate() {
+            cursor.stage_batch(b, &shared).unwrap();
+            if i % post_every == 0 {
+                cursor.post(&shared).unwrap();
+            }
+        }
+        cursor.post(&shared).unwrap();
+        let got = peer.received.lock().clone();
+        got
+    }
+
+    #[test]
+    fn frames_ending_exactly_at_the_ring_end_do_not_cross_it() {
+        // Every frame is exactly 128 bytes: runs end on the ring end every lap.
+        // Keys are "k1001".."k3000": 5 bytes; 64 + 5 + 55 + 4 = 128.
+        let value = 55;
+        assert_eq!(frame_len(5, value), 128);
+        let mut seq = 1000;
+        let batches: Vec<Batch> = (0..200).map(|_| batch_of(&mut seq, &[value; 10])).collect();
+        assert_eq!(send_all(65536, &batches, 7), batches);
+    }
+
+    proptest! {
+        #[test]
+        fn any_batches_arrive_whole_and_in_order(
+            sizes in proptest::collection::vec(proptest::collection::vec(0usize..40_000, 1..6), 1..40),
+            post_every in 1usize..5,
+        ) {
+            let mut seq = 0;
+            let batches: Vec<Batch> = sizes.iter().map(|s| batch_of(&mut seq, s)).collect();
+            prop_assert_eq!(send_all(65536, &batches, post_every), batches);
         }
     }
 }
