@@ -1,14 +1,13 @@
 //! Batch -> Redis, on a thread holding the GIL: each batch is applied whole,
 //! with the echo guard set, and propagated to this node's replicas and AOF.
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use redis_module::{CallOptions, CallOptionsBuilder, CallResult, Context};
 
 use crate::entry::{Batch, Entry, Op};
 use crate::error::{Error, Result};
-use crate::hook::SUPPRESS;
+use crate::hook::Suppressed;
 use crate::runtime::Shared;
 use crate::server::{self, GilGuard, ThreadContext};
 use crate::status::Stats;
@@ -87,7 +86,17 @@ pub fn apply_batch(tc: &ThreadContext, shared: &Shared, batch: &Batch) -> Result
         .build();
     let guard = lock_gil(tc, shared)?;
     let ctx = guard.context();
-    SUPPRESS.store(true, Ordering::Relaxed);
+    if ctx.get_flags().contains(redis_module::ContextFlags::SLAVE) {
+        // Writing here would diverge from this node's own master.
+        drop(guard);
+        let n = batch.entries.len() as u64;
+        Stats::add(&shared.stats.apply_errors, n);
+        shared
+            .stats
+            .set_error("this node is a replica (REPLICAOF): remote writes not applied");
+        return Ok(());
+    }
+    let suppressed = Suppressed::new();
     let mut failed = 0;
     let mut newest = 0;
     for e in &batch.entries {
@@ -97,7 +106,7 @@ pub fn apply_batch(tc: &ThreadContext, shared: &Shared, batch: &Batch) -> Result
             shared.stats.set_error(format!("apply: {msg}"));
         }
     }
-    SUPPRESS.store(false, Ordering::Relaxed);
+    drop(suppressed);
     drop(guard);
     shared.clock.observe(newest);
     let n = batch.entries.len() as u64;

@@ -3,12 +3,10 @@
 //! queue the lot as one batch. A transaction or script runs inside one
 //! iteration, so it always ships as one atomic batch.
 
-use std::sync::atomic::Ordering;
-
 use redis_module::{CallOptions, CallOptionsBuilder, CallReply, CallResult, Context};
 
 use crate::entry::{Batch, Entry, Op};
-use crate::hook::{PendingOp, DIRTY, SUPPRESS};
+use crate::hook::{PendingOp, Suppressed, DIRTY};
 use crate::runtime::Shared;
 use crate::server;
 use crate::status::{LinkState, Stats};
@@ -69,14 +67,27 @@ pub fn flush(ctx: &Context, shared: &Shared) {
         }
         dirty.take()
     };
+    if server::is_replica_or_loading(ctx) {
+        // A replica's data comes from its master; it has nothing of its own to ship.
+        Stats::add(&shared.stats.entries_dropped, ops.len() as u64);
+        return;
+    }
     if shared.stats.link() != LinkState::Up {
         // No catch-up yet: what changes while the link is down is not replicated.
         Stats::add(&shared.stats.entries_dropped, ops.len() as u64);
         return;
     }
-    SUPPRESS.store(true, Ordering::Relaxed);
-    let batch = snapshot(ctx, shared, &ops);
-    SUPPRESS.store(false, Ordering::Relaxed);
+    if shared.queue.is_full() {
+        // Never block Redis, and do not DUMP what cannot be queued: keep the
+        // keys dirty and retry next iteration.
+        Stats::add(&shared.stats.queue_overflows, 1);
+        DIRTY.lock().restore(ops);
+        return;
+    }
+    let batch = {
+        let _guard = Suppressed::new();
+        snapshot(ctx, shared, &ops)
+    };
     if shared.queue.push(batch).is_err() {
         // Never block Redis: keep the keys dirty and retry next iteration.
         Stats::add(&shared.stats.queue_overflows, 1);

@@ -49,7 +49,7 @@ impl HybridClock {
     pub fn tick(&self, wall: u64) -> u64 {
         let mut prev = self.last.load(Ordering::Relaxed);
         loop {
-            let next = wall.max(prev + 1);
+            let next = wall.max(prev.saturating_add(1));
             match self
                 .last
                 .compare_exchange_weak(prev, next, Ordering::AcqRel, Ordering::Relaxed)

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::LazyLock;
 
 use parking_lot::Mutex;
-use redis_module::{Context, NotifyEvent};
+use redis_module::Context;
 
 use crate::server;
 
@@ -120,9 +120,29 @@ pub static DIRTY: LazyLock<Mutex<DirtySet>> = LazyLock::new(Mutex::default);
 /// snapshotting): the events they raise are not local writes (echo guard).
 pub static SUPPRESS: AtomicBool = AtomicBool::new(false);
 
-/// Keyspace notification handler: marks the key dirty.
-pub fn on_keyspace_event(ctx: &Context, _kind: NotifyEvent, _event: &str, key: &[u8]) {
-    if SUPPRESS.load(Ordering::Relaxed) {
+/// Sets [`SUPPRESS`] for its lifetime, clearing it even if the code in
+/// between panics (and the panic is caught).
+pub struct Suppressed(());
+
+impl Suppressed {
+    /// Starts suppressing capture.
+    pub fn new() -> Self {
+        SUPPRESS.store(true, Ordering::Relaxed);
+        Self(())
+    }
+}
+
+impl Drop for Suppressed {
+    fn drop(&mut self) {
+        SUPPRESS.store(false, Ordering::Relaxed);
+    }
+}
+
+/// Keyspace notification handler: marks the key dirty. Writes that come
+/// from this node's own master (it is a replica) or from loading a dataset
+/// are not this node's writes and are not captured.
+pub fn on_keyspace_event(ctx: &Context, key: &[u8]) {
+    if SUPPRESS.load(Ordering::Relaxed) || server::is_replica_or_loading(ctx) {
         return;
     }
     let db = server::selected_db(ctx);
@@ -130,15 +150,23 @@ pub fn on_keyspace_event(ctx: &Context, _kind: NotifyEvent, _event: &str, key: &
 }
 
 /// Records FLUSHDB/FLUSHALL and SWAPDB, which have no per-key notification.
-pub fn on_flush_or_swap(event: server::ServerEvent) {
-    if SUPPRESS.load(Ordering::Relaxed) {
+pub fn on_flush_or_swap(ctx: &Context, event: server::ServerEvent) {
+    if SUPPRESS.load(Ordering::Relaxed) || server::is_replica_or_loading(ctx) {
         return;
     }
     match event {
         server::ServerEvent::FlushStarting(db) => DIRTY.lock().flushing(db),
         server::ServerEvent::Swapped(a, b) => DIRTY.lock().swapped(a, b),
-        server::ServerEvent::BeforeSleep => {}
+        server::ServerEvent::BeforeSleep | server::ServerEvent::DatasetReplaced => {}
     }
+}
+
+/// The dataset is being replaced wholesale (`DEBUG RELOAD`, a full sync from
+/// a master, a load at startup): the flush that precedes it is internal, and
+/// the loaded keys raise no notifications. Nothing pending may ship (it would
+/// wipe the peer); returns how many pending ops were discarded.
+pub fn on_dataset_replaced() -> usize {
+    DIRTY.lock().take().len()
 }
 
 #[cfg(test)]

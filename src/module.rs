@@ -5,8 +5,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use redis_module::configuration::{register_string_configuration, ConfigurationFlags};
 use redis_module::{
-    raw, redis_module, Context, NotifyEvent, RedisError, RedisResult, RedisString, RedisValue,
-    Status,
+    raw, redis_module, Context, RedisError, RedisResult, RedisString, RedisValue, Status,
 };
 
 use crate::server::{self, ServerEvent};
@@ -65,39 +64,43 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         }
     };
     raw::register_info_function(ctx.ctx, Some(info_func));
+    if !server::set_command_docs(ctx, &STATUS_DOCS) {
+        ctx.log_notice("rdmasync: COMMAND DOCS not set (RedisModule_SetCommandInfo refused)");
+    }
     let apis = server::detect_newer_apis();
     ctx.log_notice(&format!(
         "rdmasync: server module API: post-notification jobs {}, key event {} (neither is needed: the hook only records keys)",
         if apis.post_notification_jobs { "yes" } else { "no (Redis 7.0)" },
         if apis.key_event { "yes" } else { "no (Redis 7.0)" },
     ));
-    if !server::set_command_docs(ctx, &STATUS_DOCS) {
-        ctx.log_notice("rdmasync: COMMAND DOCS not set (RedisModule_SetCommandInfo refused)");
-    }
-    if let Err(event) = server::subscribe_server_events(ctx, on_server_event) {
+    let line = match runtime::start(config) {
+        Ok(line) => line,
+        Err(e) => {
+            ctx.log_warning(&format!("rdmasync: refusing to load: {e}"));
+            return Status::Err;
+        }
+    };
+    // Subscriptions come last: Redis 7.0 keeps a failed module's callbacks
+    // registered after unloading it, so nothing may fail after them.
+    let subscribed = server::subscribe_server_events(ctx, on_server_event)
+        .and_then(|()| server::subscribe_keyspace_events(ctx, hook::on_keyspace_event));
+    if let Err(what) = subscribed {
+        runtime::stop();
         ctx.log_warning(&format!(
-            "rdmasync: refusing to load: cannot subscribe to the {event} server event (needs Redis 7.0 or later)"
+            "rdmasync: refusing to load: cannot subscribe to {what} (needs Redis 7.0 or later)"
         ));
         return Status::Err;
     }
-    match runtime::start(config) {
-        Ok(line) => {
-            ctx.log_notice(&line);
-            // CONFIG GET shows what is in effect, defaults and derived node id included.
-            runtime::with_shared(|s| {
-                for (slot, value) in CONFIG_VALUES.iter().zip(s.config.effective(s.node_id)) {
-                    if let Ok(mut v) = slot.lock() {
-                        *v = value;
-                    }
-                }
-            });
-            Status::Ok
+    ctx.log_notice(&line);
+    // CONFIG GET shows what is in effect, defaults and derived node id included.
+    runtime::with_shared(|s| {
+        for (slot, value) in CONFIG_VALUES.iter().zip(s.config.effective(s.node_id)) {
+            if let Ok(mut v) = slot.lock() {
+                *v = value;
+            }
         }
-        Err(e) => {
-            ctx.log_warning(&format!("rdmasync: refusing to load: {e}"));
-            Status::Err
-        }
-    }
+    });
+    Status::Ok
 }
 
 fn deinit(ctx: &Context) -> Status {
@@ -111,14 +114,12 @@ fn on_server_event(ctx: &Context, event: ServerEvent) {
         ServerEvent::BeforeSleep => {
             runtime::with_shared(|s| capture::flush(ctx, s));
         }
-        other => hook::on_flush_or_swap(other),
+        ServerEvent::DatasetReplaced => {
+            let discarded = hook::on_dataset_replaced();
+            runtime::with_shared(|s| s.dataset_replaced(discarded));
+        }
+        other => hook::on_flush_or_swap(ctx, other),
     }
-}
-
-fn on_keyspace_event(ctx: &Context, kind: NotifyEvent, event: &str, key: &[u8]) {
-    let _ = catch_unwind(AssertUnwindSafe(|| {
-        hook::on_keyspace_event(ctx, kind, event, key)
-    }));
 }
 
 const STATUS_DOCS: server::CommandDocs = server::CommandDocs {
@@ -192,8 +193,5 @@ redis_module! {
         // admin: the status exposes topology and internals; a user needs
         // +rdmasync.status or +@admin to read it.
         ["rdmasync.status", status_command, "readonly fast admin allow-loading allow-stale", 0, 0, 0, ""],
-    ],
-    event_handlers: [
-        [@GENERIC @STRING @LIST @SET @HASH @ZSET @EXPIRED @EVICTED @STREAM: on_keyspace_event],
     ],
 }

@@ -1,7 +1,7 @@
 //! Bounded lock-free queue of batches from capture (main thread) to the
 //! sender thread, and the sender's wake-up.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::thread::Thread;
 use std::time::Duration;
@@ -43,10 +43,16 @@ impl SenderWake {
     }
 }
 
+/// Most payload bytes the queue holds; beyond it (unless empty) a push fails
+/// like a full queue, so a stalled peer cannot grow memory without bound.
+pub const MAX_QUEUED_BYTES: usize = 256 << 20;
+
 /// Capture -> sender queue.
 #[derive(Debug)]
 pub struct BatchQueue {
     batches: ArrayQueue<Batch>,
+    /// Payload bytes of the queued batches.
+    bytes: AtomicUsize,
     /// Wakes the sender on push and on credit.
     pub wake: SenderWake,
 }
@@ -56,6 +62,7 @@ impl BatchQueue {
     pub fn new(capacity: usize) -> Self {
         Self {
             batches: ArrayQueue::new(capacity.max(1)),
+            bytes: AtomicUsize::new(0),
             wake: SenderWake::default(),
         }
     }
@@ -65,14 +72,28 @@ impl BatchQueue {
     /// # Errors
     /// The batch itself when the queue is full.
     pub fn push(&self, batch: Batch) -> Result<(), Batch> {
+        let size = batch.payload_len();
+        if self.is_full() {
+            return Err(batch);
+        }
         self.batches.push(batch)?;
+        self.bytes.fetch_add(size, Ordering::AcqRel);
         self.wake.wake();
         Ok(())
     }
 
+    /// Whether a push would fail now: no slot, or the byte bound reached.
+    /// The capture side is the only producer, so a `false` stays true until it pushes.
+    pub fn is_full(&self) -> bool {
+        self.batches.is_full()
+            || (self.bytes.load(Ordering::Acquire) >= MAX_QUEUED_BYTES && !self.batches.is_empty())
+    }
+
     /// The oldest batch, if any.
     pub fn pop(&self) -> Option<Batch> {
-        self.batches.pop()
+        let batch = self.batches.pop()?;
+        self.bytes.fetch_sub(batch.payload_len(), Ordering::AcqRel);
+        Some(batch)
     }
 
     /// Batches waiting.
@@ -94,6 +115,7 @@ mod tests {
     fn full_queue_hands_the_batch_back() {
         let q = BatchQueue::new(1);
         q.push(Batch::default()).unwrap();
+        assert!(q.is_full());
         assert!(q.push(Batch::default()).is_err());
         assert_eq!(q.len(), 1);
         assert!(q.pop().is_some());

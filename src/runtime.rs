@@ -74,6 +74,17 @@ impl Shared {
         self.link.lock().clone()
     }
 
+    /// The dataset was replaced wholesale (`DEBUG RELOAD`, a full sync from a
+    /// master, a load): nothing of it is replicated, the peer needs a resync.
+    pub fn dataset_replaced(&self, discarded: usize) {
+        Stats::add(&self.stats.resyncs_needed, 1);
+        Stats::add(&self.stats.entries_dropped, discarded as u64);
+        let msg = "dataset replaced (DEBUG RELOAD, replica sync or load): not replicated; \
+                   the peer needs a resync";
+        redis_module::logging::log_warning(format!("rdmasync: {msg}"));
+        self.stats.set_error(msg);
+    }
+
     /// Identity fields of `RDMASYNC.STATUS`.
     pub fn identity(&self) -> Identity {
         Identity {

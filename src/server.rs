@@ -43,6 +43,9 @@ pub enum ServerEvent {
     Swapped(u32, u32),
     /// The event loop is about to sleep.
     BeforeSleep,
+    /// The dataset is being replaced wholesale (`DEBUG RELOAD`, a replica's
+    /// full sync, AOF/RDB load): no per-key notifications will follow.
+    DatasetReplaced,
 }
 
 /// Handler the module installs for [`ServerEvent`]s.
@@ -78,6 +81,16 @@ unsafe extern "C" fn on_server_event(
         {
             ServerEvent::BeforeSleep
         }
+        raw::REDISMODULE_EVENT_LOADING
+            if matches!(
+                subevent,
+                raw::REDISMODULE_SUBEVENT_LOADING_RDB_START
+                    | raw::REDISMODULE_SUBEVENT_LOADING_AOF_START
+                    | raw::REDISMODULE_SUBEVENT_LOADING_REPL_START
+            ) =>
+        {
+            ServerEvent::DatasetReplaced
+        }
         _ => return,
     };
     if let Some(handler) = HANDLER.get() {
@@ -104,6 +117,7 @@ pub fn subscribe_server_events(
         (raw::REDISMODULE_EVENT_FLUSHDB, "FlushDB"),
         (raw::REDISMODULE_EVENT_SWAPDB, "SwapDB"),
         (raw::REDISMODULE_EVENT_EVENTLOOP, "EventLoop"),
+        (raw::REDISMODULE_EVENT_LOADING, "Loading"),
     ] {
         let event = raw::RedisModuleEvent { id, dataver: 1 };
         // SAFETY: `ctx` is the OnLoad context and `on_server_event` matches the
@@ -278,4 +292,69 @@ pub fn detect_newer_apis() -> NewerApis {
         post_notification_jobs,
         key_event,
     }
+}
+
+/// Handler the module installs for keyspace notifications: `(ctx, key)`.
+pub type KeyspaceHandler = fn(&Context, &[u8]);
+
+static KEYSPACE_HANDLER: std::sync::OnceLock<KeyspaceHandler> = std::sync::OnceLock::new();
+
+unsafe extern "C" fn on_keyspace_event(
+    ctx: *mut raw::RedisModuleCtx,
+    _type: std::os::raw::c_int,
+    _event: *const std::os::raw::c_char,
+    key: *mut raw::RedisModuleString,
+) -> std::os::raw::c_int {
+    if let Some(handler) = KEYSPACE_HANDLER.get() {
+        let context = Context::new(ctx);
+        let key = redis_module::RedisString::string_as_slice(key);
+        // A panic must not unwind into redis-server.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(&context, key)));
+    }
+    raw::REDISMODULE_OK as i32
+}
+
+/// Subscribes to every keyspace notification class that signals a write.
+/// Done last in OnLoad: Redis 7.0 does not unsubscribe a module whose load
+/// fails, and a dangling callback would crash the next write.
+///
+/// # Errors
+/// When Redis refuses the subscription.
+pub fn subscribe_keyspace_events(
+    ctx: &Context,
+    handler: KeyspaceHandler,
+) -> Result<(), &'static str> {
+    let _ = KEYSPACE_HANDLER.set(handler);
+    // SAFETY: the API table is filled by RedisModule_Init before OnLoad continues.
+    let Some(subscribe) = (unsafe { raw::RedisModule_SubscribeToKeyspaceEvents }) else {
+        return Err("SubscribeToKeyspaceEvents");
+    };
+    let kinds = redis_module::NotifyEvent::GENERIC
+        | redis_module::NotifyEvent::STRING
+        | redis_module::NotifyEvent::LIST
+        | redis_module::NotifyEvent::SET
+        | redis_module::NotifyEvent::HASH
+        | redis_module::NotifyEvent::ZSET
+        | redis_module::NotifyEvent::EXPIRED
+        | redis_module::NotifyEvent::EVICTED
+        | redis_module::NotifyEvent::STREAM;
+    // SAFETY: `ctx` is the OnLoad context; the callback matches the expected
+    // signature and lives as long as the module is loaded.
+    let rc = unsafe { subscribe(ctx.ctx, kinds.bits(), Some(on_keyspace_event)) };
+    if rc == raw::REDISMODULE_OK as i32 {
+        Ok(())
+    } else {
+        Err("keyspace notifications")
+    }
+}
+
+/// Whether this server currently replicates from a master (its data then
+/// comes from there, not from its own clients), or is loading a dataset.
+pub fn is_replica_or_loading(ctx: &Context) -> bool {
+    let flags = ctx.get_flags();
+    flags.intersects(
+        redis_module::ContextFlags::SLAVE
+            | redis_module::ContextFlags::LOADING
+            | redis_module::ContextFlags::REPLICATED,
+    )
 }

@@ -65,6 +65,8 @@ pub struct Stats {
     pub ring_credit: AtomicU64,
     /// Frames or messages from the peer that failed validation.
     pub bad_frames: AtomicU64,
+    /// Times the local dataset was replaced wholesale (needs a resync).
+    pub resyncs_needed: AtomicU64,
     /// Links established after the first one.
     pub reconnects: AtomicU64,
     /// Links established in total.
@@ -187,6 +189,7 @@ pub fn status_fields(
         ("credit_stalls", c(&stats.credit_stalls)),
         ("bad_frames", c(&stats.bad_frames)),
         ("reconnects", c(&stats.reconnects)),
+        ("resyncs_needed", c(&stats.resyncs_needed)),
         ("last_error", t(stats.last_error())),
         ("last_error_ms", c(&stats.last_error_ms)),
     ]

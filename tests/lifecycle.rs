@@ -255,3 +255,37 @@ fn transport_auto_picks_rdma_with_a_device_else_tcp_and_says_why() {
         );
     }
 }
+
+#[test]
+fn failed_module_load_leaves_the_server_running() {
+    // Redis 7.0 keeps a failed module's notification callbacks: nothing may be
+    // subscribed before every check has passed, or the next write crashes.
+    let node = Node::start("failed-load", vec![]);
+    let mut c = node.conn();
+    let taken = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let taken_port = taken.local_addr().unwrap().port();
+    let attempts = [
+        vec![
+            "peer=127.0.0.1".to_string(),
+            "port=1".into(),
+            "bogus=1".into(),
+        ],
+        vec![
+            "peer=127.0.0.1".to_string(),
+            format!("port={taken_port}"),
+            "transport=tcp".into(),
+        ],
+    ];
+    for args in attempts {
+        let mut load = redis::cmd("MODULE");
+        load.arg("LOAD").arg(module_path().display().to_string());
+        for a in &args {
+            load.arg(a);
+        }
+        assert!(load.query::<String>(&mut c).is_err(), "{args:?} loaded");
+        let _: () = c.set("still", "alive").unwrap();
+        let _: () = redis::cmd("FLUSHALL").query(&mut c).unwrap();
+        let pong: String = redis::cmd("PING").query(&mut c).unwrap();
+        assert_eq!(pong, "PONG");
+    }
+}

@@ -563,3 +563,65 @@ fn status_answers_in_resp3_as_a_map() {
         );
     }
 }
+
+#[test]
+fn debug_reload_on_one_node_does_not_wipe_the_other() {
+    let pair = Pair::start();
+    for i in 0..3 {
+        let _: () = pair.a.conn().set(format!("keep:{i}"), i).unwrap();
+    }
+    wait_value(&pair.b, "keep:2", "2");
+    let _: String = redis::cmd("DEBUG")
+        .arg("RELOAD")
+        .query(&mut pair.b.conn())
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let dbsize = |n: &Node| redis::cmd("DBSIZE").query::<u64>(&mut n.conn()).unwrap();
+    assert_eq!(dbsize(&pair.a), 3, "the reload's internal flush reached A");
+    assert_eq!(dbsize(&pair.b), 3);
+    assert_eq!(pair.b.stat("resyncs_needed"), 1);
+    // Replication keeps working afterwards.
+    let _: () = pair.b.conn().set("after-reload", 1).unwrap();
+    wait_value(&pair.a, "after-reload", "1");
+}
+
+#[test]
+fn a_node_that_becomes_a_replica_neither_wipes_nor_loops() {
+    let pair = Pair::start();
+    let _: () = pair.a.conn().set("on-a", 1).unwrap();
+    wait_value(&pair.b, "on-a", "1");
+    let master = Node::start("c-master", vec![]);
+    let _: () = master.conn().set("from-c", 1).unwrap();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(master.port)
+        .query(&mut pair.b.conn())
+        .unwrap();
+    wait_value(&pair.b, "from-c", "1");
+    let _: () = master.conn().set("more-from-c", 2).unwrap();
+    wait_value(&pair.b, "more-from-c", "2");
+    // A writes while B is a replica: B must not apply them.
+    let _: () = pair.a.conn().set("while-replica", 1).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let mut a = pair.a.conn();
+    assert!(
+        a.exists::<_, bool>("on-a").unwrap(),
+        "B's full sync wiped A"
+    );
+    assert!(
+        !a.exists::<_, bool>("from-c").unwrap(),
+        "C's data leaked to A"
+    );
+    let applied = pair.a.stat("entries_applied");
+    std::thread::sleep(Duration::from_millis(700));
+    assert_eq!(pair.a.stat("entries_applied"), applied, "replication loop");
+    assert!(!pair.b.conn().exists::<_, bool>("while-replica").unwrap());
+    // Promoted again, B's own writes flow to A.
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query(&mut pair.b.conn())
+        .unwrap();
+    let _: () = pair.b.conn().set("promoted", 1).unwrap();
+    wait_value(&pair.a, "promoted", "1");
+}
