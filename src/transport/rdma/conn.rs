@@ -21,7 +21,7 @@ use crate::ring::RingGeometry;
 use crate::transport::{credit_message, keepalive_message, Delivery, LinkFlags, RingWriter};
 
 /// Receives pre-posted for control messages and write notifications.
-const RECV_SLOTS: usize = 64;
+const RECV_SLOTS: usize = 256;
 /// Bytes per receive slot: the largest control message (HELLO).
 const SLOT_BYTES: usize = HEADER_LEN + HELLO_LEN;
 /// Send queue depth.
@@ -193,30 +193,36 @@ impl Pending {
         let mut link = RdmaLink::new(ep.clone(), placeholder, 0, 0);
         link.send_bytes(SendKind::Send, &ours.encode())?;
         let deadline = Instant::now() + CONNECT_TIMEOUT;
-        let mut wcs = std::array::from_fn::<_, 4, _>(|_| verbs::empty_wc());
+        // One completion at a time: nothing polled here may be dropped.
+        let mut wcs = std::array::from_fn::<_, 1, _>(|_| verbs::empty_wc());
         let peer = loop {
-            let n = ep.recv_cq.poll(&mut wcs)?;
-            if let Some(wc) = wcs[..n].first() {
-                check_status(wc)?;
-                let bytes = ep.slot_bytes(wc.wr_id)?;
-                ep.post_slot(wc.wr_id)?;
-                let head: &[u8; HEADER_LEN] = bytes[..HEADER_LEN]
-                    .try_into()
-                    .map_err(|_| Error::Protocol("slot".into()))?;
-                let msg =
-                    MessageHeader::decode(head, 0).map_err(|e| Error::Protocol(e.to_string()))?;
-                if wc.opcode != ibv_wc_opcode::IBV_WC_RECV || msg.op != Op::Hello {
-                    return Err(Error::Protocol(format!("expected HELLO, got {:?}", msg.op)));
+            let mut n = ep.recv_cq.poll(&mut wcs)?;
+            if n == 0 {
+                if Instant::now() >= deadline {
+                    return Err(RdmaError::Timeout("HELLO").into());
                 }
-                let body: &[u8; HELLO_LEN] = bytes[HEADER_LEN..]
-                    .try_into()
-                    .map_err(|_| Error::Protocol("slot".into()))?;
-                break Hello::decode(body).map_err(|e| Error::Protocol(e.to_string()))?;
+                ep.recv_cq.arm()?;
+                n = ep.recv_cq.poll(&mut wcs)?;
+                if n == 0 {
+                    ep.recv_cq.wait(Duration::from_millis(10));
+                    continue;
+                }
             }
-            if Instant::now() >= deadline {
-                return Err(RdmaError::Timeout("HELLO").into());
+            let wc = &wcs[0];
+            check_status(wc)?;
+            let bytes = ep.slot_bytes(wc.wr_id)?;
+            ep.post_slot(wc.wr_id)?;
+            let head: &[u8; HEADER_LEN] = bytes[..HEADER_LEN]
+                .try_into()
+                .map_err(|_| Error::Protocol("slot".into()))?;
+            let msg = MessageHeader::decode(head, 0).map_err(|e| Error::Protocol(e.to_string()))?;
+            if wc.opcode != ibv_wc_opcode::IBV_WC_RECV || msg.op != Op::Hello {
+                return Err(Error::Protocol(format!("expected HELLO, got {:?}", msg.op)));
             }
-            ep.recv_cq.arm_and_wait(Duration::from_millis(10))?;
+            let body: &[u8; HELLO_LEN] = bytes[HEADER_LEN..]
+                .try_into()
+                .map_err(|_| Error::Protocol("slot".into()))?;
+            break Hello::decode(body).map_err(|e| Error::Protocol(e.to_string()))?;
         };
         let geometry = RingGeometry::new(peer.ring_capacity).ok_or_else(|| {
             Error::Protocol(format!(
@@ -333,7 +339,10 @@ impl RdmaLink {
                 "send of {len} bytes exceeds staging"
             )));
         }
-        let started = Instant::now();
+        // Wait for completions to free staging or send-queue room for as long
+        // as the link lives: the peer may be stalled (its receives run out and
+        // our requests retry), which is not a failure; a dead peer is noticed
+        // by the receiver (silence, error completion, CM event) and closes us.
         let at = loop {
             self.reap(st)?;
             if st.inflight.len() < SEND_WRS - 1 {
@@ -343,9 +352,6 @@ impl RdmaLink {
             }
             if !self.is_alive() {
                 return Err(Error::LinkClosed);
-            }
-            if started.elapsed() > Duration::from_secs(10) {
-                return Err(RdmaError::Timeout("waiting for send completions").into());
             }
             std::thread::sleep(Duration::from_micros(20));
         };
@@ -465,7 +471,7 @@ pub(crate) fn receive(link: &RdmaLink, delivery: &mut dyn Delivery) -> Result<()
     // on the completion channel; an idle link does not spin at all.
     let mut spins_left = 0u32;
     loop {
-        let n = ep.recv_cq.poll(&mut wcs)?;
+        let mut n = ep.recv_cq.poll(&mut wcs)?;
         if n == 0 {
             if spins_left > 0 {
                 spins_left -= 1;
@@ -489,8 +495,13 @@ pub(crate) fn receive(link: &RdmaLink, delivery: &mut dyn Delivery) -> Result<()
                     link.flush_credit(&mut st)?;
                 }
             }
-            ep.recv_cq.arm_and_wait(crate::link::IDLE_TICK)?;
-            continue;
+            ep.recv_cq.arm()?;
+            // A completion that landed before arming raised no event: poll again.
+            n = ep.recv_cq.poll(&mut wcs)?;
+            if n == 0 {
+                ep.recv_cq.wait(crate::link::IDLE_TICK);
+                continue;
+            }
         }
         spins_left = SPIN_POLLS;
         last_rx = Instant::now();

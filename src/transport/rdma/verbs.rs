@@ -152,21 +152,29 @@ impl CompletionQueue {
         usize::try_from(n).map_err(|_| RdmaError::PollCq(n))
     }
 
-    /// Arms the CQ and waits up to `timeout` for its channel to fire.
-    /// Returns whether an event arrived. Call `poll` again either way.
+    /// Asks for an event on the next completion (`ibv_req_notify_cq`).
+    /// Poll once more after arming: a completion that arrived just before
+    /// raises no event.
     ///
     /// # Errors
     /// [`RdmaError::NotifyCq`] when arming fails.
-    pub fn arm_and_wait(&self, timeout: Duration) -> Result<bool, RdmaError> {
-        let Some(channel) = &self.channel else {
-            std::thread::sleep(timeout);
-            return Ok(false);
-        };
+    pub fn arm(&self) -> Result<(), RdmaError> {
         // SAFETY: `cq` is live.
         let rc = unsafe { ibv_req_notify_cq(self.cq.as_ptr(), 0) };
-        if rc != 0 {
-            return Err(RdmaError::NotifyCq(rc));
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(RdmaError::NotifyCq(rc))
         }
+    }
+
+    /// Sleeps up to `timeout` on the completion channel of an armed CQ and
+    /// acknowledges the event. Returns whether one arrived.
+    pub fn wait(&self, timeout: Duration) -> bool {
+        let Some(channel) = &self.channel else {
+            std::thread::sleep(timeout);
+            return false;
+        };
         let mut pfd = libc::pollfd {
             fd: channel.fd(),
             events: libc::POLLIN,
@@ -175,7 +183,7 @@ impl CompletionQueue {
         // SAFETY: `pfd` is a valid pollfd for the duration of the call.
         let ready = unsafe { libc::poll(&mut pfd, 1, timeout.as_millis() as i32) };
         if ready <= 0 {
-            return Ok(false);
+            return false;
         }
         let mut cq = ptr::null_mut();
         let mut ctx = ptr::null_mut();
@@ -186,7 +194,7 @@ impl CompletionQueue {
                 ibv_ack_cq_events(cq, 1);
             }
         }
-        Ok(true)
+        true
     }
 }
 
