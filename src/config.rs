@@ -53,6 +53,21 @@ pub fn split_args<S: AsRef<str>>(args: &[S]) -> Result<Vec<(String, String)>> {
     Ok(out)
 }
 
+/// Settings that may change while the module runs (`CONFIG SET`): where the
+/// peer is. The link re-dials; nothing else depends on them.
+pub const RUNTIME_ARGS: [&str; 2] = ["peer", "port"];
+
+/// Validates one argument on its own.
+///
+/// # Errors
+/// [`Error::Config`] naming the argument, as at load.
+pub fn check_value(name: &str, value: &str) -> Result<()> {
+    let mut args: Vec<String> = vec!["peer=127.0.0.1".into(), "port=1".into()];
+    args.retain(|a| !a.starts_with(&format!("{name}=")));
+    args.push(format!("{name}={value}"));
+    parse_args(&args).map(|_| ())
+}
+
 /// Which transport moves frames into the peer's ring.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TransportChoice {
@@ -318,6 +333,20 @@ mod tests {
         assert_eq!(c.ring_size, 65536);
         assert_eq!(c.queue_size, 8);
         assert_eq!(c.peer_addr(), "host-b:7001");
+    }
+
+    #[test]
+    fn single_values_are_checked_alone() {
+        assert!(check_value("peer", "10.0.0.9").is_ok());
+        assert!(check_value("port", "7001").is_ok());
+        assert_eq!(
+            arg_of(check_value("port", "0").map(|_| unreachable!())),
+            "port"
+        );
+        assert_eq!(
+            arg_of(check_value("peer", "").map(|_| unreachable!())),
+            "peer"
+        );
     }
 
     #[test]

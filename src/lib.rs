@@ -44,6 +44,7 @@ pub mod ring;
 pub(crate) mod runtime;
 pub(crate) mod sender;
 pub(crate) mod server;
+pub(crate) mod settings;
 pub mod status;
 pub(crate) mod transport;
 pub mod wire;

@@ -193,8 +193,9 @@ pub fn run_rdma_acceptor(shared: Arc<Shared>, listener: rdma::Listener, offers: 
 }
 
 fn dial(shared: &Shared) -> Result<Option<Offer>> {
-    let peer = shared.config.peer_addr();
-    let addrs: Vec<SocketAddr> = (shared.config.peer_host.as_str(), shared.config.peer_port)
+    let peer = shared.peer_addr();
+    let (host, port) = shared.peer.read().clone();
+    let addrs: Vec<SocketAddr> = (host.as_str(), port)
         .to_socket_addrs()
         .map_err(|source| Error::Resolve {
             peer: peer.clone(),
@@ -317,7 +318,7 @@ fn run_connection(shared: &Shared, offer: Offer, offers: &Receiver<Offer>) -> Re
     redis_module::logging::log_notice(format!(
         "rdmasync: link up with node {} ({}), transport {}{on}",
         peer.node_id,
-        shared.config.peer_addr(),
+        shared.peer_addr(),
         shared.transport.as_str(),
     ));
     let result = Inbound::new(shared, offers).and_then(|mut inbound| match active {

@@ -3,52 +3,13 @@
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use redis_module::configuration::{register_string_configuration, ConfigurationFlags};
 use redis_module::{
     raw, redis_module, Context, RedisError, RedisResult, RedisString, RedisValue, Status,
 };
 
 use crate::server::{self, ServerEvent};
 use crate::status::{status_fields, Field};
-use crate::{capture, config, hook, runtime};
-
-/// Values of the `rdmasync.*` configs, one per `config::ARG_NAMES` entry.
-static CONFIG_VALUES: [std::sync::Mutex<String>; config::ARG_NAMES.len()] =
-    [const { std::sync::Mutex::new(String::new()) }; config::ARG_NAMES.len()];
-
-/// Registers `rdmasync.<arg>` configs (immutable: every setting shapes the
-/// ring, the listener or the identity, none can change under a live link),
-/// defaulting to the load arguments; `MODULE LOADEX ... CONFIG` and redis.conf
-/// `rdmasync.*` lines override them. Returns the merged arguments.
-fn register_configs(ctx: &Context, args: &[String]) -> Result<Vec<String>, crate::error::Error> {
-    let given = config::split_args(args)?;
-    for (i, name) in config::ARG_NAMES.iter().enumerate() {
-        let default = given
-            .iter()
-            .find(|(n, _)| n == name)
-            .map_or("", |(_, v)| v.as_str());
-        register_string_configuration(
-            ctx,
-            name,
-            &CONFIG_VALUES[i],
-            default,
-            ConfigurationFlags::IMMUTABLE,
-            None,
-        );
-    }
-    if !server::load_configs(ctx) {
-        ctx.log_warning("rdmasync: RedisModule_LoadConfigs failed; using the load arguments only");
-    }
-    Ok(config::ARG_NAMES
-        .iter()
-        .zip(CONFIG_VALUES.iter())
-        .filter_map(|(name, value)| {
-            let v = value.lock().map(|v| v.clone()).unwrap_or_default();
-            let given_empty = given.iter().any(|(n, gv)| n == name && gv.is_empty());
-            (!v.is_empty() || given_empty).then(|| format!("{name}={v}"))
-        })
-        .collect())
-}
+use crate::{capture, config, hook, runtime, settings};
 
 fn init(ctx: &Context, args: &[RedisString]) -> Status {
     // A panic in module code is caught; say so in Redis' own log.
@@ -56,7 +17,8 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         redis_module::logging::log_warning(format!("rdmasync: internal error (caught): {info}"));
     }));
     let args: Vec<String> = args.iter().map(|a| a.to_string_lossy()).collect();
-    let config = match register_configs(ctx, &args).and_then(|merged| config::parse_args(&merged)) {
+    let config = match settings::register(ctx, &args).and_then(|merged| config::parse_args(&merged))
+    {
         Ok(c) => c,
         Err(e) => {
             ctx.log_warning(&format!("rdmasync: refusing to load: {e}"));
@@ -93,13 +55,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     }
     ctx.log_notice(&line);
     // CONFIG GET shows what is in effect, defaults and derived node id included.
-    runtime::with_shared(|s| {
-        for (slot, value) in CONFIG_VALUES.iter().zip(s.config.effective(s.node_id)) {
-            if let Ok(mut v) = slot.lock() {
-                *v = value;
-            }
-        }
-    });
+    runtime::with_shared(|s| settings::show_effective(s.config.effective(s.node_id)));
     Status::Ok
 }
 

@@ -53,6 +53,8 @@ pub struct Shared {
     pub queue: BatchQueue,
     /// The link the sender writes to, when one is up.
     pub link: Mutex<Option<Arc<dyn RingWriter>>>,
+    /// Where the peer is: from the config, changeable with `CONFIG SET`.
+    pub peer: RwLock<(String, u16)>,
     /// Set once at unload: every thread returns.
     pub shutdown: AtomicBool,
     next_seq: AtomicU64,
@@ -85,11 +87,21 @@ impl Shared {
         self.stats.set_error(msg);
     }
 
+    /// `host:port` of the peer now.
+    pub fn peer_addr(&self) -> String {
+        let (host, port) = &*self.peer.read();
+        if host.contains(':') {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        }
+    }
+
     /// Identity fields of `RDMASYNC.STATUS`.
     pub fn identity(&self) -> Identity {
         Identity {
             node_id: self.node_id,
-            peer: self.config.peer_addr(),
+            peer: self.peer_addr(),
             transport: self.transport.as_str(),
             device: self.device.lock().clone(),
             ring_size: self.config.ring_size,
@@ -112,6 +124,7 @@ impl Shared {
             stats: Stats::default(),
             clock: HybridClock::new(),
             link: Mutex::new(None),
+            peer: RwLock::new(("127.0.0.1".into(), 1)),
             shutdown: AtomicBool::new(false),
             next_seq: AtomicU64::new(0),
         }
@@ -196,9 +209,11 @@ pub fn start(config: Config) -> Result<String> {
         stats: Stats::default(),
         clock: HybridClock::new(),
         link: Mutex::new(None),
+        peer: RwLock::new((String::new(), 0)),
         shutdown: AtomicBool::new(false),
         next_seq: AtomicU64::new(0),
     });
+    *shared.peer.write() = (shared.config.peer_host.clone(), shared.config.peer_port);
     shared.stats.set_link(LinkState::Connecting);
     let (offer_tx, offer_rx) = crossbeam_channel::bounded(4);
     let mut threads = Vec::new();
@@ -219,7 +234,7 @@ pub fn start(config: Config) -> Result<String> {
     })();
     let line = format!(
         "rdmasync: node {node_id} listening on {listen_addr}, peer {}, {why}",
-        shared.config.peer_addr()
+        shared.peer_addr()
     );
     *CURRENT.write() = Some(shared.clone());
     *RUNTIME.lock() = Some(Runtime { shared, threads });
@@ -257,6 +272,27 @@ fn choose_transport(choice: TransportChoice) -> Result<(TransportKind, String)> 
         }),
         (_, Err(e)) => Ok((TransportKind::Tcp, format!("transport=auto chose tcp: {e}"))),
     }
+}
+
+/// Whether the module's threads run (configs set now are run-time changes).
+pub fn is_running() -> bool {
+    CURRENT.read().is_some()
+}
+
+/// Points the link at a new peer address: the current link closes and the
+/// link thread dials the new one (backoff as usual).
+pub fn change_peer(host: &str, port: u16) {
+    with_shared(|s| {
+        *s.peer.write() = (host.to_owned(), port);
+        redis_module::logging::log_notice(format!(
+            "rdmasync: peer changed to {}; reconnecting",
+            s.peer_addr()
+        ));
+        if let Some(link) = s.link.lock().take() {
+            link.close();
+        }
+        s.queue.wake.wake();
+    });
 }
 
 /// Stops every thread and waits for it. Safe to call when not started.

@@ -66,7 +66,7 @@ fn config_get(node: &Node, pattern: &str) -> HashMap<String, String> {
 }
 
 #[test]
-fn config_get_shows_effective_values_and_set_is_refused() {
+fn config_get_shows_effective_values_and_set_changes_only_the_peer() {
     let pair = Pair::start_with(&["ring-size=64kb"], &[]);
     let cfg = config_get(&pair.a, "rdmasync.*");
     assert_eq!(cfg["rdmasync.ring-size"], "65536");
@@ -74,17 +74,48 @@ fn config_get_shows_effective_values_and_set_is_refused() {
     assert_eq!(cfg["rdmasync.peer"], common::test_ip_b());
     assert_eq!(cfg["rdmasync.node-id"], pair.a.status()["node_id"]);
     assert_eq!(cfg.len(), 8, "{cfg:?}");
-    let err = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("rdmasync.peer")
-        .arg("10.9.9.9")
-        .query::<String>(&mut pair.a.conn())
-        .unwrap_err();
+    let set = |name: &str, value: &str| {
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(name)
+            .arg(value)
+            .query::<String>(&mut pair.a.conn())
+    };
+    let err = set("rdmasync.ring-size", "1mb").unwrap_err();
     assert!(err.to_string().contains("immutable"), "{err}");
+    let err = set("rdmasync.port", "0").unwrap_err();
+    assert!(err.to_string().contains("argument 'port'"), "{err}");
     assert_eq!(
-        config_get(&pair.a, "rdmasync.peer")["rdmasync.peer"],
-        common::test_ip_b()
+        config_get(&pair.a, "rdmasync.port")["rdmasync.port"],
+        cfg["rdmasync.port"]
     );
+    // The peer's address may change at run time: the link re-dials it.
+    // (Setting the value it already has is not a change: Redis skips it.)
+    let reconnects = pair.a.stat("reconnects");
+    let elsewhere = free_port().to_string();
+    assert_eq!(set("rdmasync.port", &elsewhere).unwrap(), "OK");
+    assert!(pair.a.status()["peer"].ends_with(&format!(":{elsewhere}")));
+    assert_eq!(set("rdmasync.port", &cfg["rdmasync.port"]).unwrap(), "OK");
+    assert!(common::wait_until(
+        std::time::Duration::from_secs(20),
+        || { pair.a.stat("reconnects") > reconnects }
+    ));
+    pair.wait_linked();
+    assert!(pair.a.log().contains("peer changed to"), "{}", pair.a.log());
+    let _: () = redis::cmd("SET")
+        .arg("after-config-set")
+        .arg(1)
+        .query(&mut pair.a.conn())
+        .unwrap();
+    assert!(common::wait_until(
+        std::time::Duration::from_secs(20),
+        || {
+            redis::cmd("EXISTS")
+                .arg("after-config-set")
+                .query::<bool>(&mut pair.b.conn())
+                .unwrap()
+        }
+    ));
 }
 
 #[test]

@@ -1,0 +1,109 @@
+//! The `rdmasync.*` module configs: the load arguments as Redis configs.
+//! `CONFIG GET` shows the values in effect; `CONFIG SET` changes the peer's
+//! address at run time (the link re-dials) and refuses everything else.
+
+use redis_module::configuration::{
+    register_string_configuration, ConfigurationContext, ConfigurationFlags, ConfigurationValue,
+};
+use redis_module::{Context, RedisError, RedisString};
+
+use crate::config::{self, ARG_NAMES, RUNTIME_ARGS};
+use crate::error::Error;
+use crate::{runtime, server};
+
+/// One config: its value as text, checked on every run-time change.
+pub struct Setting {
+    name: &'static str,
+    value: std::sync::Mutex<String>,
+}
+
+impl Setting {
+    const fn new(name: &'static str) -> Self {
+        Self {
+            name,
+            value: std::sync::Mutex::new(String::new()),
+        }
+    }
+
+    fn get_text(&self) -> String {
+        self.value.lock().map(|v| v.clone()).unwrap_or_default()
+    }
+
+    fn set_text(&self, text: String) {
+        if let Ok(mut v) = self.value.lock() {
+            *v = text;
+        }
+    }
+}
+
+impl ConfigurationValue<RedisString> for Setting {
+    fn get(&self, _ctx: &ConfigurationContext) -> RedisString {
+        RedisString::create(None, self.get_text().as_str())
+    }
+
+    fn set(&self, _ctx: &ConfigurationContext, val: RedisString) -> Result<(), RedisError> {
+        let text = val.to_string_lossy();
+        if runtime::is_running() {
+            // A run-time change (load-time values are checked together at load).
+            config::check_value(self.name, &text).map_err(|e| RedisError::String(e.to_string()))?;
+            self.set_text(text);
+            let peer = (SETTINGS[0].get_text(), SETTINGS[1].get_text());
+            runtime::change_peer(&peer.0, peer.1.parse().unwrap_or(0));
+        } else {
+            self.set_text(text);
+        }
+        Ok(())
+    }
+}
+
+/// The configs, in [`ARG_NAMES`] order.
+pub static SETTINGS: [Setting; ARG_NAMES.len()] = [
+    Setting::new(ARG_NAMES[0]),
+    Setting::new(ARG_NAMES[1]),
+    Setting::new(ARG_NAMES[2]),
+    Setting::new(ARG_NAMES[3]),
+    Setting::new(ARG_NAMES[4]),
+    Setting::new(ARG_NAMES[5]),
+    Setting::new(ARG_NAMES[6]),
+    Setting::new(ARG_NAMES[7]),
+];
+
+/// Registers the configs, defaulting to the load arguments; `MODULE LOADEX
+/// ... CONFIG` and redis.conf `rdmasync.*` lines override them. Returns the
+/// merged arguments to parse.
+///
+/// # Errors
+/// [`Error::Config`] for malformed, unknown or repeated arguments.
+pub fn register(ctx: &Context, args: &[String]) -> Result<Vec<String>, Error> {
+    let given = config::split_args(args)?;
+    for setting in &SETTINGS {
+        let default = given
+            .iter()
+            .find(|(n, _)| n == setting.name)
+            .map_or("", |(_, v)| v.as_str());
+        let flags = if RUNTIME_ARGS.contains(&setting.name) {
+            ConfigurationFlags::DEFAULT
+        } else {
+            ConfigurationFlags::IMMUTABLE
+        };
+        register_string_configuration(ctx, setting.name, setting, default, flags, None);
+    }
+    if !server::load_configs(ctx) {
+        ctx.log_warning("rdmasync: RedisModule_LoadConfigs failed; using the load arguments only");
+    }
+    Ok(SETTINGS
+        .iter()
+        .filter_map(|s| {
+            let v = s.get_text();
+            let given_empty = given.iter().any(|(n, gv)| n == s.name && gv.is_empty());
+            (!v.is_empty() || given_empty).then(|| format!("{}={v}", s.name))
+        })
+        .collect())
+}
+
+/// Shows the values in effect (defaults and the derived node id included).
+pub fn show_effective(values: [String; ARG_NAMES.len()]) {
+    for (setting, value) in SETTINGS.iter().zip(values) {
+        setting.set_text(value);
+    }
+}
