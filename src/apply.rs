@@ -1,37 +1,159 @@
-//! Batch -> Redis, on a thread holding the GIL: each batch is applied whole,
-//! with the echo guard set, and propagated to this node's replicas and AOF.
+//! Batch -> Redis on the main thread: the link thread hands decoded batches
+//! to a bounded queue and wakes the event loop through a pipe; the main
+//! thread applies each batch whole (no client command interleaves), with the
+//! echo guard set, propagated to this node's replicas and AOF. No thread
+//! ever waits for the GIL, so a busy server cannot starve the apply path and
+//! unload cannot deadlock with it.
 
-use std::time::Duration;
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
-use redis_module::{CallOptions, CallOptionsBuilder, CallResult, Context};
+use crossbeam_queue::ArrayQueue;
+use parking_lot::Mutex;
+use redis_module::{CallOptions, CallOptionsBuilder, CallResult, Context, RedisModuleTimerID};
 
 use crate::entry::{Batch, Entry, Op};
 use crate::error::{Error, Result};
 use crate::hook::Suppressed;
-use crate::runtime::Shared;
-use crate::server::{self, GilGuard, ThreadContext};
+use crate::runtime::{self, Shared};
+use crate::server::{self, ThreadContext};
 use crate::status::Stats;
 
-/// Waits for the GIL without ever blocking unload: Redis' main thread holds it
-/// while running `MODULE UNLOAD`, which joins this thread.
-fn lock_gil<'a>(tc: &'a ThreadContext, shared: &Shared) -> Result<GilGuard<'a>> {
-    let mut tries = 0u32;
-    loop {
-        if shared.stopping() {
-            return Err(Error::LinkClosed);
-        }
-        if let Some(guard) = tc.try_lock() {
-            return Ok(guard);
-        }
-        tries += 1;
-        if tries < 64 {
-            std::hint::spin_loop();
-        } else if tries < 256 {
-            std::thread::yield_now();
-        } else {
-            std::thread::sleep(Duration::from_micros(50));
+/// Batches decoded but not yet applied, at most.
+const PENDING_BATCHES: usize = 1024;
+/// Longest the main thread applies in one go before serving clients again.
+const APPLY_SLICE: Duration = Duration::from_millis(2);
+
+/// Link thread -> main thread hand-off.
+pub struct ApplyQueue {
+    batches: ArrayQueue<Batch>,
+    /// A wake-up byte is in the pipe and not yet read.
+    signaled: AtomicBool,
+    reader: Mutex<std::io::PipeReader>,
+    writer: Mutex<std::io::PipeWriter>,
+    /// A detached context, used on the main thread only, to create the timer.
+    context: Mutex<Option<ThreadContext>>,
+    /// The apply timer, while one is pending (stopped at unload).
+    timer: Mutex<Option<RedisModuleTimerID>>,
+}
+
+impl ApplyQueue {
+    /// A queue and its wake-up pipe.
+    ///
+    /// # Errors
+    /// [`Error::LinkIo`] when the pipe cannot be created.
+    pub fn new() -> Result<Self> {
+        let (reader, writer) = std::io::pipe()?;
+        Ok(Self {
+            batches: ArrayQueue::new(PENDING_BATCHES),
+            signaled: AtomicBool::new(false),
+            reader: Mutex::new(reader),
+            writer: Mutex::new(writer),
+            context: Mutex::new(ThreadContext::new()),
+            timer: Mutex::new(None),
+        })
+    }
+
+    /// The pipe end the event loop watches.
+    pub fn wake_fd(&self) -> i32 {
+        use std::os::fd::AsRawFd;
+        self.reader.lock().as_raw_fd()
+    }
+
+    fn signal(&self) {
+        if !self.signaled.swap(true, Ordering::AcqRel) {
+            let _ = self.writer.lock().write_all(&[1]);
         }
     }
+
+    /// Hands a batch to the main thread, waiting while the queue is full
+    /// (that backpressure reaches the peer through credit).
+    ///
+    /// # Errors
+    /// [`Error::LinkClosed`] when unload begins while waiting.
+    pub fn submit(&self, shared: &Shared, mut batch: Batch) -> Result<()> {
+        loop {
+            match self.batches.push(batch) {
+                Ok(()) => {
+                    self.signal();
+                    return Ok(());
+                }
+                Err(back) => batch = back,
+            }
+            if shared.stopping() {
+                return Err(Error::LinkClosed);
+            }
+            self.signal();
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+
+    /// Cancels a pending apply timer (main thread, at unload).
+    pub fn cancel_timer(&self) {
+        if let Some(id) = self.timer.lock().take() {
+            if let Some(tc) = self.context.lock().as_ref() {
+                let _ = tc.main_thread_context().stop_timer::<()>(id);
+            }
+        }
+    }
+
+    /// Batches received but not applied (dropped at unload).
+    pub fn discard(&self) -> u64 {
+        let mut n = 0;
+        while let Some(b) = self.batches.pop() {
+            n += b.entries.len() as u64;
+        }
+        n
+    }
+}
+
+/// Event-loop callback on the main thread (the wake-up pipe is readable):
+/// schedules the apply in a 0 ms timer. Redis runs timer callbacks in a
+/// proper module context, which propagates the applied writes to replicas
+/// and AOF when it ends; a bare event-loop callback would leave them pending
+/// (and Redis asserts on that).
+pub fn on_wake(shared: &Shared) {
+    let queue = &shared.apply;
+    let mut byte = [0u8; 1];
+    // Exactly one byte is in the pipe when `signaled` is set, so this returns at once.
+    let _ = queue.reader.lock().read(&mut byte);
+    queue.signaled.store(false, Ordering::Release);
+    let mut timer = queue.timer.lock();
+    if timer.is_none() {
+        if let Some(tc) = queue.context.lock().as_ref() {
+            let ctx = tc.main_thread_context();
+            *timer = Some(ctx.create_timer(Duration::ZERO, on_timer, ()));
+        }
+    }
+}
+
+fn on_timer(ctx: &Context, (): ()) {
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        runtime::with_shared(|shared| apply_pending(ctx, shared));
+    }));
+}
+
+/// Applies queued batches for at most [`APPLY_SLICE`], then lets Redis serve
+/// clients (waking itself again if batches remain).
+fn apply_pending(ctx: &Context, shared: &Shared) {
+    let queue = &shared.apply;
+    *queue.timer.lock() = None;
+    let started = Instant::now();
+    while let Some(batch) = queue.batches.pop() {
+        apply_batch(ctx, shared, &batch);
+        if started.elapsed() > APPLY_SLICE {
+            break;
+        }
+    }
+    if !queue.batches.is_empty() {
+        queue.signal();
+    }
+}
+
+/// Event-loop callback trampoline (registered by `runtime`).
+pub fn on_wake_current() {
+    runtime::with_shared(|s| on_wake(s));
 }
 
 fn run(
@@ -75,27 +197,22 @@ fn apply_entry(ctx: &Context, opts: &CallOptions, e: &Entry) -> std::result::Res
     }
 }
 
-/// Applies one batch atomically (under one GIL hold).
-///
-/// # Errors
-/// [`Error::LinkClosed`] when unload began before the GIL was free.
-pub fn apply_batch(tc: &ThreadContext, shared: &Shared, batch: &Batch) -> Result<()> {
-    let opts = CallOptionsBuilder::new()
-        .errors_as_replies()
-        .replicate()
-        .build();
-    let guard = lock_gil(tc, shared)?;
-    let ctx = guard.context();
+/// Applies one batch on the main thread.
+fn apply_batch(ctx: &Context, shared: &Shared, batch: &Batch) {
+    let n = batch.entries.len() as u64;
     if ctx.get_flags().contains(redis_module::ContextFlags::SLAVE) {
         // Writing here would diverge from this node's own master.
-        drop(guard);
-        let n = batch.entries.len() as u64;
         Stats::add(&shared.stats.apply_errors, n);
         shared
             .stats
             .set_error("this node is a replica (REPLICAOF): remote writes not applied");
-        return Ok(());
+        return;
     }
+    let opts = CallOptionsBuilder::new()
+        .errors_as_replies()
+        .replicate()
+        .build();
+    let original_db = server::selected_db(ctx);
     let suppressed = Suppressed::new();
     let mut failed = 0;
     let mut newest = 0;
@@ -107,11 +224,9 @@ pub fn apply_batch(tc: &ThreadContext, shared: &Shared, batch: &Batch) -> Result
         }
     }
     drop(suppressed);
-    drop(guard);
+    server::select_db(ctx, original_db);
     shared.clock.observe(newest);
-    let n = batch.entries.len() as u64;
     Stats::add(&shared.stats.entries_applied, n - failed);
     Stats::add(&shared.stats.apply_errors, failed);
     Stats::add(&shared.stats.batches_applied, 1);
-    Ok(())
 }

@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
-use crate::apply::apply_batch;
 use crate::config::{MAX_RING_SIZE, MIN_RING_SIZE};
 use crate::control::Hello;
 use crate::entry::Batch;
@@ -20,7 +19,6 @@ use crate::error::{Error, Result};
 use crate::poller::Poller;
 use crate::ring::{CreditPolicy, RingGeometry};
 use crate::runtime::{Shared, TransportKind};
-use crate::server::ThreadContext;
 use crate::status::{LinkState, Stats};
 use crate::transport::rdma::{self, RdmaLink};
 use crate::transport::tcp::{self, exchange_hello, TcpLink};
@@ -345,7 +343,6 @@ struct Inbound<'a> {
     poller: Poller,
     credit: CreditPolicy,
     batches: Vec<Batch>,
-    tc: ThreadContext,
 }
 
 impl<'a> Inbound<'a> {
@@ -358,8 +355,6 @@ impl<'a> Inbound<'a> {
             poller: Poller::new(geometry),
             credit: CreditPolicy::new(geometry),
             batches: Vec::new(),
-            tc: ThreadContext::new()
-                .ok_or_else(|| Error::Protocol("no thread-safe context".into()))?,
         })
     }
 }
@@ -371,7 +366,7 @@ impl Delivery for Inbound<'_> {
             return Err(e);
         }
         for batch in self.batches.drain(..) {
-            apply_batch(&self.tc, self.shared, &batch)?;
+            self.shared.apply.submit(self.shared, batch)?;
         }
         let head = self.poller.head();
         let due = self.credit.due(head, head == placed);

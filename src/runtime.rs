@@ -8,13 +8,14 @@ use std::thread::JoinHandle;
 
 use parking_lot::{Mutex, RwLock};
 
+use crate::apply::{self, ApplyQueue};
 use crate::clock::{default_node_id, local_ip_towards, HybridClock};
 use crate::config::{Config, TransportChoice};
 use crate::error::{Error, Result};
 use crate::queue::BatchQueue;
 use crate::status::{Identity, LinkState, Stats};
 use crate::transport::{rdma, RingWriter};
-use crate::{link, sender};
+use crate::{link, sender, server};
 
 /// The transport a running module uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,6 +52,8 @@ pub struct Shared {
     pub clock: HybridClock,
     /// Capture -> sender queue.
     pub queue: BatchQueue,
+    /// Link thread -> main thread: decoded batches to apply.
+    pub apply: ApplyQueue,
     /// The link the sender writes to, when one is up.
     pub link: Mutex<Option<Arc<dyn RingWriter>>>,
     /// Where the peer is: from the config, changeable with `CONFIG SET`.
@@ -117,6 +120,7 @@ impl Shared {
             .unwrap_or_else(|e| panic!("test config: {e}"));
         Self {
             queue: BatchQueue::new(config.queue_size),
+            apply: ApplyQueue::new().unwrap_or_else(|e| panic!("test apply queue: {e}")),
             config,
             node_id: 1,
             transport: TransportKind::Tcp,
@@ -200,8 +204,10 @@ pub fn start(config: Config) -> Result<String> {
             )?),
         };
     let node_id = node_id_for(&config);
+    let apply = ApplyQueue::new()?;
     let shared = Arc::new(Shared {
         queue: BatchQueue::new(config.queue_size),
+        apply,
         config,
         node_id,
         transport,
@@ -218,6 +224,12 @@ pub fn start(config: Config) -> Result<String> {
     let (offer_tx, offer_rx) = crossbeam_channel::bounded(4);
     let mut threads = Vec::new();
     let started = (|| -> Result<()> {
+        server::watch_fd(shared.apply.wake_fd(), apply::on_wake_current).map_err(|what| {
+            Error::Spawn {
+                name: "apply watcher",
+                source: std::io::Error::other(format!("RedisModule_{what} refused")),
+            }
+        })?;
         threads.push(spawn("rdmasync-send", &shared, sender::run)?);
         threads.push(match listener {
             Listener::Tcp(l) => spawn("rdmasync-accept", &shared, move |s| {
@@ -300,6 +312,8 @@ pub fn stop() {
     let Some(rt) = RUNTIME.lock().take() else {
         return;
     };
+    server::unwatch_fd(rt.shared.apply.wake_fd());
+    rt.shared.apply.cancel_timer();
     rt.shared.shutdown.store(true, Ordering::SeqCst);
     rt.shared.queue.wake.wake();
     if let Some(link) = rt.shared.link.lock().take() {
@@ -309,6 +323,7 @@ pub fn stop() {
         t.thread().unpark();
         let _ = t.join();
     }
+    Stats::add(&rt.shared.stats.entries_dropped, rt.shared.apply.discard());
     rt.shared.stats.set_link(LinkState::Down);
     *CURRENT.write() = None;
 }

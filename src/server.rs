@@ -150,16 +150,10 @@ impl ThreadContext {
         (!ctx.is_null()).then_some(Self { ctx })
     }
 
-    /// Takes the GIL if it is free right now.
-    pub fn try_lock(&self) -> Option<GilGuard<'_>> {
-        // SAFETY: the API table is filled before the module starts threads.
-        let try_lock = unsafe { raw::RedisModule_ThreadSafeContextTryLock }?;
-        // SAFETY: `self.ctx` is a live thread-safe context.
-        let rc = unsafe { try_lock(self.ctx) };
-        (rc == raw::REDISMODULE_OK as i32).then(|| GilGuard {
-            owner: self,
-            context: Context::new(self.ctx),
-        })
+    /// The context, for use on Redis' main thread only (which holds the GIL
+    /// whenever it runs module callbacks).
+    pub fn main_thread_context(&self) -> Context {
+        Context::new(self.ctx)
     }
 }
 
@@ -173,26 +167,53 @@ impl Drop for ThreadContext {
     }
 }
 
-/// Holds the GIL; Redis commands may run through [`GilGuard::context`].
-pub struct GilGuard<'a> {
-    owner: &'a ThreadContext,
-    context: Context,
-}
-
-impl GilGuard<'_> {
-    /// The locked context.
-    pub fn context(&self) -> &Context {
-        &self.context
+/// Watches `fd` from Redis' event loop; `on_readable` runs on the main thread
+/// when it is readable (`RedisModule_EventLoopAdd`, Redis 7.0+).
+///
+/// # Errors
+/// When Redis refuses (no such API, or a bad fd).
+pub fn watch_fd(fd: i32, on_readable: fn()) -> Result<(), &'static str> {
+    let _ = FD_HANDLER.set(on_readable);
+    // SAFETY: the API table is filled by RedisModule_Init before OnLoad continues.
+    let Some(add) = (unsafe { raw::RedisModule_EventLoopAdd }) else {
+        return Err("EventLoopAdd");
+    };
+    // SAFETY: `fd` is a live pipe end owned by the runtime until `unwatch_fd`;
+    // the callback lives as long as the module is loaded.
+    let rc = unsafe {
+        add(
+            fd,
+            raw::REDISMODULE_EVENTLOOP_READABLE as i32,
+            Some(on_fd_readable),
+            ptr::null_mut(),
+        )
+    };
+    if rc == raw::REDISMODULE_OK as i32 {
+        Ok(())
+    } else {
+        Err("EventLoopAdd")
     }
 }
 
-impl Drop for GilGuard<'_> {
-    fn drop(&mut self) {
-        // SAFETY: the API table is filled; we hold the GIL taken in try_lock.
-        if let Some(unlock) = unsafe { raw::RedisModule_ThreadSafeContextUnlock } {
-            // SAFETY: unlocks the GIL this guard acquired on `owner.ctx`.
-            unsafe { unlock(self.owner.ctx) };
-        }
+/// Stops watching `fd` (before it is closed).
+pub fn unwatch_fd(fd: i32) {
+    // SAFETY: the API table is filled by RedisModule_Init.
+    if let Some(del) = unsafe { raw::RedisModule_EventLoopDel } {
+        // SAFETY: removes the watch added by `watch_fd` on the main thread.
+        unsafe { del(fd, raw::REDISMODULE_EVENTLOOP_READABLE as i32) };
+    }
+}
+
+static FD_HANDLER: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+
+unsafe extern "C" fn on_fd_readable(
+    _fd: std::os::raw::c_int,
+    _data: *mut c_void,
+    _mask: std::os::raw::c_int,
+) {
+    if let Some(handler) = FD_HANDLER.get() {
+        // A panic must not unwind into redis-server.
+        let _ = std::panic::catch_unwind(handler);
     }
 }
 

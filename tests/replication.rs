@@ -519,6 +519,30 @@ fn applied_writes_reach_the_nodes_own_replica() {
     let _: () = pair.a.conn().hset("h-via-b", "f", "v").unwrap();
     wait_value(&replica, "via-b", "to-replica");
     assert!(wait_until(SETTLE, || replica.digest() == pair.a.digest()));
+    // Volume with expiring keys: B's active expiry runs while it applies (Redis
+    // asserts if applied writes were left unpropagated), and B's replica ends
+    // equal to A once the short-lived keys are gone everywhere.
+    let mut a = pair.a.conn();
+    for chunk in 0..40 {
+        let mut p = redis::pipe();
+        for i in 0..250 {
+            let n = chunk * 250 + i;
+            let ttl = if n % 3 == 0 { 50 } else { 600_000 };
+            p.cmd("SET")
+                .arg(format!("vol:{n}"))
+                .arg(n)
+                .arg("PX")
+                .arg(ttl)
+                .ignore();
+        }
+        let _: () = p.query(&mut a).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(wait_until(SETTLE, || {
+        replica.digest() == pair.a.digest() && pair.b.digest() == pair.a.digest()
+    }));
+    let pong: String = redis::cmd("PING").query(&mut pair.b.conn()).unwrap();
+    assert_eq!(pong, "PONG");
 }
 
 #[test]
