@@ -112,8 +112,8 @@ impl DirtySet {
     }
 }
 
-/// The node's dirty set. Touched only with the GIL held (main thread, or the
-/// apply thread while it holds the GIL), so the lock is never contended.
+/// The node's dirty set. Touched only on the main thread, so the lock is never
+/// contended.
 pub static DIRTY: LazyLock<Mutex<DirtySet>> = LazyLock::new(Mutex::default);
 
 /// Set while the module itself runs commands (applying remote batches,

@@ -7,20 +7,20 @@
 //! (bounded, lock-free) -> `sender` (frames from `wire` into the peer's ring
 //! at its tail, bounded by credit, `ring`) -> `transport` (moves bytes into
 //! the peer's ring) -> `poller` on the peer (complete, verified frames ->
-//! batches) -> `apply` (batch -> Redis under the GIL, echo suppressed).
+//! batches) -> `apply` (batch -> Redis on the main thread, echo suppressed).
 //! `link` runs the connection lifecycle; `status` holds the counters.
 //!
 //! # Threads
-//! Redis' main thread runs the hook, the capture and `RDMASYNC.STATUS`.
-//! The module adds three threads: `rdmasync-send` (queue -> ring),
-//! `rdmasync-link` (dial, handshake, then receive and apply) and
-//! `rdmasync-accept` (incoming connections). All three are joined at
-//! `MODULE UNLOAD`; none ever blocks on the GIL (try-lock with backoff), so
-//! unload cannot deadlock.
+//! Redis' main thread runs the hook, the capture, the apply (woken through a
+//! pipe, run in a 0 ms timer) and `RDMASYNC.STATUS`. The module adds three
+//! threads: `rdmasync-send` (queue -> ring), `rdmasync-link` (dial, handshake,
+//! then receive and decode) and `rdmasync-accept` (incoming connections).
+//! All three are joined at `MODULE UNLOAD`; none ever takes the GIL, so a
+//! busy server cannot starve them and unload cannot deadlock with them.
 //!
 //! # Safety
 //! `unsafe` lives in `server` (Redis API calls the `redis-module` crate does
-//! not wrap) and, later, `transport::rdma`. Every block carries a `SAFETY:`
+//! not wrap) and `transport::rdma` (libibverbs/librdmacm). Every block carries a `SAFETY:`
 //! comment. No panic crosses into redis-server: callbacks and threads run
 //! under `catch_unwind`.
 #![deny(unsafe_op_in_unsafe_fn)]

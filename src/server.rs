@@ -1,5 +1,6 @@
 //! The few Redis module API calls `redis-module` does not wrap safely:
-//! database selection, server-event subscription and the GIL try-lock.
+//! database selection, event subscriptions, the event-loop fd watch and the
+//! detached context the apply path uses.
 //! Every `unsafe` block outside `transport/rdma/` lives here.
 
 use std::ffi::CStr;
@@ -130,14 +131,14 @@ pub fn subscribe_server_events(
     Ok(())
 }
 
-/// A thread-safe context for one background thread, used to run Redis
-/// commands under the GIL.
+/// A detached thread-safe context, used on the main thread only (to create
+/// the apply timer).
 pub struct ThreadContext {
     ctx: *mut raw::RedisModuleCtx,
 }
 
-// SAFETY: a detached thread-safe context is meant to be used from another
-// thread; every use beyond lock/unlock happens while holding the GIL.
+// SAFETY: a detached thread-safe context may move between threads; it is
+// only used on the main thread, which holds the GIL while running callbacks.
 unsafe impl Send for ThreadContext {}
 
 impl ThreadContext {
