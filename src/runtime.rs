@@ -187,6 +187,7 @@ fn spawn(
 /// [`Error::Listen`] when the listen port is taken, [`Error::Spawn`].
 pub fn start(config: Config) -> Result<String> {
     let (transport, why) = choose_transport(config.transport)?;
+    rdma::abort_waits(false);
     let listen_addr = std::net::SocketAddr::new(config.bind, config.listen_port);
     let listener =
         match transport {
@@ -312,6 +313,7 @@ pub fn stop() {
     let Some(rt) = RUNTIME.lock().take() else {
         return;
     };
+    rdma::abort_waits(true);
     server::unwatch_fd(rt.shared.apply.wake_fd());
     rt.shared.apply.cancel_timer();
     rt.shared.shutdown.store(true, Ordering::SeqCst);

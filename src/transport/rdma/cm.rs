@@ -14,6 +14,21 @@ use rdma_sys::{
 
 use super::RdmaError;
 
+/// Set at unload: every rdma_cm wait returns at once, so `MODULE UNLOAD`
+/// never waits out a dial or handshake timeout.
+static ABORT_WAITS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Makes every pending and future rdma_cm wait give up (`true`), or allows
+/// them again (`false`, at load).
+pub fn abort_waits(abort: bool) {
+    ABORT_WAITS.store(abort, std::sync::atomic::Ordering::Release);
+}
+
+/// Whether waits have been aborted.
+pub fn waits_aborted() -> bool {
+    ABORT_WAITS.load(std::sync::atomic::Ordering::Acquire)
+}
+
 /// A CM event channel with a non-blocking fd; destroyed on drop.
 pub struct EventChannel {
     channel: NonNull<rdma_event_channel>,
@@ -109,8 +124,10 @@ impl EventChannel {
             if err.kind() != std::io::ErrorKind::WouldBlock {
                 return Err(RdmaError::GetCmEvent(err));
             }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
+            let left = deadline
+                .saturating_duration_since(Instant::now())
+                .min(Duration::from_millis(50));
+            if left.is_zero() || waits_aborted() {
                 return Ok(None);
             }
             let mut pfd = libc::pollfd {
@@ -375,15 +392,22 @@ impl CmId {
     }
 }
 
+impl CmId {
+    /// Destroys the QP now (before the CQs, memory and PD it uses), if any.
+    pub fn destroy_qp(&mut self) {
+        if self.has_qp {
+            self.has_qp = false;
+            // SAFETY: the QP was created on this live id and is destroyed once.
+            unsafe { rdma_destroy_qp(self.id.as_ptr()) };
+        }
+    }
+}
+
 impl Drop for CmId {
     fn drop(&mut self) {
-        // SAFETY: the id is live and all its events were acknowledged; the QP
-        // (if any) is destroyed first, as rdma_destroy_id requires.
-        unsafe {
-            if self.has_qp {
-                rdma_destroy_qp(self.id.as_ptr());
-            }
-            rdma_destroy_id(self.id.as_ptr());
-        }
+        self.destroy_qp();
+        // SAFETY: the id is live and all its events were acknowledged; its QP
+        // is gone, as rdma_destroy_id requires.
+        unsafe { rdma_destroy_id(self.id.as_ptr()) };
     }
 }

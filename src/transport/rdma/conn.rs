@@ -31,18 +31,26 @@ const STAGING_BYTES: u64 = 4 << 20;
 /// Empty polls before the receiver arms the CQ and sleeps.
 const SPIN_POLLS: u32 = 2000;
 
-/// Verbs resources of one connection. Fields drop in declaration order: the
-/// id (and its QP) first, then the CQs, the memory, the PD, the channel.
+/// Verbs resources of one connection, released in dependency order (see Drop).
 pub(crate) struct Endpoint {
-    id: CmId,
     send_cq: Arc<CompletionQueue>,
     recv_cq: Arc<CompletionQueue>,
     ring: MemoryRegion,
     slots: MemoryRegion,
     staging: MemoryRegion,
     _pd: Arc<ProtectionDomain>,
+    id: CmId,
     channel: EventChannel,
     device: String,
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        // The QP goes first; the fields then drop in declaration order: CQs,
+        // memory, PD, and only then the id (whose device context they used,
+        // which a hot-removed device frees with its last id), then the channel.
+        self.id.destroy_qp();
+    }
 }
 
 impl Endpoint {
@@ -198,7 +206,7 @@ impl Pending {
         let peer = loop {
             let mut n = ep.recv_cq.poll(&mut wcs)?;
             if n == 0 {
-                if Instant::now() >= deadline {
+                if Instant::now() >= deadline || super::cm::waits_aborted() {
                     return Err(RdmaError::Timeout("HELLO").into());
                 }
                 ep.recv_cq.arm()?;

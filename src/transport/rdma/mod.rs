@@ -181,6 +181,8 @@ pub(crate) fn probe() -> Result<Vec<String>, RdmaError> {
     }
 }
 
+pub(crate) use cm::abort_waits;
+
 /// Connect and handshake timeout.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
