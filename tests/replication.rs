@@ -669,3 +669,46 @@ fn a_node_that_becomes_a_replica_neither_wipes_nor_loops() {
     let _: () = pair.b.conn().set("promoted", 1).unwrap();
     wait_value(&pair.a, "promoted", "1");
 }
+
+#[test]
+fn applied_writes_reach_the_nodes_own_aof() {
+    let pair = Pair::start();
+    let mut b = pair.b.conn();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("appendonly")
+        .arg("yes")
+        .query(&mut b)
+        .unwrap();
+    let info = |c: &mut redis::Connection| -> String {
+        redis::cmd("INFO").arg("persistence").query(c).unwrap()
+    };
+    assert!(wait_until(SETTLE, || {
+        let i = info(&mut b);
+        i.contains("aof_enabled:1")
+            && i.contains("aof_rewrite_in_progress:0")
+            && i.contains("aof_rewrite_scheduled:0")
+    }));
+    let _: () = pair.a.conn().set("into-aof", "from-a").unwrap();
+    wait_value(&pair.b, "into-aof", "from-a");
+    let aof_text = || -> String {
+        let dir = pair.b.dir.join("appendonlydir");
+        std::fs::read_dir(&dir)
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().ends_with(".incr.aof"))
+                    .map(|e| {
+                        String::from_utf8_lossy(&std::fs::read(e.path()).unwrap_or_default())
+                            .into_owned()
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    assert!(
+        wait_until(SETTLE, || aof_text().contains("into-aof")),
+        "the applied write is not in B's AOF: {}",
+        aof_text()
+    );
+    assert!(aof_text().contains("RESTORE") || aof_text().contains("restore"));
+}
