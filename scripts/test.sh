@@ -2,7 +2,8 @@
 # Installs what is missing, builds, and runs every test: formatting, lints,
 # unit and property tests, the integration suite on real server pairs over
 # TCP against Redis 7.0 (redis-server) and Valkey 8 (valkey-server), then the
-# suite inside a Soft-RoCE guest over tcp and rdma (scripts/test-rdma.sh).
+# suite inside a Soft-RoCE guest over tcp and rdma (scripts/test-rdma.sh),
+# and a short fuzz run of the network decoders (scripts/fuzz-smoke.sh).
 # Any failure fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,3 +17,5 @@ REDIS_SERVER=redis-server cargo nextest run --no-fail-fast
 echo "== integration suite on $(valkey-server --version | cut -d' ' -f1-3)"
 REDIS_SERVER=valkey-server cargo nextest run --no-fail-fast
 scripts/test-rdma.sh
+# Coverage-guided smoke run of every decoder of network bytes.
+scripts/fuzz-smoke.sh 15

@@ -27,7 +27,7 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 // Unit tests build without the Redis wiring (`module`), which is what calls
 // most of the crate.
-#![cfg_attr(test, allow(dead_code))]
+#![cfg_attr(any(test, not(feature = "module")), allow(dead_code))]
 
 pub(crate) mod apply;
 pub(crate) mod capture;
@@ -49,5 +49,5 @@ pub mod status;
 pub(crate) mod transport;
 pub mod wire;
 
-#[cfg(not(test))]
+#[cfg(all(feature = "module", not(test)))]
 mod module;

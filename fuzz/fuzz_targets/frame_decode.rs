@@ -1,0 +1,39 @@
+//! Any bytes given to the frame decoder: an error or a frame whose fields are
+//! consistent with the bytes, never a panic. Inputs whose header is valid also
+//! get their checksum fixed up, so the paths behind the CRC are explored too.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use rdmasync::wire::{self, Peeked};
+
+fn check(data: &[u8]) {
+    if let Ok(frame) = wire::decode_frame(data) {
+        assert!(frame.len <= data.len());
+        assert_eq!(frame.key.len(), frame.header.key_len as usize);
+        assert_eq!(frame.value.len(), frame.header.value_len as usize);
+        // What decodes re-encodes to the same bytes (padding aside).
+        let mut out = vec![0u8; frame.len];
+        let n = wire::encode_frame(&frame.header, frame.key, frame.value, &mut out).unwrap();
+        assert_eq!(n, frame.len);
+        let body = wire::HEADER_LEN + frame.key.len() + frame.value.len() + wire::TRAILER_LEN;
+        assert_eq!(&out[..body], &data[..body]);
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    check(data);
+    if let Ok(Peeked::Frame(len)) = wire::peek(data) {
+        if len <= data.len() && data.len() >= wire::HEADER_LEN {
+            let key = u32::from_le_bytes([data[48], data[49], data[50], data[51]]) as usize;
+            let value = u32::from_le_bytes([data[52], data[53], data[54], data[55]]) as usize;
+            let end = wire::HEADER_LEN + key + value;
+            if end + wire::TRAILER_LEN <= len {
+                let mut fixed = data.to_vec();
+                let crc = crc32c::crc32c(&fixed[..end]);
+                fixed[end..end + 4].copy_from_slice(&crc.to_le_bytes());
+                check(&fixed);
+                assert!(wire::decode_frame(&fixed).is_ok());
+            }
+        }
+    }
+});
