@@ -17,7 +17,10 @@ fuzz_target!(|data: &[u8]| {
         let body: &[u8; HELLO_LEN] = body.try_into().unwrap();
         if let Ok(hello) = Hello::decode(body) {
             let enc = hello.encode();
-            assert_eq!(Hello::decode(enc[HEADER_LEN..].try_into().unwrap()), Ok(hello));
+            assert_eq!(
+                Hello::decode(enc[HEADER_LEN..].try_into().unwrap()),
+                Ok(hello)
+            );
         }
     }
 });

@@ -8,7 +8,9 @@ use rdmasync::poller::Poller;
 use rdmasync::ring::RingGeometry;
 
 fuzz_target!(|data: &[u8]| {
-    let Some(geometry) = RingGeometry::new(4096) else { return };
+    let Some(geometry) = RingGeometry::new(4096) else {
+        return;
+    };
     let mut ring = vec![0u8; 4096];
     let mut poller = Poller::new(geometry);
     let mut placed = 0u64;
