@@ -67,7 +67,7 @@ pub fn flush(ctx: &Context, shared: &Shared) {
         }
         dirty.take()
     };
-    if server::is_replica_or_loading(ctx) {
+    if server::is_replica_or_loading() {
         // A replica's data comes from its master; it has nothing of its own to ship.
         Stats::add(&shared.stats.entries_dropped, ops.len() as u64);
         return;

@@ -142,7 +142,7 @@ impl Drop for Suppressed {
 /// from this node's own master (it is a replica) or from loading a dataset
 /// are not this node's writes and are not captured.
 pub fn on_keyspace_event(ctx: &Context, key: &[u8]) {
-    if SUPPRESS.load(Ordering::Relaxed) || server::is_replica_or_loading(ctx) {
+    if SUPPRESS.load(Ordering::Relaxed) || server::is_replica_or_loading() {
         return;
     }
     let db = server::selected_db(ctx);
@@ -150,8 +150,8 @@ pub fn on_keyspace_event(ctx: &Context, key: &[u8]) {
 }
 
 /// Records FLUSHDB/FLUSHALL and SWAPDB, which have no per-key notification.
-pub fn on_flush_or_swap(ctx: &Context, event: server::ServerEvent) {
-    if SUPPRESS.load(Ordering::Relaxed) || server::is_replica_or_loading(ctx) {
+pub fn on_flush_or_swap(event: server::ServerEvent) {
+    if SUPPRESS.load(Ordering::Relaxed) || server::is_replica_or_loading() {
         return;
     }
     match event {

@@ -35,6 +35,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         if apis.post_notification_jobs { "yes" } else { "no (Redis 7.0)" },
         if apis.key_event { "yes" } else { "no (Redis 7.0)" },
     ));
+    server::init_role(ctx);
     let line = match runtime::start(config) {
         Ok(line) => line,
         Err(e) => {
@@ -74,7 +75,7 @@ fn on_server_event(ctx: &Context, event: ServerEvent) {
             let discarded = hook::on_dataset_replaced();
             runtime::with_shared(|s| s.dataset_replaced(discarded));
         }
-        other => hook::on_flush_or_swap(ctx, other),
+        other => hook::on_flush_or_swap(other),
     }
 }
 

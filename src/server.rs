@@ -82,15 +82,25 @@ unsafe extern "C" fn on_server_event(
         {
             ServerEvent::BeforeSleep
         }
-        raw::REDISMODULE_EVENT_LOADING
-            if matches!(
+        raw::REDISMODULE_EVENT_LOADING => {
+            let starting = matches!(
                 subevent,
                 raw::REDISMODULE_SUBEVENT_LOADING_RDB_START
                     | raw::REDISMODULE_SUBEVENT_LOADING_AOF_START
                     | raw::REDISMODULE_SUBEVENT_LOADING_REPL_START
-            ) =>
-        {
+            );
+            LOADING.store(starting, std::sync::atomic::Ordering::Relaxed);
+            if !starting {
+                return;
+            }
             ServerEvent::DatasetReplaced
+        }
+        raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED => {
+            REPLICA.store(
+                subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA,
+                std::sync::atomic::Ordering::Relaxed,
+            );
+            return;
         }
         _ => return,
     };
@@ -119,6 +129,10 @@ pub fn subscribe_server_events(
         (raw::REDISMODULE_EVENT_SWAPDB, "SwapDB"),
         (raw::REDISMODULE_EVENT_EVENTLOOP, "EventLoop"),
         (raw::REDISMODULE_EVENT_LOADING, "Loading"),
+        (
+            raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
+            "ReplicationRoleChanged",
+        ),
     ] {
         let event = raw::RedisModuleEvent { id, dataver: 1 };
         // SAFETY: `ctx` is the OnLoad context and `on_server_event` matches the
@@ -370,13 +384,28 @@ pub fn subscribe_keyspace_events(
     }
 }
 
-/// Whether this server currently replicates from a master (its data then
-/// comes from there, not from its own clients), or is loading a dataset.
-pub fn is_replica_or_loading(ctx: &Context) -> bool {
+/// This server replicates from a master (kept current by the role-change event).
+static REPLICA: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// This server is loading a dataset (kept current by the loading event).
+static LOADING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Reads the role and loading state once, at load.
+pub fn init_role(ctx: &Context) {
     let flags = ctx.get_flags();
-    flags.intersects(
-        redis_module::ContextFlags::SLAVE
-            | redis_module::ContextFlags::LOADING
-            | redis_module::ContextFlags::REPLICATED,
-    )
+    REPLICA.store(
+        flags.contains(redis_module::ContextFlags::SLAVE),
+        std::sync::atomic::Ordering::Relaxed,
+    );
+    LOADING.store(
+        flags.contains(redis_module::ContextFlags::LOADING),
+        std::sync::atomic::Ordering::Relaxed,
+    );
+}
+
+/// Whether this server currently replicates from a master (its data, and
+/// every write it sees, then comes from there, not from its own clients), or
+/// is loading a dataset. Two atomic loads: cheap enough for every write.
+pub fn is_replica_or_loading() -> bool {
+    REPLICA.load(std::sync::atomic::Ordering::Relaxed)
+        || LOADING.load(std::sync::atomic::Ordering::Relaxed)
 }
