@@ -30,20 +30,20 @@ fn snapshot_key(ctx: &Context, opts: &CallOptions, key: Vec<u8>) -> Op {
 }
 
 /// Turns pending ops into a stamped batch, reading values now.
-fn snapshot(ctx: &Context, shared: &Shared, ops: &[PendingOp]) -> Batch {
+fn snapshot(ctx: &Context, shared: &Shared, ops: Vec<PendingOp>) -> Batch {
     let opts = CallOptionsBuilder::new().errors_as_replies().build();
     let original_db = server::selected_db(ctx);
     let entries = ops
-        .iter()
+        .into_iter()
         .map(|op| {
             let (db, op) = match op {
                 PendingOp::Key { db, key } => {
-                    server::select_db(ctx, *db);
-                    (*db, snapshot_key(ctx, &opts, key.clone()))
+                    server::select_db(ctx, db);
+                    (db, snapshot_key(ctx, &opts, key))
                 }
-                PendingOp::FlushDb(db) => (*db, Op::FlushDb),
+                PendingOp::FlushDb(db) => (db, Op::FlushDb),
                 PendingOp::FlushAll => (0, Op::FlushAll),
-                PendingOp::SwapDb(a, b) => (*a, Op::SwapDb { other: *b }),
+                PendingOp::SwapDb(a, b) => (a, Op::SwapDb { other: b }),
             };
             Entry {
                 origin: shared.node_id,
@@ -56,6 +56,20 @@ fn snapshot(ctx: &Context, shared: &Shared, ops: &[PendingOp]) -> Batch {
         .collect();
     server::select_db(ctx, original_db);
     Batch { entries }
+}
+
+/// The pending ops a batch was made from (to keep its keys dirty).
+fn pending_of(batch: Batch) -> Vec<PendingOp> {
+    batch
+        .entries
+        .into_iter()
+        .map(|e| match e.op {
+            Op::Value { key, .. } | Op::Delete { key } => PendingOp::Key { db: e.db, key },
+            Op::FlushDb => PendingOp::FlushDb(e.db),
+            Op::FlushAll => PendingOp::FlushAll,
+            Op::SwapDb { other } => PendingOp::SwapDb(e.db, other),
+        })
+        .collect()
 }
 
 /// Ships what changed since the last call. Called before the event loop sleeps.
@@ -86,11 +100,12 @@ pub fn flush(ctx: &Context, shared: &Shared) {
     }
     let batch = {
         let _guard = Suppressed::new();
-        snapshot(ctx, shared, &ops)
+        snapshot(ctx, shared, ops)
     };
-    if shared.queue.push(batch).is_err() {
-        // Never block Redis: keep the keys dirty and retry next iteration.
+    // Cannot fail after `is_full` said no (this thread is the only producer),
+    // but if it did, the keys would stay dirty like above.
+    if let Err(batch) = shared.queue.push(batch) {
         Stats::add(&shared.stats.queue_overflows, 1);
-        DIRTY.lock().restore(ops);
+        DIRTY.lock().restore(pending_of(batch));
     }
 }

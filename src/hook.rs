@@ -1,7 +1,7 @@
 //! Keyspace and server events -> the dirty set. Runs inside Redis commands:
 //! records `(db, key)` and nothing else; never writes, never blocks.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::LazyLock;
 
@@ -34,7 +34,8 @@ pub enum PendingOp {
 #[derive(Debug, Default)]
 pub struct DirtySet {
     ops: Vec<PendingOp>,
-    keys: HashSet<(u32, Vec<u8>)>,
+    /// The keys in `ops`, per database: a repeat write looks up without allocating.
+    keys: HashMap<u32, HashSet<Vec<u8>>>,
 }
 
 impl DirtySet {
@@ -45,10 +46,13 @@ impl DirtySet {
 
     /// Records that `key` in `db` changed.
     pub fn mark(&mut self, db: u32, key: &[u8]) {
-        let k = (db, key.to_vec());
-        if !self.keys.contains(&k) {
-            self.keys.insert(k.clone());
-            self.ops.push(PendingOp::Key { db, key: k.1 });
+        let keys = self.keys.entry(db).or_default();
+        if !keys.contains(key) {
+            keys.insert(key.to_vec());
+            self.ops.push(PendingOp::Key {
+                db,
+                key: key.to_vec(),
+            });
         }
     }
 
@@ -58,7 +62,7 @@ impl DirtySet {
         let hit = |d: u32| db.is_none_or(|f| f == d);
         self.ops
             .retain(|op| !matches!(op, PendingOp::Key { db: d, .. } if hit(*d)));
-        self.keys.retain(|(d, _)| !hit(*d));
+        self.keys.retain(|d, _| !hit(*d));
         self.ops.push(match db {
             Some(d) => PendingOp::FlushDb(d),
             None => PendingOp::FlushAll,
@@ -76,7 +80,8 @@ impl DirtySet {
             }
             _ => true,
         });
-        self.keys.retain(|(d, _)| *d != a && *d != b);
+        self.keys.remove(&a);
+        self.keys.remove(&b);
         self.ops.push(PendingOp::SwapDb(a, b));
         for (db, key) in moved {
             self.mark(db, &key);
@@ -93,14 +98,12 @@ impl DirtySet {
     /// recorded since.
     pub fn restore(&mut self, ops: Vec<PendingOp>) {
         let newer = std::mem::replace(&mut self.ops, ops);
-        self.keys = self
-            .ops
-            .iter()
-            .filter_map(|op| match op {
-                PendingOp::Key { db, key } => Some((*db, key.clone())),
-                _ => None,
-            })
-            .collect();
+        self.keys.clear();
+        for op in &self.ops {
+            if let PendingOp::Key { db, key } = op {
+                self.keys.entry(*db).or_default().insert(key.clone());
+            }
+        }
         for op in newer {
             match op {
                 PendingOp::Key { db, key } => self.mark(db, &key),
