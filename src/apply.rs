@@ -13,12 +13,15 @@ use crossbeam_queue::ArrayQueue;
 use parking_lot::Mutex;
 use redis_module::{CallOptions, CallOptionsBuilder, CallResult, Context, RedisModuleTimerID};
 
+use crate::catchup::{Replication, STATE};
 use crate::entry::{Batch, Entry, Op};
 use crate::error::{Error, Result};
 use crate::hook::Suppressed;
 use crate::runtime::{self, Shared};
 use crate::server::{self, ThreadContext};
-use crate::status::Stats;
+use crate::snapshot::Reader;
+use crate::status::{unix_ms, Stats};
+use crate::version::{Decision, Stamp, GC_AT_NEXT_ACK};
 
 /// Batches decoded but not yet applied, at most.
 const PENDING_BATCHES: usize = 1024;
@@ -168,38 +171,149 @@ fn run(
     }
 }
 
-fn apply_entry(ctx: &Context, opts: &CallOptions, e: &Entry) -> std::result::Result<(), String> {
+/// What became of one entry.
+enum Outcome {
+    /// Written to Redis.
+    Applied,
+    /// Older than this node's version: discarded (a conflict lost).
+    Discarded,
+    /// This node has exactly this version already.
+    Duplicate,
+    /// An ack or sync request: no data.
+    Notice,
+}
+
+fn restore(
+    ctx: &Context,
+    opts: &CallOptions,
+    key: &[u8],
+    payload: &[u8],
+    expiry_ms: Option<u64>,
+) -> std::result::Result<(), String> {
+    let ttl = expiry_ms.unwrap_or(0).to_string();
+    run(
+        ctx,
+        opts,
+        "RESTORE",
+        &[key, ttl.as_bytes(), payload, b"REPLACE", b"ABSTTL"],
+    )
+}
+
+/// A remote FLUSHDB/FLUSHALL: removes what is older than it and keeps the
+/// keys this node wrote (or applied) after it.
+fn apply_flush(
+    ctx: &Context,
+    opts: &CallOptions,
+    st: &mut Replication,
+    db: Option<u32>,
+    stamp: Stamp,
+) -> std::result::Result<Outcome, String> {
+    if !st.versions.flush_is_new(db, stamp) {
+        return Ok(Outcome::Discarded);
+    }
+    let survivors = st.versions.flush(db, stamp);
+    let reader = Reader::new(ctx);
+    let mut saved = Vec::with_capacity(survivors.len());
+    for (d, key) in survivors {
+        server::select_db(ctx, d);
+        if let Some(snap) = reader.dump(&key) {
+            saved.push((d, key, snap));
+        }
+    }
+    match db {
+        Some(d) => {
+            server::select_db(ctx, d);
+            run(ctx, opts, "FLUSHDB", &[])?;
+        }
+        None => run(ctx, opts, "FLUSHALL", &[])?,
+    }
+    for (d, key, snap) in saved {
+        server::select_db(ctx, d);
+        restore(ctx, opts, &key, &snap.payload, snap.expiry_ms)?;
+    }
+    Ok(Outcome::Applied)
+}
+
+fn apply_entry(
+    ctx: &Context,
+    opts: &CallOptions,
+    st: &mut Replication,
+    me: u64,
+    e: &Entry,
+) -> std::result::Result<Outcome, String> {
+    let stamp = Stamp::new(e.clock, e.origin);
+    match &e.op {
+        Op::Ack { applied } => {
+            st.acknowledged(*applied);
+            return Ok(Outcome::Notice);
+        }
+        Op::SyncRequest => {
+            if !st.full_sync_wanted && st.full_sync.is_none() {
+                redis_module::logging::log_notice(
+                    "rdmasync: the peer lost state (restart or reload) and asks for a full sync",
+                );
+            }
+            st.full_sync_wanted = true;
+            return Ok(Outcome::Notice);
+        }
+        _ => {}
+    }
+    st.applied(e.seq);
     if !server::select_db(ctx, e.db) {
         return Err(format!("no database {}", e.db));
     }
+    let reader = Reader::new(ctx);
+    let decide = |st: &Replication, key: &[u8]| {
+        st.versions
+            .decide(e.db, key, stamp, me, || reader.exists(key))
+    };
     match &e.op {
         Op::Value {
             key,
             payload,
             expiry_ms,
-        } => {
-            let ttl = expiry_ms.unwrap_or(0).to_string();
-            run(
-                ctx,
-                opts,
-                "RESTORE",
-                &[key, ttl.as_bytes(), payload, b"REPLACE", b"ABSTTL"],
-            )
-        }
-        Op::Delete { key } => run(ctx, opts, "DEL", &[key]),
-        Op::FlushDb => run(ctx, opts, "FLUSHDB", &[]),
-        Op::FlushAll => run(ctx, opts, "FLUSHALL", &[]),
+        } => match decide(st, key) {
+            Decision::Apply => {
+                restore(ctx, opts, key, payload, *expiry_ms)?;
+                if expiry_ms.is_some_and(|at| at <= unix_ms()) {
+                    // Already expired: RESTORE did not create it.
+                    st.versions
+                        .record_delete(e.db, key, stamp, st.last_pushed.max(1));
+                } else {
+                    st.versions.record_write(e.db, key, stamp);
+                }
+                Ok(Outcome::Applied)
+            }
+            Decision::Stale => Ok(Outcome::Discarded),
+            Decision::Duplicate => Ok(Outcome::Duplicate),
+        },
+        Op::Delete { key } => match decide(st, key) {
+            Decision::Apply => {
+                run(ctx, opts, "DEL", &[key])?;
+                st.versions
+                    .record_delete(e.db, key, stamp, GC_AT_NEXT_ACK);
+                Ok(Outcome::Applied)
+            }
+            Decision::Stale => Ok(Outcome::Discarded),
+            Decision::Duplicate => Ok(Outcome::Duplicate),
+        },
+        Op::FlushDb => apply_flush(ctx, opts, st, Some(e.db), stamp),
+        Op::FlushAll => apply_flush(ctx, opts, st, None, stamp),
         Op::SwapDb { other } => {
             let a = e.db.to_string();
             let b = other.to_string();
-            run(ctx, opts, "SWAPDB", &[a.as_bytes(), b.as_bytes()])
+            run(ctx, opts, "SWAPDB", &[a.as_bytes(), b.as_bytes()])?;
+            st.versions.swap(e.db, *other);
+            Ok(Outcome::Applied)
         }
+        Op::Ack { .. } | Op::SyncRequest => Ok(Outcome::Notice),
     }
 }
 
-/// Applies one batch on the main thread.
+/// Applies one batch on the main thread, entry by entry under the
+/// last-writer-wins rule.
 fn apply_batch(ctx: &Context, shared: &Shared, batch: &Batch) {
-    let n = batch.entries.len() as u64;
+    let n = batch.entries.iter().filter(|e| e.is_data()).count() as u64;
     if ctx.get_flags().contains(redis_module::ContextFlags::SLAVE) {
         // Writing here would diverge from this node's own master.
         Stats::add(&shared.stats.apply_errors, n);
@@ -214,19 +328,28 @@ fn apply_batch(ctx: &Context, shared: &Shared, batch: &Batch) {
         .build();
     let original_db = server::selected_db(ctx);
     let suppressed = Suppressed::new();
-    let mut failed = 0;
+    let mut st = STATE.lock();
+    let (mut failed, mut discarded, mut duplicates) = (0, 0, 0);
     let mut newest = 0;
     for e in &batch.entries {
         newest = newest.max(e.clock);
-        if let Err(msg) = apply_entry(ctx, &opts, e) {
-            failed += 1;
-            shared.stats.set_error(format!("apply: {msg}"));
+        match apply_entry(ctx, &opts, &mut st, shared.node_id, e) {
+            Ok(Outcome::Discarded) => discarded += 1,
+            Ok(Outcome::Duplicate) => duplicates += 1,
+            Ok(Outcome::Applied | Outcome::Notice) => {}
+            Err(msg) => {
+                failed += 1;
+                shared.stats.set_error(format!("apply: {msg}"));
+            }
         }
     }
+    drop(st);
     drop(suppressed);
     server::select_db(ctx, original_db);
     shared.clock.observe(newest);
     Stats::add(&shared.stats.entries_applied, n - failed);
+    Stats::add(&shared.stats.conflicts_discarded, discarded);
+    Stats::add(&shared.stats.entries_duplicate, duplicates);
     Stats::add(&shared.stats.apply_errors, failed);
     Stats::add(&shared.stats.batches_applied, 1);
 }

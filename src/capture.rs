@@ -1,75 +1,286 @@
-//! Flush the dirty set once per event-loop iteration: snapshot each key
-//! (DUMP payload and absolute expiry, or "deleted"), stamp the clock, and
-//! queue the lot as one batch. A transaction or script runs inside one
-//! iteration, so it always ships as one atomic batch.
+//! Flush the dirty set once per event-loop iteration: stamp each change with
+//! the clock, record its version, snapshot it (DUMP payload and absolute
+//! expiry, or "deleted") and queue the lot as one batch. A transaction or
+//! script runs inside one iteration, so it ships as one atomic batch. When
+//! the change cannot ship now (link down, queue full, catching up) it joins
+//! the backlog, which drains in time slices, as does a full sync.
 
-use redis_module::{CallOptions, CallOptionsBuilder, CallReply, CallResult, Context};
+use std::time::{Duration, Instant};
 
+use redis_module::Context;
+
+use crate::catchup::{CatchUp, Replication, STATE};
 use crate::entry::{Batch, Entry, Op};
+use crate::fullsync::{FullSync, Shipment};
 use crate::hook::{PendingOp, Suppressed, DIRTY};
 use crate::runtime::Shared;
 use crate::server;
+use crate::snapshot::Reader;
 use crate::status::{LinkState, Stats};
+use crate::version::{KeyVersion, Stamp};
 
-/// Reads one key's current state: its DUMP payload and expiry, or `Delete`.
-fn snapshot_key(ctx: &Context, opts: &CallOptions, key: Vec<u8>) -> Op {
-    let args: [&[u8]; 1] = [&key];
-    let payload = match ctx.call_ext::<_, CallResult>("DUMP", opts, &args[..]) {
-        Ok(CallReply::String(s)) => s.as_bytes().to_vec(),
-        _ => return Op::Delete { key },
-    };
-    let expiry_ms = match ctx.call_ext::<_, CallResult>("PEXPIRETIME", opts, &args[..]) {
-        Ok(CallReply::I64(ms)) if ms.to_i64() > 0 => Some(ms.to_i64() as u64),
-        _ => None,
-    };
-    Op::Value {
-        key,
-        payload,
-        expiry_ms,
+/// Longest a flush spends on backlog and full sync before Redis serves
+/// clients again.
+const CATCH_UP_SLICE: Duration = Duration::from_millis(1);
+/// Entries per catch-up batch.
+const CATCH_UP_BATCH: usize = 256;
+
+fn entry(shared: &Shared, db: u32, stamp: Stamp, op: Op) -> Entry {
+    Entry {
+        origin: stamp.node,
+        seq: shared.next_seq(),
+        clock: stamp.clock,
+        db,
+        op,
     }
 }
 
-/// Turns pending ops into a stamped batch, reading values now.
-fn snapshot(ctx: &Context, shared: &Shared, ops: Vec<PendingOp>) -> Batch {
-    let opts = CallOptionsBuilder::new().errors_as_replies().build();
-    let original_db = server::selected_db(ctx);
-    let entries = ops
-        .into_iter()
-        .map(|op| {
-            let (db, op) = match op {
-                PendingOp::Key { db, key } => {
-                    server::select_db(ctx, db);
-                    (db, snapshot_key(ctx, &opts, key))
-                }
-                PendingOp::FlushDb(db) => (db, Op::FlushDb),
-                PendingOp::FlushAll => (0, Op::FlushAll),
-                PendingOp::SwapDb(a, b) => (a, Op::SwapDb { other: b }),
-            };
-            Entry {
-                origin: shared.node_id,
-                seq: shared.next_seq(),
-                clock: shared.clock.now(),
-                db,
-                op,
-            }
-        })
-        .collect();
-    server::select_db(ctx, original_db);
-    Batch { entries }
+/// The pending op an entry was made from (to resend it).
+fn pending_of(e: &Entry) -> Option<PendingOp> {
+    Some(match &e.op {
+        Op::Value { key, .. } | Op::Delete { key } => PendingOp::Key {
+            db: e.db,
+            key: key.clone(),
+        },
+        Op::FlushDb => PendingOp::FlushDb(e.db),
+        Op::FlushAll => PendingOp::FlushAll,
+        Op::SwapDb { other } => PendingOp::SwapDb(e.db, *other),
+        Op::Ack { .. } | Op::SyncRequest => return None,
+    })
 }
 
-/// The pending ops a batch was made from (to keep its keys dirty).
-fn pending_of(batch: Batch) -> Vec<PendingOp> {
-    batch
-        .entries
-        .into_iter()
-        .map(|e| match e.op {
-            Op::Value { key, .. } | Op::Delete { key } => PendingOp::Key { db: e.db, key },
-            Op::FlushDb => PendingOp::FlushDb(e.db),
-            Op::FlushAll => PendingOp::FlushAll,
-            Op::SwapDb { other } => PendingOp::SwapDb(e.db, other),
+/// Queues `entries` as one batch. On success tombstones are marked shipped
+/// and, when `resend`, the changes are kept until the peer acknowledges
+/// them. On failure the entries come back.
+fn push(
+    shared: &Shared,
+    st: &mut Replication,
+    entries: Vec<Entry>,
+    resend: bool,
+) -> Result<(), Vec<Entry>> {
+    if entries.is_empty() {
+        return Ok(());
+    }
+    let marks: Vec<(u64, Option<PendingOp>, Option<Stamp>)> = entries
+        .iter()
+        .map(|e| {
+            let tomb = matches!(e.op, Op::Delete { .. }).then(|| Stamp::new(e.clock, e.origin));
+            let op = if resend { pending_of(e) } else { None };
+            (e.seq, op, tomb)
         })
-        .collect()
+        .collect();
+    shared
+        .queue
+        .push(Batch { entries })
+        .map_err(|b| b.entries)?;
+    for (seq, op, tomb) in marks {
+        if let (Some(stamp), Some(PendingOp::Key { db, key })) = (tomb, &op) {
+            st.versions.mark_shipped(*db, key, stamp, seq);
+        }
+        match op {
+            Some(op) => st.shipped(seq, op),
+            None => st.pushed(seq),
+        }
+    }
+    Ok(())
+}
+
+/// Stamps new local changes and records their versions; returns the
+/// entries to ship now (`direct`) or defers them to the backlog.
+fn record_local(
+    reader: &Reader,
+    shared: &Shared,
+    st: &mut Replication,
+    ops: Vec<PendingOp>,
+    direct: bool,
+) -> Vec<Entry> {
+    let mut entries = Vec::new();
+    let mut deferred = Vec::new();
+    for op in ops {
+        let stamp = Stamp::new(shared.clock.now(), shared.node_id);
+        match op {
+            PendingOp::Key { db, key } => {
+                server::select_db(reader.ctx(), db);
+                if direct {
+                    let op = match reader.dump(&key) {
+                        Some(snap) => {
+                            st.versions.record_write(db, &key, stamp);
+                            Op::Value {
+                                key,
+                                payload: snap.payload,
+                                expiry_ms: snap.expiry_ms,
+                            }
+                        }
+                        None => {
+                            st.versions.record_delete(db, &key, stamp, 0);
+                            Op::Delete { key }
+                        }
+                    };
+                    entries.push(entry(shared, db, stamp, op));
+                } else {
+                    if reader.exists(&key) {
+                        st.versions.record_write(db, &key, stamp);
+                    } else {
+                        st.versions.record_delete(db, &key, stamp, 0);
+                    }
+                    deferred.push(PendingOp::Key { db, key });
+                }
+            }
+            PendingOp::FlushDb(db) => {
+                st.versions.flush(Some(db), stamp);
+                if direct {
+                    entries.push(entry(shared, db, stamp, Op::FlushDb));
+                } else {
+                    deferred.push(op);
+                }
+            }
+            PendingOp::FlushAll => {
+                st.versions.flush(None, stamp);
+                if direct {
+                    entries.push(entry(shared, 0, stamp, Op::FlushAll));
+                } else {
+                    deferred.push(op);
+                }
+            }
+            PendingOp::SwapDb(a, b) => {
+                st.versions.swap(a, b);
+                if direct {
+                    entries.push(entry(shared, a, stamp, Op::SwapDb { other: b }));
+                } else {
+                    deferred.push(op);
+                }
+            }
+        }
+    }
+    if !deferred.is_empty() {
+        st.defer(deferred);
+    }
+    entries
+}
+
+/// The entries that resend a backlog op with its recorded version; nothing
+/// when the key's last version came from the peer (it has it already).
+fn backlog_entry(reader: &Reader, shared: &Shared, st: &mut Replication, op: PendingOp) -> Option<Entry> {
+    let me = shared.node_id;
+    match op {
+        PendingOp::Key { db, key } => match st.versions.get(db, &key)? {
+            KeyVersion::Live(stamp) if stamp.node == me => {
+                server::select_db(reader.ctx(), db);
+                let op = match reader.dump(&key) {
+                    Some(snap) => Op::Value {
+                        key,
+                        payload: snap.payload,
+                        expiry_ms: snap.expiry_ms,
+                    },
+                    None => {
+                        // Expired or evicted since: its last version, deleted.
+                        st.versions.record_delete(db, &key, stamp, 0);
+                        Op::Delete { key }
+                    }
+                };
+                Some(entry(shared, db, stamp, op))
+            }
+            KeyVersion::Deleted { stamp, .. } if stamp.node == me => {
+                Some(entry(shared, db, stamp, Op::Delete { key }))
+            }
+            _ => None,
+        },
+        PendingOp::FlushDb(db) => {
+            let floor = st.versions.floor(db);
+            (floor.node == me).then(|| entry(shared, db, floor, Op::FlushDb))
+        }
+        PendingOp::FlushAll => {
+            let floor = st.versions.floor_all();
+            (floor.node == me).then(|| entry(shared, 0, floor, Op::FlushAll))
+        }
+        PendingOp::SwapDb(a, b) => {
+            let stamp = Stamp::new(shared.clock.now(), me);
+            Some(entry(shared, a, stamp, Op::SwapDb { other: b }))
+        }
+    }
+}
+
+/// Ships the backlog for at most the rest of the slice.
+fn drain_backlog(reader: &Reader, shared: &Shared, st: &mut Replication, deadline: Instant) {
+    while !st.backlog.is_empty() && !shared.queue.is_full() && Instant::now() < deadline {
+        let ops = st.backlog.take_front(CATCH_UP_BATCH);
+        let entries: Vec<Entry> = ops
+            .into_iter()
+            .filter_map(|op| backlog_entry(reader, shared, st, op))
+            .collect();
+        if let Err(entries) = push(shared, st, entries, true) {
+            let ops = entries.iter().filter_map(pending_of).collect();
+            st.backlog.restore(ops);
+            break;
+        }
+    }
+}
+
+/// Advances the full sync for at most the rest of the slice.
+fn advance_full_sync(reader: &Reader, shared: &Shared, st: &mut Replication, deadline: Instant) {
+    let Some(mut sync) = st.full_sync.take() else {
+        return;
+    };
+    while !shared.queue.is_full() && Instant::now() < deadline && !sync.is_done() {
+        let shipments: Vec<Shipment> =
+            sync.step(reader, &st.versions, shared.node_id, CATCH_UP_BATCH);
+        let entries = shipments
+            .into_iter()
+            .map(|(db, stamp, op)| entry(shared, db, stamp, op))
+            .collect();
+        if push(shared, st, entries, false).is_err() {
+            // Cannot happen after `is_full` said no (single producer); start over.
+            st.full_sync_wanted = true;
+            return;
+        }
+    }
+    if sync.is_done() {
+        redis_module::logging::log_notice(format!(
+            "rdmasync: full sync sent: {} keys and tombstones in {} ms",
+            sync.sent,
+            sync.started.elapsed().as_millis()
+        ));
+        st.full_sync_sent();
+    } else {
+        st.full_sync = Some(sync);
+    }
+}
+
+fn on_wake_timer(_ctx: &Context, (): ()) {
+    STATE.lock().wake_pending = false;
+}
+
+/// Makes sure the event loop comes back soon while catching up (an idle
+/// server would otherwise sleep up to 100 ms between iterations).
+fn keep_awake(ctx: &Context, st: &mut Replication) {
+    if !st.wake_pending {
+        st.wake_pending = true;
+        ctx.create_timer(Duration::from_millis(1), on_wake_timer, ());
+    }
+}
+
+/// A new link is up: resend what was not acknowledged, and start a full
+/// sync when one is due; ask the peer for one if this node lost state.
+fn on_link_up(shared: &Shared, st: &mut Replication, epoch: u64) {
+    let how = st.link_up(epoch);
+    redis_module::logging::log_notice(match how {
+        CatchUp::Full => "rdmasync: catching up with the peer: full sync".to_owned(),
+        CatchUp::Partial => format!(
+            "rdmasync: catching up with the peer: partial sync of {} changes",
+            st.backlog.len()
+        ),
+    });
+    if st.request_sync {
+        let ask = entry(
+            shared,
+            0,
+            Stamp::new(shared.clock.now(), shared.node_id),
+            Op::SyncRequest,
+        );
+        if push(shared, st, vec![ask], false).is_ok() {
+            st.request_sync = false;
+        }
+    }
 }
 
 /// Ships what changed since the last call. Called before the event loop sleeps.
@@ -77,35 +288,63 @@ pub fn flush(ctx: &Context, shared: &Shared) {
     let ops = {
         let mut dirty = DIRTY.lock();
         if dirty.is_empty() {
-            return;
+            Vec::new()
+        } else {
+            dirty.take()
         }
-        dirty.take()
     };
     if server::is_replica_or_loading() {
         // A replica's data comes from its master; it has nothing of its own to ship.
         Stats::add(&shared.stats.entries_dropped, ops.len() as u64);
         return;
     }
-    if shared.stats.link() != LinkState::Up {
-        // No catch-up yet: what changes while the link is down is not replicated.
-        Stats::add(&shared.stats.entries_dropped, ops.len() as u64);
+    let link_up = shared.stats.link() == LinkState::Up;
+    let epoch = Stats::get(&shared.stats.links_established);
+    let mut st = STATE.lock();
+    let new_link = link_up && st.is_new_link(epoch);
+    let busy = link_up
+        && (st.catching_up() || st.full_sync_wanted || st.ack_due() || st.collection_due());
+    if ops.is_empty() && !new_link && !busy {
         return;
     }
-    if shared.queue.is_full() {
-        // Never block Redis, and do not DUMP what cannot be queued: keep the
-        // keys dirty and retry next iteration.
-        Stats::add(&shared.stats.queue_overflows, 1);
-        DIRTY.lock().restore(ops);
-        return;
+    // Snapshots and lazy expiry raise events that are not local writes.
+    let _guard = Suppressed::new();
+    let reader = Reader::new(ctx);
+    let original_db = server::selected_db(ctx);
+    if new_link {
+        on_link_up(shared, &mut st, epoch);
     }
-    let batch = {
-        let _guard = Suppressed::new();
-        snapshot(ctx, shared, ops)
-    };
-    // Cannot fail after `is_full` said no (this thread is the only producer),
-    // but if it did, the keys would stay dirty like above.
-    if let Err(batch) = shared.queue.push(batch) {
-        Stats::add(&shared.stats.queue_overflows, 1);
-        DIRTY.lock().restore(pending_of(batch));
+    if link_up && st.full_sync_wanted && st.full_sync.is_none() {
+        st.start_full_sync(FullSync::new(reader.databases()));
     }
+    let direct = link_up && st.backlog.is_empty() && !shared.queue.is_full();
+    let entries = record_local(&reader, shared, &mut st, ops, direct);
+    if let Err(entries) = push(shared, &mut st, entries, true) {
+        // Cannot happen after `is_full` said no (single producer): keep them.
+        Stats::add(&shared.stats.queue_overflows, 1);
+        let ops = entries.iter().filter_map(pending_of).collect();
+        st.defer(ops);
+    }
+    if link_up {
+        let deadline = Instant::now() + CATCH_UP_SLICE;
+        drain_backlog(&reader, shared, &mut st, deadline);
+        advance_full_sync(&reader, shared, &mut st, deadline);
+        let mut acked = false;
+        if let Some(applied) = st.take_ack() {
+            let me = shared.node_id;
+            let ack = entry(shared, 0, Stamp::new(shared.clock.now(), me), Op::Ack { applied });
+            acked = push(shared, &mut st, vec![ack], false).is_ok();
+            if !acked {
+                st.ack_lost();
+            }
+        }
+        st.collect_tombstones(acked);
+        if st.catching_up() {
+            if shared.queue.is_full() {
+                Stats::add(&shared.stats.queue_overflows, 1);
+            }
+            keep_awake(ctx, &mut st);
+        }
+    }
+    server::select_db(ctx, original_db);
 }

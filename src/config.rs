@@ -16,7 +16,7 @@ pub const DEFAULT_QUEUE_SIZE: usize = 4096;
 pub const MAX_QUEUE_SIZE: usize = 1 << 20;
 
 /// Every argument name, in the order `CONFIG GET rdmasync.*` lists them.
-pub const ARG_NAMES: [&str; 8] = [
+pub const ARG_NAMES: [&str; 10] = [
     "peer",
     "port",
     "listen-port",
@@ -25,7 +25,14 @@ pub const ARG_NAMES: [&str; 8] = [
     "node-id",
     "ring-size",
     "queue-size",
+    "backlog-ops",
+    "persist-versions",
 ];
+
+/// Default bound of the catch-up backlog, in changes.
+pub const DEFAULT_BACKLOG_OPS: usize = 1_000_000;
+/// Largest accepted backlog bound.
+pub const MAX_BACKLOG_OPS: usize = 100_000_000;
 
 /// Checks the shape of `name=value` arguments (known names, given once)
 /// without requiring any; returns them as pairs.
@@ -109,6 +116,11 @@ pub struct Config {
     pub ring_size: u64,
     /// Capacity of the capture queue, in batches.
     pub queue_size: usize,
+    /// Changes kept for a partial resync while the peer is away; beyond
+    /// that a full sync follows.
+    pub backlog_ops: usize,
+    /// Keep key versions and tombstones in the RDB (module aux data).
+    pub persist_versions: bool,
 }
 
 impl Config {
@@ -124,6 +136,8 @@ impl Config {
             node_id.to_string(),
             self.ring_size.to_string(),
             self.queue_size.to_string(),
+            self.backlog_ops.to_string(),
+            if self.persist_versions { "yes" } else { "no" }.to_owned(),
         ]
     }
 
@@ -195,6 +209,8 @@ pub fn parse_args<S: AsRef<str>>(args: &[S]) -> Result<Config> {
     let mut node_id = None;
     let mut ring_size = None;
     let mut queue_size = None;
+    let mut backlog_ops = None;
+    let mut persist_versions = None;
     let mut seen: Vec<String> = Vec::new();
 
     for raw in args {
@@ -268,6 +284,22 @@ pub fn parse_args<S: AsRef<str>>(args: &[S]) -> Result<Config> {
                     ))
                 }
             },
+            "backlog-ops" => match value.parse::<usize>() {
+                Ok(n) if (1..=MAX_BACKLOG_OPS).contains(&n) => backlog_ops = Some(n),
+                _ => {
+                    return Err(bad(
+                        name,
+                        format!("must be an integer 1-{MAX_BACKLOG_OPS} (changes), got '{value}'"),
+                    ))
+                }
+            },
+            "persist-versions" => {
+                persist_versions = Some(match value {
+                    "yes" => true,
+                    "no" => false,
+                    _ => return Err(bad(name, format!("must be yes or no, got '{value}'"))),
+                })
+            }
             _ => {
                 return Err(bad(
                     name,
@@ -288,6 +320,8 @@ pub fn parse_args<S: AsRef<str>>(args: &[S]) -> Result<Config> {
         node_id,
         ring_size: ring_size.unwrap_or(DEFAULT_RING_SIZE),
         queue_size: queue_size.unwrap_or(DEFAULT_QUEUE_SIZE),
+        backlog_ops: backlog_ops.unwrap_or(DEFAULT_BACKLOG_OPS),
+        persist_versions: persist_versions.unwrap_or(true),
     })
 }
 
@@ -325,6 +359,8 @@ mod tests {
             "node-id=42",
             "ring-size=64kb",
             "queue-size=8",
+            "backlog-ops=10",
+            "persist-versions=no",
         ])
         .unwrap();
         assert_eq!(c.listen_port, 7000);
@@ -391,6 +427,9 @@ mod tests {
         assert_eq!(with("ring-size=4gb"), "ring-size");
         assert_eq!(with("ring-size=12parsecs"), "ring-size");
         assert_eq!(with("queue-size=0"), "queue-size");
+        assert_eq!(with("backlog-ops=0"), "backlog-ops");
+        assert_eq!(with("backlog-ops=-1"), "backlog-ops");
+        assert_eq!(with("persist-versions=maybe"), "persist-versions");
         assert_eq!(with("colour=blue"), "colour");
         assert_eq!(with("justaword"), "justaword");
         assert_eq!(with("port=2"), "port");

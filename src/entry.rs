@@ -26,6 +26,15 @@ pub enum Op {
         /// The second database.
         other: u32,
     },
+    /// The sender has applied every data entry of ours up to sequence
+    /// `applied` (trims what we keep for resending, collects tombstones).
+    Ack {
+        /// Our sequence number of the last entry it applied.
+        applied: u64,
+    },
+    /// The sender lost state (it restarted or its dataset was replaced):
+    /// send it everything (a full sync).
+    SyncRequest,
 }
 
 /// One captured change, stamped at capture.
@@ -44,6 +53,11 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// Whether this entry changes data (not a link-level notice).
+    pub fn is_data(&self) -> bool {
+        !matches!(self.op, Op::Ack { .. } | Op::SyncRequest)
+    }
+
     /// The key, for per-key operations.
     pub fn key(&self) -> Option<&[u8]> {
         match &self.op {

@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::LazyLock;
 
 use parking_lot::Mutex;
-use redis_module::Context;
+use redis_module::{Context, NotifyEvent};
+
+use crate::catchup::STATE;
 
 use crate::server;
 
@@ -42,6 +44,38 @@ impl DirtySet {
     /// Whether nothing is pending.
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty()
+    }
+
+    /// Ops pending.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Takes up to `n` of the oldest ops.
+    pub fn take_front(&mut self, n: usize) -> Vec<PendingOp> {
+        let n = n.min(self.ops.len());
+        let front: Vec<PendingOp> = self.ops.drain(..n).collect();
+        for op in &front {
+            if let PendingOp::Key { db, key } = op {
+                // A key appears once in `ops`, so it is no longer pending.
+                if let Some(keys) = self.keys.get_mut(db) {
+                    keys.remove(key.as_slice());
+                }
+            }
+        }
+        front
+    }
+
+    /// Appends ops recorded elsewhere, after everything pending.
+    pub fn extend(&mut self, ops: Vec<PendingOp>) {
+        for op in ops {
+            match op {
+                PendingOp::Key { db, key } => self.mark(db, &key),
+                PendingOp::FlushDb(d) => self.flushing(Some(d)),
+                PendingOp::FlushAll => self.flushing(None),
+                PendingOp::SwapDb(a, b) => self.swapped(a, b),
+            }
+        }
     }
 
     /// Records that `key` in `db` changed.
@@ -104,14 +138,7 @@ impl DirtySet {
                 self.keys.entry(*db).or_default().insert(key.clone());
             }
         }
-        for op in newer {
-            match op {
-                PendingOp::Key { db, key } => self.mark(db, &key),
-                PendingOp::FlushDb(d) => self.flushing(Some(d)),
-                PendingOp::FlushAll => self.flushing(None),
-                PendingOp::SwapDb(a, b) => self.swapped(a, b),
-            }
-        }
+        self.extend(newer);
     }
 }
 
@@ -143,12 +170,25 @@ impl Drop for Suppressed {
 
 /// Keyspace notification handler: marks the key dirty. Writes that come
 /// from this node's own master (it is a replica) or from loading a dataset
-/// are not this node's writes and are not captured.
-pub fn on_keyspace_event(ctx: &Context, key: &[u8]) {
+/// are not this node's writes and are not captured. An expiry or eviction
+/// is not a write either: each node expires keys itself from the absolute
+/// expiry that travels with the value, so it only turns the key's last
+/// version into a tombstone.
+pub fn on_keyspace_event(ctx: &Context, class: i32, key: &[u8]) {
     if SUPPRESS.load(Ordering::Relaxed) || server::is_replica_or_loading() {
         return;
     }
     let db = server::selected_db(ctx);
+    let local_only = NotifyEvent::EXPIRED | NotifyEvent::EVICTED;
+    if NotifyEvent::from_bits_truncate(class).intersects(local_only) {
+        // The convergence state is locked while the module itself runs
+        // commands; those never raise this event unsuppressed.
+        if let Some(mut st) = STATE.try_lock() {
+            let gc_after = st.last_pushed;
+            st.versions.expired(db, key, gc_after);
+        }
+        return;
+    }
     DIRTY.lock().mark(db, key);
 }
 
@@ -160,7 +200,9 @@ pub fn on_flush_or_swap(event: server::ServerEvent) {
     match event {
         server::ServerEvent::FlushStarting(db) => DIRTY.lock().flushing(db),
         server::ServerEvent::Swapped(a, b) => DIRTY.lock().swapped(a, b),
-        server::ServerEvent::BeforeSleep | server::ServerEvent::DatasetReplaced => {}
+        server::ServerEvent::BeforeSleep
+        | server::ServerEvent::DatasetReplaced
+        | server::ServerEvent::BecameMaster => {}
     }
 }
 

@@ -31,11 +31,13 @@
 
 pub(crate) mod apply;
 pub(crate) mod capture;
+pub(crate) mod catchup;
 pub mod clock;
 pub mod config;
 pub mod control;
 pub mod entry;
 pub mod error;
+pub(crate) mod fullsync;
 pub(crate) mod hook;
 pub(crate) mod link;
 pub mod poller;
@@ -45,8 +47,10 @@ pub(crate) mod runtime;
 pub(crate) mod sender;
 pub(crate) mod server;
 pub(crate) mod settings;
+pub(crate) mod snapshot;
 pub mod status;
 pub(crate) mod transport;
+pub mod version;
 pub mod wire;
 
 #[cfg(all(feature = "module", not(test)))]

@@ -9,6 +9,7 @@ use redis_module::{
 
 use crate::server::{self, ServerEvent};
 use crate::status::{status_fields, Field};
+use crate::catchup::{Replication, STATE};
 use crate::{capture, config, hook, runtime, settings};
 
 fn init(ctx: &Context, args: &[RedisString]) -> Status {
@@ -36,6 +37,8 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         if apis.key_event { "yes" } else { "no (Redis 7.0)" },
     ));
     server::init_role(ctx);
+    // A fresh start: the first contact with the peer is a full sync both ways.
+    *STATE.lock() = Replication::new(config.backlog_ops);
     let line = match runtime::start(config) {
         Ok(line) => line,
         Err(e) => {
@@ -73,7 +76,12 @@ fn on_server_event(ctx: &Context, event: ServerEvent) {
         }
         ServerEvent::DatasetReplaced => {
             let discarded = hook::on_dataset_replaced();
+            STATE.lock().dataset_replaced();
             runtime::with_shared(|s| s.dataset_replaced(discarded));
+        }
+        ServerEvent::BecameMaster => {
+            // Its data came from another master: merge both ways.
+            STATE.lock().dataset_replaced();
         }
         other => hook::on_flush_or_swap(other),
     }
@@ -91,7 +99,7 @@ const STATUS_DOCS: server::CommandDocs = server::CommandDocs {
 extern "C" fn info_func(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: i32) {
     let _ = catch_unwind(AssertUnwindSafe(|| {
         let Some(fields) =
-            runtime::with_shared(|s| status_fields(&s.identity(), &s.stats, s.queue.len()))
+            runtime::with_shared(|s| status_fields(&s.identity(), &s.stats, s.queue.len(), &STATE.lock().convergence()))
         else {
             return;
         };
@@ -124,7 +132,7 @@ fn status_reply(argc: usize) -> RedisResult {
     if argc != 1 {
         return Err(RedisError::WrongArity);
     }
-    let fields = runtime::with_shared(|s| status_fields(&s.identity(), &s.stats, s.queue.len()))
+    let fields = runtime::with_shared(|s| status_fields(&s.identity(), &s.stats, s.queue.len(), &STATE.lock().convergence()))
         .ok_or(RedisError::Str("ERR rdmasync is not running"))?;
     let map: BTreeMap<_, _> = fields
         .into_iter()

@@ -49,6 +49,10 @@ fn entry_from(header: &FrameHeader, key: Vec<u8>, value: Vec<u8>) -> Entry {
         FrameKind::FlushDb => Op::FlushDb,
         FrameKind::FlushAll => Op::FlushAll,
         FrameKind::SwapDb => Op::SwapDb { other: header.arg },
+        FrameKind::Ack => Op::Ack {
+            applied: header.expiry_ms,
+        },
+        FrameKind::SyncRequest => Op::SyncRequest,
     };
     Entry {
         origin: header.origin,

@@ -80,14 +80,15 @@ impl Shared {
     }
 
     /// The dataset was replaced wholesale (`DEBUG RELOAD`, a full sync from a
-    /// master, a load): nothing of it is replicated, the peer needs a resync.
+    /// master, a load): not replicated as writes; a full sync both ways
+    /// follows (see `catchup`).
     pub fn dataset_replaced(&self, discarded: usize) {
         Stats::add(&self.stats.resyncs_needed, 1);
         Stats::add(&self.stats.entries_dropped, discarded as u64);
-        let msg = "dataset replaced (DEBUG RELOAD, replica sync or load): not replicated; \
-                   the peer needs a resync";
-        redis_module::logging::log_warning(format!("rdmasync: {msg}"));
-        self.stats.set_error(msg);
+        redis_module::logging::log_notice(
+            "rdmasync: dataset loaded or replaced (startup, DEBUG RELOAD, replica sync): \
+             a full sync with the peer follows",
+        );
     }
 
     /// `host:port` of the peer now.

@@ -146,7 +146,7 @@ impl RingCursor {
                 self.stage_frame(&h, key, &value[c.value_range.0..c.value_range.1], shared)?;
             }
         }
-        Ok(planned.len() as u64)
+        Ok(planned.iter().filter(|(e, _)| e.is_data()).count() as u64)
     }
 }
 

@@ -47,6 +47,8 @@ pub enum ServerEvent {
     /// The dataset is being replaced wholesale (`DEBUG RELOAD`, a replica's
     /// full sync, AOF/RDB load): no per-key notifications will follow.
     DatasetReplaced,
+    /// This server stopped replicating from a master (`REPLICAOF NO ONE`).
+    BecameMaster,
 }
 
 /// Handler the module installs for [`ServerEvent`]s.
@@ -96,11 +98,12 @@ unsafe extern "C" fn on_server_event(
             ServerEvent::DatasetReplaced
         }
         raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED => {
-            REPLICA.store(
-                subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA,
-                std::sync::atomic::Ordering::Relaxed,
-            );
-            return;
+            let replica = subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA;
+            REPLICA.store(replica, std::sync::atomic::Ordering::Relaxed);
+            if replica {
+                return;
+            }
+            ServerEvent::BecameMaster
         }
         _ => return,
     };
@@ -330,14 +333,15 @@ pub fn detect_newer_apis() -> NewerApis {
     }
 }
 
-/// Handler the module installs for keyspace notifications: `(ctx, key)`.
-pub type KeyspaceHandler = fn(&Context, &[u8]);
+/// Handler the module installs for keyspace notifications: `(ctx, class, key)`,
+/// `class` one of `redis_module::NotifyEvent`'s bits.
+pub type KeyspaceHandler = fn(&Context, i32, &[u8]);
 
 static KEYSPACE_HANDLER: std::sync::OnceLock<KeyspaceHandler> = std::sync::OnceLock::new();
 
 unsafe extern "C" fn on_keyspace_event(
     ctx: *mut raw::RedisModuleCtx,
-    _type: std::os::raw::c_int,
+    class: std::os::raw::c_int,
     _event: *const std::os::raw::c_char,
     key: *mut raw::RedisModuleString,
 ) -> std::os::raw::c_int {
@@ -345,7 +349,9 @@ unsafe extern "C" fn on_keyspace_event(
         let context = Context::new(ctx);
         let key = redis_module::RedisString::string_as_slice(key);
         // A panic must not unwind into redis-server.
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(&context, key)));
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            handler(&context, class, key)
+        }));
     }
     raw::REDISMODULE_OK as i32
 }

@@ -66,6 +66,8 @@ pub static SETTINGS: [Setting; ARG_NAMES.len()] = [
     Setting::new(ARG_NAMES[5]),
     Setting::new(ARG_NAMES[6]),
     Setting::new(ARG_NAMES[7]),
+    Setting::new(ARG_NAMES[8]),
+    Setting::new(ARG_NAMES[9]),
 ];
 
 /// Registers the configs, defaulting to the load arguments; `MODULE LOADEX

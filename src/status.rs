@@ -67,6 +67,10 @@ pub struct Stats {
     pub bad_frames: AtomicU64,
     /// Times the local dataset was replaced wholesale (needs a resync).
     pub resyncs_needed: AtomicU64,
+    /// Remote entries discarded because this node's version was newer.
+    pub conflicts_discarded: AtomicU64,
+    /// Remote entries this node already had (resends after a reconnect, full syncs).
+    pub entries_duplicate: AtomicU64,
     /// Links established after the first one.
     pub reconnects: AtomicU64,
     /// Links established in total.
@@ -154,12 +158,35 @@ pub struct Identity {
     pub ring_size: u64,
 }
 
+/// Convergence figures of the status reply (from the main thread's state).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Convergence {
+    /// Keys with a recorded version (tombstones included).
+    pub versioned_keys: u64,
+    /// Tombstones held.
+    pub tombstones: u64,
+    /// Local changes waiting to ship.
+    pub backlog: u64,
+    /// Changes the peer has not applied yet (backlog plus unacknowledged).
+    pub lag_entries: u64,
+    /// Age of the oldest change the peer has not acknowledged, ms.
+    pub lag_ms: u64,
+    /// Full syncs sent to the peer.
+    pub full_syncs: u64,
+    /// Reconnects caught up from the backlog alone.
+    pub partial_syncs: u64,
+    /// A full sync or backlog drain is running.
+    pub sync_in_progress: bool,
+}
+
 /// The ordered `(name, value)` pairs of `RDMASYNC.STATUS`.
 pub fn status_fields(
     id: &Identity,
     stats: &Stats,
     queue_depth: usize,
+    conv: &Convergence,
 ) -> Vec<(&'static str, Field)> {
+    let n = |v: u64| Field::Int(i64::try_from(v).unwrap_or(i64::MAX));
     let c = |a: &AtomicU64| Field::Int(i64::try_from(Stats::get(a)).unwrap_or(i64::MAX));
     let t = |s: String| Field::Text(s);
     vec![
@@ -190,6 +217,16 @@ pub fn status_fields(
         ("bad_frames", c(&stats.bad_frames)),
         ("reconnects", c(&stats.reconnects)),
         ("resyncs_needed", c(&stats.resyncs_needed)),
+        ("conflicts_discarded", c(&stats.conflicts_discarded)),
+        ("entries_duplicate", c(&stats.entries_duplicate)),
+        ("versioned_keys", n(conv.versioned_keys)),
+        ("tombstones", n(conv.tombstones)),
+        ("backlog", n(conv.backlog)),
+        ("lag_entries", n(conv.lag_entries)),
+        ("lag_ms", n(conv.lag_ms)),
+        ("full_syncs", n(conv.full_syncs)),
+        ("partial_syncs", n(conv.partial_syncs)),
+        ("sync_in_progress", n(u64::from(conv.sync_in_progress))),
         ("last_error", t(stats.last_error())),
         ("last_error_ms", c(&stats.last_error_ms)),
     ]
@@ -212,7 +249,11 @@ mod tests {
             device: String::new(),
             ring_size: 65536,
         };
-        let f = status_fields(&id, &stats, 2);
+        let conv = Convergence {
+            tombstones: 4,
+            ..Convergence::default()
+        };
+        let f = status_fields(&id, &stats, 2, &conv);
         let get = |n: &str| f.iter().find(|(k, _)| *k == n).map(|(_, v)| v.clone());
         for name in [
             "node_id",
@@ -227,12 +268,20 @@ mod tests {
             "ring_used_bytes",
             "reconnects",
             "last_error",
+            "conflicts_discarded",
+            "tombstones",
+            "full_syncs",
+            "partial_syncs",
+            "sync_in_progress",
+            "lag_entries",
+            "lag_ms",
         ] {
             assert!(get(name).is_some(), "missing {name}");
         }
         assert_eq!(get("link"), Some(Field::Text("up".into())));
         assert_eq!(get("entries_sent"), Some(Field::Int(3)));
         assert_eq!(get("queue_depth"), Some(Field::Int(2)));
+        assert_eq!(get("tombstones"), Some(Field::Int(4)));
         assert_eq!(get("last_error"), Some(Field::Text("boom".into())));
     }
 }

@@ -7,14 +7,15 @@
 //! off size field
 //!   0  4   magic "RSYN" (0x4e595352 little-endian)
 //!   4  1   version (1)
-//!   5  1   kind (1 value, 2 delete, 3 flushdb, 4 flushall, 5 swapdb)
+//!   5  1   kind (1 value, 2 delete, 3 flushdb, 4 flushall, 5 swapdb,
+//!            6 ack, 7 sync request)
 //!   6  2   flags (1 batch end, 2 more chunks follow, 4 continuation chunk)
 //!   8  4   frame_len (whole frame, padding included)
 //!  12  4   db
 //!  16  8   origin node id
 //!  24  8   sequence
 //!  32  8   hybrid logical clock
-//!  40  8   absolute expiry, Unix ms (0 = none)
+//!  40  8   absolute expiry, Unix ms (0 = none); ack: sequence applied
 //!  48  4   key_len
 //!  52  4   value_len (bytes in this frame)
 //!  56  4   value_total_len (bytes of the whole value across chunks)
@@ -66,6 +67,10 @@ pub enum FrameKind {
     FlushAll = 4,
     /// Two databases were swapped.
     SwapDb = 5,
+    /// The sender applied our entries up to a sequence number.
+    Ack = 6,
+    /// The sender asks for a full sync.
+    SyncRequest = 7,
 }
 
 impl FrameKind {
@@ -76,6 +81,8 @@ impl FrameKind {
             3 => Self::FlushDb,
             4 => Self::FlushAll,
             5 => Self::SwapDb,
+            6 => Self::Ack,
+            7 => Self::SyncRequest,
             _ => return None,
         })
     }
@@ -410,6 +417,15 @@ pub fn entry_header(entry: &Entry) -> (FrameHeader, &[u8], &[u8]) {
             h.arg = *other;
             (&[], &[])
         }
+        Op::Ack { applied } => {
+            h.kind = FrameKind::Ack;
+            h.expiry_ms = *applied;
+            (&[], &[])
+        }
+        Op::SyncRequest => {
+            h.kind = FrameKind::SyncRequest;
+            (&[], &[])
+        }
     };
     h.key_len = key.len() as u32;
     h.value_len = value.len() as u32;
@@ -579,6 +595,8 @@ mod tests {
             Just(Op::FlushDb),
             Just(Op::FlushAll),
             any::<u32>().prop_map(|other| Op::SwapDb { other }),
+            any::<u64>().prop_map(|applied| Op::Ack { applied }),
+            Just(Op::SyncRequest),
         ];
         (any::<u64>(), any::<u64>(), any::<u64>(), any::<u32>(), op).prop_map(
             |(origin, seq, clock, db, op)| Entry {

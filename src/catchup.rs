@@ -1,0 +1,357 @@
+//! What the peer has not seen yet: the backlog of local changes not shipped
+//! (link down, queue full, catching up), the changes shipped but not yet
+//! acknowledged (resent after a reconnect), acknowledgements both ways, and
+//! when a full sync is due. Main thread only; no Redis calls here.
+
+use std::collections::VecDeque;
+use std::sync::LazyLock;
+use std::time::Instant;
+
+use parking_lot::Mutex;
+
+use crate::fullsync::FullSync;
+use crate::hook::{DirtySet, PendingOp};
+use crate::status::Convergence;
+use crate::version::VersionStore;
+
+use crate::config::DEFAULT_BACKLOG_OPS;
+
+/// A change shipped and not yet acknowledged.
+#[derive(Debug)]
+struct InFlight {
+    seq: u64,
+    sent: Instant,
+    op: PendingOp,
+}
+
+/// How the pair catches up after the link comes back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CatchUp {
+    /// Ship the backlog (unacknowledged changes included).
+    Partial,
+    /// Stream the whole keyspace.
+    Full,
+}
+
+/// Convergence state of this node. Touched on the main thread only (capture,
+/// apply, keyspace events, persistence), so its lock is never contended.
+#[derive(Debug)]
+pub struct Replication {
+    /// Per-key versions, tombstones and flush floors.
+    pub versions: VersionStore,
+    /// Local changes not shipped yet, in order, each key once.
+    pub backlog: DirtySet,
+    backlog_limit: usize,
+    /// Shipped and not acknowledged, in sequence order.
+    inflight: VecDeque<InFlight>,
+    /// A full sync is due at the next link-up (first contact, overflow,
+    /// the peer asked, the dataset was replaced).
+    pub full_sync_wanted: bool,
+    /// The full sync running now, if any.
+    pub full_sync: Option<FullSync>,
+    /// Ask the peer for a full sync at the next link-up (this node lost
+    /// state: it just started, or its dataset was replaced).
+    pub request_sync: bool,
+    /// `links_established` when the current link was first seen.
+    link_epoch: u64,
+    /// Our highest sequence number the peer has applied.
+    pub peer_acked: u64,
+    /// The peer's sequence number of the last data entry applied here.
+    applied_from_peer: u64,
+    /// What our last ack said.
+    ack_sent: u64,
+    /// Our last sequence number pushed to the queue.
+    pub last_pushed: u64,
+    /// `peer_acked` at the last tombstone collection.
+    collected_at: u64,
+    /// Completed full syncs sent and partial ones.
+    pub full_syncs: u64,
+    /// Reconnects caught up from the backlog alone.
+    pub partial_syncs: u64,
+    /// A wake-up timer is pending (more to ship).
+    pub wake_pending: bool,
+}
+
+impl Default for Replication {
+    fn default() -> Self {
+        Self::new(DEFAULT_BACKLOG_OPS)
+    }
+}
+
+impl Replication {
+    /// A node that just started: it has never talked to the peer, so the
+    /// first contact is a full sync both ways.
+    pub fn new(backlog_limit: usize) -> Self {
+        Self {
+            versions: VersionStore::new(),
+            backlog: DirtySet::default(),
+            backlog_limit: backlog_limit.max(1),
+            inflight: VecDeque::new(),
+            full_sync_wanted: true,
+            full_sync: None,
+            request_sync: true,
+            link_epoch: 0,
+            peer_acked: 0,
+            applied_from_peer: 0,
+            ack_sent: 0,
+            last_pushed: 0,
+            collected_at: 0,
+            full_syncs: 0,
+            partial_syncs: 0,
+            wake_pending: false,
+        }
+    }
+
+    /// Whether `epoch` (the count of links established) is a link not yet seen.
+    pub fn is_new_link(&self, epoch: u64) -> bool {
+        epoch != self.link_epoch
+    }
+
+    /// A new link is up: what was shipped and not acknowledged may be lost,
+    /// so it goes back to the front of the backlog. Returns how to catch up.
+    pub fn link_up(&mut self, epoch: u64) -> CatchUp {
+        self.link_epoch = epoch;
+        let unacked: Vec<PendingOp> = self.inflight.drain(..).map(|f| f.op).collect();
+        self.backlog.restore(unacked);
+        self.applied_from_peer = 0;
+        self.ack_sent = 0;
+        self.full_sync = None;
+        self.check_overflow();
+        if self.full_sync_wanted {
+            CatchUp::Full
+        } else {
+            self.partial_syncs += 1;
+            CatchUp::Partial
+        }
+    }
+
+    /// Starts a full sync (the link is up): it ships the current state of
+    /// every key, tombstone and floor, so the backlog is covered by it.
+    pub fn start_full_sync(&mut self, sync: FullSync) {
+        self.full_sync_wanted = false;
+        let _ = self.backlog.take();
+        self.full_sync = Some(sync);
+    }
+
+    /// The full sync handed out its last entry.
+    pub fn full_sync_sent(&mut self) {
+        self.full_sync = None;
+        self.full_syncs += 1;
+    }
+
+    /// Whether an ack is due (something applied since the last one).
+    pub fn ack_due(&self) -> bool {
+        self.applied_from_peer != self.ack_sent && self.applied_from_peer != 0
+    }
+
+    /// The ack taken last could not be queued: send it again later.
+    pub fn ack_lost(&mut self) {
+        self.ack_sent = 0;
+    }
+
+    /// Whether acks moved on since the last tombstone collection.
+    pub fn collection_due(&self) -> bool {
+        self.peer_acked != self.collected_at && self.versions.tombstones() != 0
+    }
+
+    /// Appends local changes that cannot ship now.
+    pub fn defer(&mut self, ops: Vec<PendingOp>) {
+        self.backlog.extend(ops);
+        self.check_overflow();
+    }
+
+    /// Whether the backlog outgrew its bound; if so it is dropped and a full
+    /// sync is due instead.
+    pub fn check_overflow(&mut self) -> bool {
+        if self.backlog.len() > self.backlog_limit || self.inflight.len() > self.backlog_limit {
+            let _ = self.backlog.take();
+            self.inflight.clear();
+            self.full_sync_wanted = true;
+            return true;
+        }
+        false
+    }
+
+    /// A change went out with sequence number `seq`.
+    pub fn shipped(&mut self, seq: u64, op: PendingOp) {
+        self.inflight.push_back(InFlight {
+            seq,
+            sent: Instant::now(),
+            op,
+        });
+        self.last_pushed = self.last_pushed.max(seq);
+    }
+
+    /// An entry went out that needs no resend (full sync, ack).
+    pub fn pushed(&mut self, seq: u64) {
+        self.last_pushed = self.last_pushed.max(seq);
+    }
+
+    /// The peer applied our entries up to `applied`.
+    pub fn acknowledged(&mut self, applied: u64) {
+        self.peer_acked = self.peer_acked.max(applied);
+        while self.inflight.front().is_some_and(|f| f.seq <= applied) {
+            self.inflight.pop_front();
+        }
+    }
+
+    /// A data entry with the peer's sequence number `seq` was applied here.
+    pub fn applied(&mut self, seq: u64) {
+        self.applied_from_peer = seq;
+    }
+
+    /// The ack to send now, if anything was applied since the last one.
+    pub fn take_ack(&mut self) -> Option<u64> {
+        if self.ack_due() {
+            self.ack_sent = self.applied_from_peer;
+            Some(self.ack_sent)
+        } else {
+            None
+        }
+    }
+
+    /// Collects the tombstones the peer acknowledged, when acks moved on,
+    /// and (`acked_remote`: this node just sent an ack) those applied from it.
+    pub fn collect_tombstones(&mut self, acked_remote: bool) -> usize {
+        if !self.collection_due() && !(acked_remote && self.versions.tombstones() != 0) {
+            return 0;
+        }
+        self.collected_at = self.peer_acked;
+        self.versions.collect(self.peer_acked, acked_remote)
+    }
+
+    /// Changes the peer has not applied: unacknowledged plus backlog.
+    pub fn lag_ops(&self) -> usize {
+        self.inflight.len() + self.backlog.len()
+    }
+
+    /// Age of the oldest unacknowledged change, in milliseconds.
+    pub fn lag_ms(&self) -> u64 {
+        self.inflight
+            .front()
+            .map_or(0, |f| f.sent.elapsed().as_millis() as u64)
+    }
+
+    /// Whether shipping is still catching up (backlog or full sync).
+    pub fn catching_up(&self) -> bool {
+        !self.backlog.is_empty() || self.full_sync.is_some()
+    }
+
+    /// The figures of `RDMASYNC.STATUS`.
+    pub fn convergence(&self) -> Convergence {
+        Convergence {
+            versioned_keys: self.versions.len() as u64,
+            tombstones: self.versions.tombstones() as u64,
+            backlog: self.backlog.len() as u64,
+            lag_entries: self.lag_ops() as u64,
+            lag_ms: self.lag_ms(),
+            full_syncs: self.full_syncs,
+            partial_syncs: self.partial_syncs,
+            sync_in_progress: self.catching_up(),
+        }
+    }
+
+    /// The dataset was replaced wholesale: versions restart (persistence
+    /// refills them), and both directions need a full sync.
+    pub fn dataset_replaced(&mut self) {
+        self.versions.clear();
+        let _ = self.backlog.take();
+        self.inflight.clear();
+        self.full_sync = None;
+        self.full_sync_wanted = true;
+        self.request_sync = true;
+        // Force a new catch-up even if the link stays up.
+        self.link_epoch = 0;
+    }
+}
+
+/// This node's convergence state.
+pub static STATE: LazyLock<Mutex<Replication>> = LazyLock::new(Mutex::default);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(k: &str) -> PendingOp {
+        PendingOp::Key {
+            db: 0,
+            key: k.as_bytes().to_vec(),
+        }
+    }
+
+    #[test]
+    fn first_contact_is_a_full_sync_then_partial() {
+        let mut r = Replication::new(10);
+        assert!(r.request_sync);
+        assert_eq!(r.link_up(1), CatchUp::Full);
+        r.start_full_sync(FullSync::new(16));
+        assert!(!r.full_sync_wanted);
+        r.full_sync_sent();
+        assert_eq!(r.full_syncs, 1);
+        assert!(!r.is_new_link(1));
+        assert!(r.is_new_link(2));
+        assert_eq!(r.link_up(2), CatchUp::Partial);
+        assert_eq!(r.partial_syncs, 1);
+    }
+
+    #[test]
+    fn unacknowledged_changes_are_resent_first() {
+        let mut r = Replication::new(10);
+        r.link_up(1);
+        r.start_full_sync(FullSync::new(16));
+        r.full_sync_sent();
+        r.shipped(1, key("a"));
+        r.shipped(2, key("b"));
+        r.shipped(3, key("c"));
+        r.acknowledged(1);
+        assert_eq!(r.lag_ops(), 2);
+        r.defer(vec![key("d")]);
+        assert_eq!(r.link_up(2), CatchUp::Partial);
+        assert_eq!(r.backlog.take(), vec![key("b"), key("c"), key("d")]);
+        assert_eq!(r.lag_ops(), 0);
+    }
+
+    #[test]
+    fn overflow_turns_into_a_full_sync() {
+        let mut r = Replication::new(2);
+        r.link_up(1);
+        r.start_full_sync(FullSync::new(16));
+        r.full_sync_sent();
+        r.defer(vec![key("a"), key("b")]);
+        assert!(!r.full_sync_wanted);
+        r.defer(vec![key("c")]);
+        assert!(r.full_sync_wanted);
+        assert!(r.backlog.is_empty());
+        assert_eq!(r.link_up(2), CatchUp::Full);
+        r.start_full_sync(FullSync::new(16));
+    }
+
+    #[test]
+    fn acks_are_sent_once_per_change() {
+        let mut r = Replication::new(10);
+        assert_eq!(r.take_ack(), None);
+        r.applied(5);
+        assert_eq!(r.take_ack(), Some(5));
+        assert_eq!(r.take_ack(), None);
+        r.applied(6);
+        assert_eq!(r.take_ack(), Some(6));
+        // A new link starts over (the peer may have restarted).
+        r.link_up(1);
+        r.applied(1);
+        assert_eq!(r.take_ack(), Some(1));
+    }
+
+    #[test]
+    fn tombstones_go_once_acknowledged() {
+        use crate::version::Stamp;
+        let mut r = Replication::new(10);
+        r.versions
+            .record_delete(0, b"k", Stamp::new(5, 1), 3);
+        assert_eq!(r.collect_tombstones(false), 0);
+        r.acknowledged(2);
+        assert_eq!(r.collect_tombstones(false), 0);
+        r.acknowledged(3);
+        assert_eq!(r.collect_tombstones(false), 1);
+        assert_eq!(r.versions.tombstones(), 0);
+    }
+}

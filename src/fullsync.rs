@@ -1,0 +1,125 @@
+//! A full sync: the whole local state streamed to the peer in slices, so
+//! that Redis keeps serving clients in between. First the flush floors,
+//! then every key of every database (SCAN), then every tombstone; each
+//! carries its version, and the peer applies them by the usual rule, so
+//! writes that run meanwhile (shipped as usual) cannot be undone by it.
+
+use std::time::Instant;
+
+use crate::entry::Op;
+use crate::server;
+use crate::snapshot::Reader;
+use crate::version::{KeyVersion, Stamp, VersionStore};
+
+/// Keys asked of one SCAN call.
+const SCAN_COUNT: usize = 256;
+
+/// One change to ship: database, version, operation.
+pub type Shipment = (u32, Stamp, Op);
+
+#[derive(Debug)]
+enum Phase {
+    Floors,
+    Keys { db: u32, cursor: u64 },
+    Tombstones(Vec<(u32, Box<[u8]>, Stamp)>),
+    Done,
+}
+
+/// Progress of one full sync.
+#[derive(Debug)]
+pub struct FullSync {
+    phase: Phase,
+    databases: u32,
+    /// Keys and tombstones shipped so far.
+    pub sent: u64,
+    /// When it started.
+    pub started: Instant,
+}
+
+impl FullSync {
+    /// A full sync of `databases` databases, not started.
+    pub fn new(databases: u32) -> Self {
+        Self {
+            phase: Phase::Floors,
+            databases: databases.max(1),
+            sent: 0,
+            started: Instant::now(),
+        }
+    }
+
+    /// Whether everything has been handed out.
+    pub fn is_done(&self) -> bool {
+        matches!(self.phase, Phase::Done)
+    }
+
+    /// The next slice: at least one SCAN page (or the floors, or up to
+    /// `max` tombstones). Leaves the selected database as it found it.
+    pub fn step(
+        &mut self,
+        reader: &Reader,
+        versions: &VersionStore,
+        me: u64,
+        max: usize,
+    ) -> Vec<Shipment> {
+        let mut out = Vec::new();
+        match &mut self.phase {
+            Phase::Floors => {
+                for (db, stamp) in versions.floors() {
+                    match db {
+                        Some(d) => out.push((d, stamp, Op::FlushDb)),
+                        None => out.push((0, stamp, Op::FlushAll)),
+                    }
+                }
+                // FLUSHALL first: it covers the per-database floors.
+                out.sort_by_key(|(_, _, op)| !matches!(op, Op::FlushAll));
+                self.phase = Phase::Keys { db: 0, cursor: 0 };
+            }
+            Phase::Keys { db, cursor } => {
+                let original = server::selected_db(reader.ctx());
+                server::select_db(reader.ctx(), *db);
+                let page = reader.scan(*cursor, SCAN_COUNT);
+                let (next, keys) = page.unwrap_or((0, Vec::new()));
+                for key in keys {
+                    let stamp = match versions.get(*db, &key) {
+                        Some(KeyVersion::Live(s)) => s,
+                        // Present without a version (or a stale tombstone):
+                        // written at clock 0 here.
+                        _ => Stamp::new(0, me),
+                    };
+                    if let Some(snap) = reader.dump(&key) {
+                        out.push((
+                            *db,
+                            stamp,
+                            Op::Value {
+                                key,
+                                payload: snap.payload,
+                                expiry_ms: snap.expiry_ms,
+                            },
+                        ));
+                    }
+                }
+                server::select_db(reader.ctx(), original);
+                if next != 0 {
+                    *cursor = next;
+                } else if *db + 1 < self.databases {
+                    *db += 1;
+                    *cursor = 0;
+                } else {
+                    self.phase = Phase::Tombstones(versions.tombstone_list());
+                }
+            }
+            Phase::Tombstones(list) => {
+                let take = list.len().min(max.max(1));
+                for (db, key, stamp) in list.drain(list.len() - take..) {
+                    out.push((db, stamp, Op::Delete { key: key.into() }));
+                }
+                if list.is_empty() {
+                    self.phase = Phase::Done;
+                }
+            }
+            Phase::Done => {}
+        }
+        self.sent += out.len() as u64;
+        out
+    }
+}

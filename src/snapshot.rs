@@ -1,0 +1,113 @@
+//! Reads of the local keyspace the module needs, through `RM_Call` on the
+//! main thread: a key's DUMP payload and absolute expiry, whether it exists,
+//! one SCAN page, the number of databases. Callers set the echo guard.
+
+use redis_module::{CallOptions, CallOptionsBuilder, CallReply, CallResult, Context};
+
+/// A key's value as shipped: the DUMP payload and its absolute expiry.
+pub struct Snapshot {
+    /// RDB-encoded value (version and checksum included).
+    pub payload: Vec<u8>,
+    /// Absolute expiry in Unix milliseconds.
+    pub expiry_ms: Option<u64>,
+}
+
+/// Keyspace reads in the database currently selected on `ctx`.
+pub struct Reader<'a> {
+    ctx: &'a Context,
+    opts: CallOptions,
+}
+
+impl<'a> Reader<'a> {
+    /// A reader on `ctx` (errors come back as replies, never raised).
+    pub fn new(ctx: &'a Context) -> Self {
+        Self {
+            ctx,
+            opts: CallOptionsBuilder::new().errors_as_replies().build(),
+        }
+    }
+
+    /// The context, to select databases.
+    pub fn ctx(&self) -> &Context {
+        self.ctx
+    }
+
+    /// The key's value and expiry, or `None` when it does not exist.
+    pub fn dump(&self, key: &[u8]) -> Option<Snapshot> {
+        let args: [&[u8]; 1] = [key];
+        let payload = match self.ctx.call_ext::<_, CallResult>("DUMP", &self.opts, &args[..]) {
+            Ok(CallReply::String(s)) => s.as_bytes().to_vec(),
+            _ => return None,
+        };
+        let expiry_ms =
+            match self
+                .ctx
+                .call_ext::<_, CallResult>("PEXPIRETIME", &self.opts, &args[..])
+            {
+                Ok(CallReply::I64(ms)) if ms.to_i64() > 0 => Some(ms.to_i64() as u64),
+                _ => None,
+            };
+        Some(Snapshot { payload, expiry_ms })
+    }
+
+    /// Whether the key exists.
+    pub fn exists(&self, key: &[u8]) -> bool {
+        let args: [&[u8]; 1] = [key];
+        matches!(
+            self.ctx.call_ext::<_, CallResult>("EXISTS", &self.opts, &args[..]),
+            Ok(CallReply::I64(n)) if n.to_i64() > 0
+        )
+    }
+
+    /// One `SCAN cursor COUNT count` page: the next cursor (0 at the end)
+    /// and the keys; `None` when the reply is not what SCAN returns.
+    pub fn scan(&self, cursor: u64, count: usize) -> Option<(u64, Vec<Vec<u8>>)> {
+        let c = cursor.to_string();
+        let n = count.to_string();
+        let args: [&[u8]; 3] = [c.as_bytes(), b"COUNT", n.as_bytes()];
+        let Ok(CallReply::Array(reply)) =
+            self.ctx.call_ext::<_, CallResult>("SCAN", &self.opts, &args[..])
+        else {
+            return None;
+        };
+        let next = match reply.get(0) {
+            Some(Ok(CallReply::String(s))) => std::str::from_utf8(s.as_bytes()).ok()?.parse().ok()?,
+            _ => return None,
+        };
+        let keys = match reply.get(1) {
+            Some(Ok(CallReply::Array(keys))) => keys
+                .iter()
+                .filter_map(|k| match k {
+                    Ok(CallReply::String(s)) => Some(s.as_bytes().to_vec()),
+                    _ => None,
+                })
+                .collect(),
+            _ => return None,
+        };
+        Some((next, keys))
+    }
+
+    /// `CONFIG GET databases` (16 when unreadable).
+    pub fn databases(&self) -> u32 {
+        let args: [&[u8]; 2] = [b"GET", b"databases"];
+        match self.ctx.call_ext::<_, CallResult>("CONFIG", &self.opts, &args[..]) {
+            Ok(CallReply::Array(a)) => match a.get(1) {
+                Some(Ok(CallReply::String(s))) => std::str::from_utf8(s.as_bytes())
+                    .ok()
+                    .and_then(|t| t.parse().ok())
+                    .unwrap_or(16),
+                _ => 16,
+            },
+            Ok(CallReply::Map(m)) => m
+                .iter()
+                .find_map(|kv| match kv {
+                    (Ok(_), Ok(CallReply::String(s))) => {
+                        std::str::from_utf8(s.as_bytes()).ok()?.parse().ok()
+                    }
+                    _ => None,
+                })
+                .unwrap_or(16),
+            _ => 16,
+        }
+    }
+}
