@@ -40,6 +40,7 @@ pub mod error;
 pub(crate) mod fullsync;
 pub(crate) mod hook;
 pub(crate) mod link;
+pub(crate) mod persist;
 pub mod poller;
 pub mod queue;
 pub mod ring;

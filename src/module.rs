@@ -10,7 +10,7 @@ use redis_module::{
 use crate::server::{self, ServerEvent};
 use crate::status::{status_fields, Field};
 use crate::catchup::{Replication, STATE};
-use crate::{capture, config, hook, runtime, settings};
+use crate::{capture, config, hook, persist, runtime, settings};
 
 fn init(ctx: &Context, args: &[RedisString]) -> Status {
     // A panic in module code is caught; say so in Redis' own log.
@@ -26,6 +26,13 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
             return Status::Err;
         }
     };
+    if config.persist_versions && persist::VERSIONS_TYPE.create_data_type(ctx.ctx).is_err() {
+        ctx.log_warning(
+            "rdmasync: refusing to load: cannot register the data type that persists key versions \
+             (persist-versions=no runs without it)",
+        );
+        return Status::Err;
+    }
     raw::register_info_function(ctx.ctx, Some(info_func));
     if !server::set_command_docs(ctx, &STATUS_DOCS) {
         ctx.log_notice("rdmasync: COMMAND DOCS not set (RedisModule_SetCommandInfo refused)");

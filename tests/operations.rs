@@ -73,7 +73,9 @@ fn config_get_shows_effective_values_and_set_changes_only_the_peer() {
     assert_eq!(cfg["rdmasync.queue-size"], "4096");
     assert_eq!(cfg["rdmasync.peer"], common::test_ip_b());
     assert_eq!(cfg["rdmasync.node-id"], pair.a.status()["node_id"]);
-    assert_eq!(cfg.len(), 8, "{cfg:?}");
+    assert_eq!(cfg["rdmasync.backlog-ops"], "1000000");
+    assert_eq!(cfg["rdmasync.persist-versions"], "yes");
+    assert_eq!(cfg.len(), 10, "{cfg:?}");
     let set = |name: &str, value: &str| {
         redis::cmd("CONFIG")
             .arg("SET")
