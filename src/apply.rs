@@ -248,12 +248,10 @@ fn apply_entry(
             return Ok(Outcome::Notice);
         }
         Op::SyncRequest => {
-            if !st.full_sync_wanted && st.full_sync.is_none() {
-                redis_module::logging::log_notice(
-                    "rdmasync: the peer lost state (restart or reload) and asks for a full sync",
-                );
-            }
-            st.full_sync_wanted = true;
+            redis_module::logging::log_notice(
+                "rdmasync: the peer lost state (restart or reload) and asks for a full sync",
+            );
+            st.sync_requested = true;
             return Ok(Outcome::Notice);
         }
         _ => {}
@@ -290,8 +288,7 @@ fn apply_entry(
         Op::Delete { key } => match decide(st, key) {
             Decision::Apply => {
                 run(ctx, opts, "DEL", &[key])?;
-                st.versions
-                    .record_delete(e.db, key, stamp, GC_AT_NEXT_ACK);
+                st.versions.record_delete(e.db, key, stamp, GC_AT_NEXT_ACK);
                 Ok(Outcome::Applied)
             }
             Decision::Stale => Ok(Outcome::Discarded),

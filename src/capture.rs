@@ -160,7 +160,12 @@ fn record_local(
 
 /// The entries that resend a backlog op with its recorded version; nothing
 /// when the key's last version came from the peer (it has it already).
-fn backlog_entry(reader: &Reader, shared: &Shared, st: &mut Replication, op: PendingOp) -> Option<Entry> {
+fn backlog_entry(
+    reader: &Reader,
+    shared: &Shared,
+    st: &mut Replication,
+    op: PendingOp,
+) -> Option<Entry> {
     let me = shared.node_id;
     match op {
         PendingOp::Key { db, key } => match st.versions.get(db, &key)? {
@@ -303,7 +308,11 @@ pub fn flush(ctx: &Context, shared: &Shared) {
     let mut st = STATE.lock();
     let new_link = link_up && st.is_new_link(epoch);
     let busy = link_up
-        && (st.catching_up() || st.full_sync_wanted || st.ack_due() || st.collection_due());
+        && (st.catching_up()
+            || st.full_sync_wanted
+            || st.sync_requested
+            || st.ack_due()
+            || st.collection_due());
     if ops.is_empty() && !new_link && !busy {
         return;
     }
@@ -313,6 +322,9 @@ pub fn flush(ctx: &Context, shared: &Shared) {
     let original_db = server::selected_db(ctx);
     if new_link {
         on_link_up(shared, &mut st, epoch);
+    }
+    if link_up {
+        st.take_sync_request();
     }
     if link_up && st.full_sync_wanted && st.full_sync.is_none() {
         st.start_full_sync(FullSync::new(reader.databases()));
@@ -332,7 +344,12 @@ pub fn flush(ctx: &Context, shared: &Shared) {
         let mut acked = false;
         if let Some(applied) = st.take_ack() {
             let me = shared.node_id;
-            let ack = entry(shared, 0, Stamp::new(shared.clock.now(), me), Op::Ack { applied });
+            let ack = entry(
+                shared,
+                0,
+                Stamp::new(shared.clock.now(), me),
+                Op::Ack { applied },
+            );
             acked = push(shared, &mut st, vec![ack], false).is_ok();
             if !acked {
                 st.ack_lost();

@@ -49,6 +49,10 @@ pub struct Replication {
     pub full_sync_wanted: bool,
     /// The full sync running now, if any.
     pub full_sync: Option<FullSync>,
+    /// A full sync started since the current link came up.
+    full_sync_on_link: bool,
+    /// The peer asked for a full sync (it lost state).
+    pub sync_requested: bool,
     /// Ask the peer for a full sync at the next link-up (this node lost
     /// state: it just started, or its dataset was replaced).
     pub request_sync: bool,
@@ -89,6 +93,8 @@ impl Replication {
             inflight: VecDeque::new(),
             full_sync_wanted: true,
             full_sync: None,
+            full_sync_on_link: false,
+            sync_requested: false,
             request_sync: true,
             link_epoch: 0,
             peer_acked: 0,
@@ -113,9 +119,8 @@ impl Replication {
         self.link_epoch = epoch;
         let unacked: Vec<PendingOp> = self.inflight.drain(..).map(|f| f.op).collect();
         self.backlog.restore(unacked);
-        self.applied_from_peer = 0;
-        self.ack_sent = 0;
         self.full_sync = None;
+        self.full_sync_on_link = false;
         self.check_overflow();
         if self.full_sync_wanted {
             CatchUp::Full
@@ -131,6 +136,16 @@ impl Replication {
         self.full_sync_wanted = false;
         let _ = self.backlog.take();
         self.full_sync = Some(sync);
+        self.full_sync_on_link = true;
+    }
+
+    /// Handles a full sync request from the peer once the current link is
+    /// known: needless when this link already started one (both sides of a
+    /// first contact ask and send).
+    pub fn take_sync_request(&mut self) {
+        if std::mem::take(&mut self.sync_requested) && !self.full_sync_on_link {
+            self.full_sync_wanted = true;
+        }
     }
 
     /// The full sync handed out its last entry.
@@ -335,18 +350,17 @@ mod tests {
         assert_eq!(r.take_ack(), None);
         r.applied(6);
         assert_eq!(r.take_ack(), Some(6));
-        // A new link starts over (the peer may have restarted).
+        // A new link keeps what was applied on the old one.
+        r.applied(7);
         r.link_up(1);
-        r.applied(1);
-        assert_eq!(r.take_ack(), Some(1));
+        assert_eq!(r.take_ack(), Some(7));
     }
 
     #[test]
     fn tombstones_go_once_acknowledged() {
         use crate::version::Stamp;
         let mut r = Replication::new(10);
-        r.versions
-            .record_delete(0, b"k", Stamp::new(5, 1), 3);
+        r.versions.record_delete(0, b"k", Stamp::new(5, 1), 3);
         assert_eq!(r.collect_tombstones(false), 0);
         r.acknowledged(2);
         assert_eq!(r.collect_tombstones(false), 0);

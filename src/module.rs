@@ -7,9 +7,9 @@ use redis_module::{
     raw, redis_module, Context, RedisError, RedisResult, RedisString, RedisValue, Status,
 };
 
+use crate::catchup::{Replication, STATE};
 use crate::server::{self, ServerEvent};
 use crate::status::{status_fields, Field};
-use crate::catchup::{Replication, STATE};
 use crate::{capture, config, hook, persist, runtime, settings};
 
 fn init(ctx: &Context, args: &[RedisString]) -> Status {
@@ -105,9 +105,14 @@ const STATUS_DOCS: server::CommandDocs = server::CommandDocs {
 /// `INFO rdmasync`: the status figures as `rdmasync_<name>:<value>` lines.
 extern "C" fn info_func(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: i32) {
     let _ = catch_unwind(AssertUnwindSafe(|| {
-        let Some(fields) =
-            runtime::with_shared(|s| status_fields(&s.identity(), &s.stats, s.queue.len(), &STATE.lock().convergence()))
-        else {
+        let Some(fields) = runtime::with_shared(|s| {
+            status_fields(
+                &s.identity(),
+                &s.stats,
+                s.queue.len(),
+                &STATE.lock().convergence(),
+            )
+        }) else {
             return;
         };
         raw::add_info_section(ctx, None);
@@ -139,8 +144,15 @@ fn status_reply(argc: usize) -> RedisResult {
     if argc != 1 {
         return Err(RedisError::WrongArity);
     }
-    let fields = runtime::with_shared(|s| status_fields(&s.identity(), &s.stats, s.queue.len(), &STATE.lock().convergence()))
-        .ok_or(RedisError::Str("ERR rdmasync is not running"))?;
+    let fields = runtime::with_shared(|s| {
+        status_fields(
+            &s.identity(),
+            &s.stats,
+            s.queue.len(),
+            &STATE.lock().convergence(),
+        )
+    })
+    .ok_or(RedisError::Str("ERR rdmasync is not running"))?;
     let map: BTreeMap<_, _> = fields
         .into_iter()
         .map(|(k, v)| {

@@ -81,10 +81,12 @@ pub struct DecodeError {
 pub fn decode_into(blob: &[u8], store: &mut VersionStore) -> Result<(), DecodeError> {
     let mut at = 0;
     while at < blob.len() {
-        let head = blob
-            .get(at..at + RECORD_HEAD)
-            .ok_or(DecodeError { at, what: "truncated header" })?;
-        let u32_at = |o: usize| u32::from_le_bytes([head[o], head[o + 1], head[o + 2], head[o + 3]]);
+        let head = blob.get(at..at + RECORD_HEAD).ok_or(DecodeError {
+            at,
+            what: "truncated header",
+        })?;
+        let u32_at =
+            |o: usize| u32::from_le_bytes([head[o], head[o + 1], head[o + 2], head[o + 3]]);
         let u64_at = |o: usize| {
             let mut b = [0u8; 8];
             b.copy_from_slice(&head[o..o + 8]);
@@ -97,13 +99,21 @@ pub fn decode_into(blob: &[u8], store: &mut VersionStore) -> Result<(), DecodeEr
         let key_start = at + RECORD_HEAD;
         let key = blob
             .get(key_start..key_start.saturating_add(key_len))
-            .ok_or(DecodeError { at, what: "truncated key" })?;
+            .ok_or(DecodeError {
+                at,
+                what: "truncated key",
+            })?;
         match tag {
             TAG_LIVE => store.record_write(db, key, stamp),
             TAG_TOMBSTONE => store.record_delete(db, key, stamp, 0),
             TAG_FLOOR => store.restore_floor(Some(db), stamp),
             TAG_FLOOR_ALL => store.restore_floor(None, stamp),
-            _ => return Err(DecodeError { at, what: "unknown tag" }),
+            _ => {
+                return Err(DecodeError {
+                    at,
+                    what: "unknown tag",
+                })
+            }
         }
         at = key_start + key_len;
     }
@@ -233,7 +243,11 @@ mod tests {
     fn large_stores_are_cut_into_blobs() {
         let mut s = VersionStore::new();
         for i in 0..40_000u32 {
-            s.record_write(0, format!("key:{i:08}").as_bytes(), Stamp::new(u64::from(i) + 1, 1));
+            s.record_write(
+                0,
+                format!("key:{i:08}").as_bytes(),
+                Stamp::new(u64::from(i) + 1, 1),
+            );
         }
         let blobs = encode(&s);
         assert!(blobs.len() > 1);

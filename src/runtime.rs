@@ -63,8 +63,16 @@ pub struct Shared {
     next_seq: AtomicU64,
 }
 
+/// Where this process's sequence numbers start: above any number an earlier
+/// run of this node can have used (2^20 per millisecond of wall clock), so
+/// that the peer's acknowledgements from before a restart never cover
+/// entries sent after it.
+fn first_seq() -> u64 {
+    crate::status::unix_ms() << 20
+}
+
 impl Shared {
-    /// Next entry sequence number (starts at 1).
+    /// Next entry sequence number.
     pub fn next_seq(&self) -> u64 {
         self.next_seq.fetch_add(1, Ordering::Relaxed) + 1
     }
@@ -131,7 +139,7 @@ impl Shared {
             link: Mutex::new(None),
             peer: RwLock::new(("127.0.0.1".into(), 1)),
             shutdown: AtomicBool::new(false),
-            next_seq: AtomicU64::new(0),
+            next_seq: AtomicU64::new(first_seq()),
         }
     }
 }
@@ -219,7 +227,7 @@ pub fn start(config: Config) -> Result<String> {
         link: Mutex::new(None),
         peer: RwLock::new((String::new(), 0)),
         shutdown: AtomicBool::new(false),
-        next_seq: AtomicU64::new(0),
+        next_seq: AtomicU64::new(first_seq()),
     });
     *shared.peer.write() = (shared.config.peer_host.clone(), shared.config.peer_port);
     shared.stats.set_link(LinkState::Connecting);

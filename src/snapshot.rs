@@ -35,7 +35,10 @@ impl<'a> Reader<'a> {
     /// The key's value and expiry, or `None` when it does not exist.
     pub fn dump(&self, key: &[u8]) -> Option<Snapshot> {
         let args: [&[u8]; 1] = [key];
-        let payload = match self.ctx.call_ext::<_, CallResult>("DUMP", &self.opts, &args[..]) {
+        let payload = match self
+            .ctx
+            .call_ext::<_, CallResult>("DUMP", &self.opts, &args[..])
+        {
             Ok(CallReply::String(s)) => s.as_bytes().to_vec(),
             _ => return None,
         };
@@ -66,12 +69,15 @@ impl<'a> Reader<'a> {
         let n = count.to_string();
         let args: [&[u8]; 3] = [c.as_bytes(), b"COUNT", n.as_bytes()];
         let Ok(CallReply::Array(reply)) =
-            self.ctx.call_ext::<_, CallResult>("SCAN", &self.opts, &args[..])
+            self.ctx
+                .call_ext::<_, CallResult>("SCAN", &self.opts, &args[..])
         else {
             return None;
         };
         let next = match reply.get(0) {
-            Some(Ok(CallReply::String(s))) => std::str::from_utf8(s.as_bytes()).ok()?.parse().ok()?,
+            Some(Ok(CallReply::String(s))) => {
+                std::str::from_utf8(s.as_bytes()).ok()?.parse().ok()?
+            }
             _ => return None,
         };
         let keys = match reply.get(1) {
@@ -90,7 +96,10 @@ impl<'a> Reader<'a> {
     /// `CONFIG GET databases` (16 when unreadable).
     pub fn databases(&self) -> u32 {
         let args: [&[u8]; 2] = [b"GET", b"databases"];
-        match self.ctx.call_ext::<_, CallResult>("CONFIG", &self.opts, &args[..]) {
+        match self
+            .ctx
+            .call_ext::<_, CallResult>("CONFIG", &self.opts, &args[..])
+        {
             Ok(CallReply::Array(a)) => match a.get(1) {
                 Some(Ok(CallReply::String(s))) => std::str::from_utf8(s.as_bytes())
                     .ok()

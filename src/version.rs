@@ -166,10 +166,7 @@ impl VersionStore {
         if let Some(KeyVersion::Deleted {
             gc_after,
             stamp: current,
-        }) = self
-            .dbs
-            .get_mut(&db)
-            .and_then(|d| d.keys.get_mut(key))
+        }) = self.dbs.get_mut(&db).and_then(|d| d.keys.get_mut(key))
         {
             if *current == stamp {
                 *gc_after = seq;
@@ -337,10 +334,12 @@ impl VersionStore {
 
     /// The newest clock in the store (to restart the clock past it).
     pub fn newest_clock(&self) -> u64 {
-        let keys = self
-            .dbs
-            .values()
-            .flat_map(|d| d.keys.values().map(|v| v.stamp().clock).chain([d.floor.clock]));
+        let keys = self.dbs.values().flat_map(|d| {
+            d.keys
+                .values()
+                .map(|v| v.stamp().clock)
+                .chain([d.floor.clock])
+        });
         keys.chain([self.floor_all.clock]).max().unwrap_or(0)
     }
 
@@ -381,25 +380,52 @@ mod tests {
     fn newer_wins_older_is_stale_equal_is_duplicate() {
         let mut s = VersionStore::new();
         s.record_write(0, b"k", Stamp::new(100, A));
-        assert_eq!(s.decide(0, b"k", Stamp::new(101, B), A, || true), Decision::Apply);
-        assert_eq!(s.decide(0, b"k", Stamp::new(99, B), A, || true), Decision::Stale);
-        assert_eq!(s.decide(0, b"k", Stamp::new(100, A), A, || true), Decision::Duplicate);
+        assert_eq!(
+            s.decide(0, b"k", Stamp::new(101, B), A, || true),
+            Decision::Apply
+        );
+        assert_eq!(
+            s.decide(0, b"k", Stamp::new(99, B), A, || true),
+            Decision::Stale
+        );
+        assert_eq!(
+            s.decide(0, b"k", Stamp::new(100, A), A, || true),
+            Decision::Duplicate
+        );
         // Same clock: the higher node id wins, on both sides.
-        assert_eq!(s.decide(0, b"k", Stamp::new(100, B), A, || true), Decision::Apply);
+        assert_eq!(
+            s.decide(0, b"k", Stamp::new(100, B), A, || true),
+            Decision::Apply
+        );
         let mut t = VersionStore::new();
         t.record_write(0, b"k", Stamp::new(100, B));
-        assert_eq!(t.decide(0, b"k", Stamp::new(100, A), B, || true), Decision::Stale);
+        assert_eq!(
+            t.decide(0, b"k", Stamp::new(100, A), B, || true),
+            Decision::Stale
+        );
     }
 
     #[test]
     fn unknown_keys_use_presence() {
         let s = VersionStore::new();
         // Absent and never seen: anything applies.
-        assert_eq!(s.decide(0, b"k", Stamp::new(0, A), B, || false), Decision::Apply);
+        assert_eq!(
+            s.decide(0, b"k", Stamp::new(0, A), B, || false),
+            Decision::Apply
+        );
         // Present without a version: written at clock 0 by the holder.
-        assert_eq!(s.decide(0, b"k", Stamp::new(0, A), B, || true), Decision::Stale);
-        assert_eq!(s.decide(0, b"k", Stamp::new(0, B), A, || true), Decision::Apply);
-        assert_eq!(s.decide(0, b"k", Stamp::new(1, A), B, || true), Decision::Apply);
+        assert_eq!(
+            s.decide(0, b"k", Stamp::new(0, A), B, || true),
+            Decision::Stale
+        );
+        assert_eq!(
+            s.decide(0, b"k", Stamp::new(0, B), A, || true),
+            Decision::Apply
+        );
+        assert_eq!(
+            s.decide(0, b"k", Stamp::new(1, A), B, || true),
+            Decision::Apply
+        );
     }
 
     #[test]
@@ -408,7 +434,10 @@ mod tests {
         s.record_write(0, b"k", Stamp::new(5, A));
         s.record_delete(0, b"k", Stamp::new(10, A), 0);
         assert_eq!(s.tombstones(), 1);
-        assert_eq!(s.decide(0, b"k", Stamp::new(7, B), A, || false), Decision::Stale);
+        assert_eq!(
+            s.decide(0, b"k", Stamp::new(7, B), A, || false),
+            Decision::Stale
+        );
         // Not shipped yet: never collected.
         assert_eq!(s.collect_ours(u64::MAX), 0);
         s.mark_shipped(0, b"k", Stamp::new(9, A), 41);
@@ -466,10 +495,19 @@ mod tests {
         assert_eq!(s.tombstones(), 0);
         assert_eq!(s.get(0, b"old"), None);
         assert_eq!(s.get(1, b"other"), Some(KeyVersion::Live(Stamp::new(1, A))));
-        assert_eq!(s.decide(0, b"old", Stamp::new(9, B), A, || false), Decision::Stale);
-        assert_eq!(s.decide(0, b"x", Stamp::new(11, B), A, || false), Decision::Apply);
+        assert_eq!(
+            s.decide(0, b"old", Stamp::new(9, B), A, || false),
+            Decision::Stale
+        );
+        assert_eq!(
+            s.decide(0, b"x", Stamp::new(11, B), A, || false),
+            Decision::Apply
+        );
         s.flush(None, Stamp::new(20, B));
-        assert_eq!(s.decide(1, b"other", Stamp::new(19, A), A, || false), Decision::Stale);
+        assert_eq!(
+            s.decide(1, b"other", Stamp::new(19, A), A, || false),
+            Decision::Stale
+        );
         assert!(s.is_empty());
         assert_eq!(s.newest_clock(), 20);
     }
@@ -523,7 +561,8 @@ mod tests {
                 Change::FlushDb => {
                     if self.versions.flush_is_new(Some(0), stamp) {
                         let survivors = self.versions.flush(Some(0), stamp);
-                        self.data.retain(|k, _| survivors.iter().any(|(_, s)| **s == [*k]));
+                        self.data
+                            .retain(|k, _| survivors.iter().any(|(_, s)| **s == [*k]));
                     }
                 }
             }

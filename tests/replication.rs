@@ -4,7 +4,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{wait_until, Node, Pair};
+use common::{free_port, wait_until, Node, Pair};
 use redis::Commands;
 
 const SETTLE: Duration = Duration::from_secs(20);
@@ -502,14 +502,15 @@ fn full_queue_never_blocks_redis_and_loses_nothing() {
 #[test]
 fn applied_writes_reach_the_nodes_own_replica() {
     let pair = Pair::start();
-    let replica = Node::start(
-        "b-replica",
-        vec![
-            "--replicaof".into(),
-            "127.0.0.1".into(),
-            pair.b.port.to_string(),
-        ],
-    );
+    // B's RDB carries key versions as module aux data: its replicas load
+    // the module too (idle while they replicate; its peer is unreachable).
+    let mut args = common::module_args(free_port(), free_port(), &[]);
+    args.extend([
+        "--replicaof".into(),
+        "127.0.0.1".into(),
+        pair.b.port.to_string(),
+    ]);
+    let replica = Node::start("b-replica", args);
     let mut r = replica.conn();
     assert!(wait_until(SETTLE, || {
         let info: String = redis::cmd("INFO").arg("replication").query(&mut r).unwrap();

@@ -1,0 +1,287 @@
+//! Convergence: concurrent conflicting writes, partitions, crashes and
+//! restarts end with both masters identical (DEBUG DIGEST), deleted keys
+//! stay deleted, and writes made during an outage reach the other side.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{free_port, wait_until, Node, Pair};
+use redis::Commands;
+
+const SETTLE: Duration = Duration::from_secs(30);
+
+/// xorshift64: a small deterministic generator per seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// One pipeline of random writes of every kind to a small shared keyspace.
+fn random_writes(node: &Node, seed: u64, ops: usize) {
+    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let mut c = node.conn();
+    let mut p = redis::pipe();
+    for _ in 0..ops {
+        let k = rng.below(8);
+        let v = rng.below(1000);
+        match rng.below(10) {
+            0 => p.cmd("SET").arg(format!("s{k}")).arg(v),
+            1 => p
+                .cmd("HSET")
+                .arg(format!("h{k}"))
+                .arg(format!("f{}", v % 4))
+                .arg(v),
+            2 => p.cmd("RPUSH").arg(format!("l{k}")).arg(v),
+            3 => p.cmd("SADD").arg(format!("set{k}")).arg(v % 16),
+            4 => p
+                .cmd("ZADD")
+                .arg(format!("z{k}"))
+                .arg(v)
+                .arg(format!("m{}", v % 8)),
+            5 => p.cmd("INCR").arg(format!("c{k}")),
+            6 => p
+                .cmd("EXPIRE")
+                .arg(format!("s{k}"))
+                .arg(1000 + rng.below(1000)),
+            7 => p.cmd("DEL").arg(format!("h{k}")).arg(format!("l{k}")),
+            8 => p.cmd("DEL").arg(format!("s{k}")).arg(format!("z{k}")),
+            _ => p.cmd("SET").arg(format!("s{k}")).arg(v).arg("EX").arg(5000),
+        };
+        p.ignore();
+    }
+    let _: () = p.query(&mut c).unwrap();
+}
+
+fn conflicts(pair: &Pair) -> u64 {
+    pair.a.stat("conflicts_discarded") + pair.b.stat("conflicts_discarded")
+}
+
+#[test]
+fn concurrent_conflicting_writes_converge_for_many_seeds() {
+    let pair = Pair::start();
+    for seed in 1..=12u64 {
+        let (a, b) = (&pair.a, &pair.b);
+        std::thread::scope(|s| {
+            for round in 0..4 {
+                s.spawn(move || random_writes(a, seed * 100 + round, 150));
+                s.spawn(move || random_writes(b, seed * 1000 + round, 150));
+            }
+        });
+        let digest = pair.wait_converged(SETTLE);
+        assert_ne!(digest, "0".repeat(40), "seed {seed}: empty keyspace");
+        // Absolute expiries agree too (DIGEST covers them; check one directly).
+        let ttl_a: i64 = redis::cmd("PEXPIRETIME")
+            .arg("s1")
+            .query(&mut pair.a.conn())
+            .unwrap();
+        let ttl_b: i64 = redis::cmd("PEXPIRETIME")
+            .arg("s1")
+            .query(&mut pair.b.conn())
+            .unwrap();
+        assert_eq!(ttl_a, ttl_b, "seed {seed}");
+    }
+    // Both sides wrote the same keys at the same time: some lost.
+    assert!(conflicts(&pair) > 0, "no conflict was resolved");
+    // Acknowledged tombstones are collected.
+    assert!(wait_until(SETTLE, || pair.a.stat("tombstones")
+        + pair.b.stat("tombstones")
+        == 0));
+}
+
+#[test]
+fn the_newer_write_wins_on_both_nodes() {
+    let pair = Pair::start();
+    // Cut the link, write the same key on both sides, B later.
+    let dead = free_port().to_string();
+    for n in [&pair.a, &pair.b] {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("rdmasync.port")
+            .arg(&dead)
+            .query(&mut n.conn())
+            .unwrap();
+    }
+    assert!(wait_until(SETTLE, || pair.a.status()["link"] != "up"
+        && pair.b.status()["link"] != "up"));
+    let _: () = pair.a.conn().set("k", "from-a").unwrap();
+    let _: () = pair.a.conn().set("only-a", "1").unwrap();
+    std::thread::sleep(Duration::from_millis(5));
+    let _: () = pair.b.conn().set("k", "from-b").unwrap();
+    heal(&pair);
+    pair.wait_converged(SETTLE);
+    let on_a: String = pair.a.conn().get("k").unwrap();
+    assert_eq!(on_a, "from-b");
+    let only: String = pair.b.conn().get("only-a").unwrap();
+    assert_eq!(only, "1");
+    // Every change was acknowledged: nothing left to resend.
+    assert!(
+        wait_until(SETTLE, || pair.a.stat("lag_entries") == 0
+            && pair.b.stat("lag_entries") == 0),
+        "a={:?}\nb={:?}",
+        pair.a.status(),
+        pair.b.status()
+    );
+}
+
+/// Points both nodes back at each other and waits for the link.
+fn heal(pair: &Pair) {
+    for (n, peer) in [(&pair.a, &pair.b), (&pair.b, &pair.a)] {
+        let port = peer
+            .args
+            .iter()
+            .find_map(|a| a.strip_prefix("listen-port="))
+            .unwrap();
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("rdmasync.port")
+            .arg(port)
+            .query(&mut n.conn())
+            .unwrap();
+    }
+    pair.wait_linked();
+}
+
+fn cut(pair: &Pair) {
+    let dead = free_port().to_string();
+    for n in [&pair.a, &pair.b] {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("rdmasync.port")
+            .arg(&dead)
+            .query(&mut n.conn())
+            .unwrap();
+    }
+    assert!(wait_until(SETTLE, || pair.a.status()["link"] != "up"
+        && pair.b.status()["link"] != "up"));
+}
+
+fn exists(node: &Node, key: &str) -> bool {
+    node.conn().exists(key).unwrap()
+}
+
+#[test]
+fn partition_heals_with_deletes_kept_and_outage_writes_delivered() {
+    let pair = Pair::start();
+    let mut a = pair.a.conn();
+    for i in 0..100 {
+        let _: () = a.set(format!("k{i}"), "base").unwrap();
+    }
+    pair.wait_converged(SETTLE);
+    let full_before = pair.a.stat("full_syncs") + pair.b.stat("full_syncs");
+    cut(&pair);
+    let mut b = pair.b.conn();
+    // B rewrites k0..k9 first; A deletes them later: the delete is newer.
+    for i in 0..10 {
+        let _: () = b.set(format!("k{i}"), "b-older").unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(5));
+    for i in 0..20 {
+        let _: () = a.del(format!("k{i}")).unwrap();
+    }
+    // Writes and deletes on both sides during the outage.
+    for i in 20..30 {
+        let _: () = a.set(format!("k{i}"), "a-outage").unwrap();
+    }
+    for i in 30..40 {
+        let _: () = b.del(format!("k{i}")).unwrap();
+    }
+    for i in 0..10 {
+        let _: () = b.hset(format!("new-b{i}"), "f", i).unwrap();
+    }
+    // A FLUSHDB on A between two writes of B to that database: only the
+    // write after it survives.
+    let _: () = in_db(&pair.b, 3).set("before-flush", 1).unwrap();
+    std::thread::sleep(Duration::from_millis(5));
+    let _: () = redis::cmd("FLUSHDB").query(&mut in_db(&pair.a, 3)).unwrap();
+    std::thread::sleep(Duration::from_millis(5));
+    let _: () = in_db(&pair.b, 3).set("after-flush", 1).unwrap();
+    assert!(pair.a.stat("backlog") >= 30, "{:?}", pair.a.status());
+    heal(&pair);
+    pair.wait_converged(SETTLE);
+    for i in 0..20 {
+        assert!(!exists(&pair.a, &format!("k{i}")), "k{i} resurrected on a");
+        assert!(!exists(&pair.b, &format!("k{i}")), "k{i} resurrected on b");
+    }
+    for i in 30..40 {
+        assert!(
+            !exists(&pair.a, &format!("k{i}")),
+            "k{i} deleted on b, still on a"
+        );
+    }
+    let v: String = pair.b.conn().get("k25").unwrap();
+    assert_eq!(v, "a-outage");
+    assert!(exists(&pair.a, "new-b3"));
+    for n in [&pair.a, &pair.b] {
+        let mut c = in_db(n, 3);
+        assert!(!c.exists::<_, bool>("before-flush").unwrap(), "{}", n.name);
+        assert!(c.exists::<_, bool>("after-flush").unwrap(), "{}", n.name);
+    }
+    // Caught up from the backlog: a partial resync, no full sync.
+    assert!(pair.a.stat("partial_syncs") >= 1 && pair.b.stat("partial_syncs") >= 1);
+    assert_eq!(
+        pair.a.stat("full_syncs") + pair.b.stat("full_syncs"),
+        full_before
+    );
+    assert!(wait_until(SETTLE, || pair.a.stat("lag_entries") == 0
+        && pair.b.stat("lag_entries") == 0
+        && pair.a.stat("sync_in_progress") == 0));
+}
+
+/// A connection with database `db` selected.
+fn in_db(node: &Node, db: i64) -> redis::Connection {
+    let mut c = node.conn();
+    let _: () = redis::cmd("SELECT").arg(db).query(&mut c).unwrap();
+    c
+}
+
+#[test]
+fn crashed_node_restarted_from_its_rdb_converges_without_resurrection() {
+    let mut pair = Pair::start();
+    let mut a = pair.a.conn();
+    let _: () = in_db(&pair.a, 3).set("seed", 1).unwrap();
+    for i in 0..50 {
+        let _: () = a.set(format!("k{i}"), "v").unwrap();
+    }
+    pair.wait_converged(SETTLE);
+    let _: () = redis::cmd("SAVE").query(&mut pair.b.conn()).unwrap();
+    // Written after B's snapshot: B loses it in the crash, A still has it.
+    let _: () = pair.b.conn().set("late", "after-save").unwrap();
+    assert!(wait_until(SETTLE, || exists(&pair.a, "late")));
+    pair.b.kill();
+    // While B is down: deletes of keys in B's RDB, and new writes.
+    for i in 0..10 {
+        let _: () = a.del(format!("k{i}")).unwrap();
+    }
+    for i in 0..10 {
+        let _: () = a.set(format!("during{i}"), i).unwrap();
+    }
+    pair.b.restart();
+    assert!(
+        pair.b.log().contains("loaded versions of"),
+        "{}",
+        pair.b.log()
+    );
+    pair.wait_linked();
+    pair.wait_converged(SETTLE);
+    for i in 0..10 {
+        assert!(!exists(&pair.b, &format!("k{i}")), "k{i} resurrected");
+        assert!(!exists(&pair.a, &format!("k{i}")), "k{i} resurrected on a");
+        assert!(exists(&pair.b, &format!("during{i}")));
+    }
+    let late: String = pair.b.conn().get("late").unwrap();
+    assert_eq!(late, "after-save");
+    // B lost state: it asked A for a full sync and sent its own.
+    assert!(pair.a.stat("full_syncs") >= 2, "{:?}", pair.a.status());
+    assert!(pair.b.stat("full_syncs") >= 1, "{:?}", pair.b.status());
+}
