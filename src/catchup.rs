@@ -228,7 +228,8 @@ impl Replication {
     /// Collects the tombstones the peer acknowledged, when acks moved on,
     /// and (`acked_remote`: this node just sent an ack) those applied from it.
     pub fn collect_tombstones(&mut self, acked_remote: bool) -> usize {
-        if !self.collection_due() && !(acked_remote && self.versions.tombstones() != 0) {
+        let remote_due = acked_remote && self.versions.tombstones() != 0;
+        if !self.collection_due() && !remote_due {
             return 0;
         }
         self.collected_at = self.peer_acked;
