@@ -1,0 +1,151 @@
+//! Full syncs: a node that already holds a large keyspace when its peer
+//! first connects, and a rolling restart of both nodes under write load.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{free_port, module_args, wait_until, Node, Pair};
+
+const SETTLE: Duration = Duration::from_secs(60);
+
+fn dbsize(node: &Node) -> u64 {
+    redis::cmd("DBSIZE").query(&mut node.conn()).unwrap()
+}
+
+fn populate(node: &Node, keys: u64) {
+    let _: () = redis::cmd("DEBUG")
+        .arg("POPULATE")
+        .arg(keys)
+        .arg("key")
+        .arg(16)
+        .query(&mut node.conn())
+        .unwrap();
+}
+
+/// Pings `node` until `stop`; returns the longest round trip seen.
+fn longest_ping(port: u16, stop: &AtomicBool) -> Duration {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
+    let mut c = client.get_connection().unwrap();
+    let mut worst = Duration::ZERO;
+    while !stop.load(Ordering::Relaxed) {
+        let t = Instant::now();
+        let _: String = redis::cmd("PING").query(&mut c).unwrap();
+        worst = worst.max(t.elapsed());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    worst
+}
+
+#[test]
+fn full_sync_of_a_populated_node_matches_and_is_timed_against_replicaof() {
+    let keys: u64 = std::env::var("RDMASYNC_FULLSYNC_KEYS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
+    let (pa, pb) = (free_port(), free_port());
+    let a = Node::start("big-a", module_args(pa, pb, &[]));
+    populate(&a, keys);
+    let stop = AtomicBool::new(false);
+    let (ours, stall) = std::thread::scope(|s| {
+        let pinger = s.spawn(|| longest_ping(a.port, &stop));
+        let started = Instant::now();
+        let b = Node::start("big-b", module_args(pb, pa, &[]));
+        let ok = wait_until(SETTLE * 5, || dbsize(&b) == keys);
+        let took = started.elapsed();
+        stop.store(true, Ordering::Relaxed);
+        let stall = pinger.join().unwrap();
+        assert!(ok, "b has {} of {keys} keys; a={:?}", dbsize(&b), a.status());
+        assert!(wait_until(SETTLE, || a.digest() == b.digest()));
+        assert!(a.stat("full_syncs") >= 1);
+        (took, stall)
+    });
+    // Redis's own full sync of the same data, same machine, same run.
+    let master = Node::start("plain-master", vec![]);
+    populate(&master, keys);
+    let started = Instant::now();
+    let replica = Node::start(
+        "plain-replica",
+        vec![
+            "--replicaof".into(),
+            "127.0.0.1".into(),
+            master.port.to_string(),
+        ],
+    );
+    assert!(wait_until(SETTLE * 5, || {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut replica.conn())
+            .unwrap();
+        info.contains("master_link_status:up") && dbsize(&replica) == keys
+    }));
+    let theirs = started.elapsed();
+    let report = format!(
+        "full sync of {keys} keys: rdmasync {:.2} s, REPLICAOF {:.2} s (ratio {:.2}); \
+         longest PING on the source during ours {:.1} ms",
+        ours.as_secs_f64(),
+        theirs.as_secs_f64(),
+        ours.as_secs_f64() / theirs.as_secs_f64(),
+        stall.as_secs_f64() * 1000.0
+    );
+    eprintln!("{report}");
+    let _ = std::fs::write(
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("fullsync-report.txt"),
+        &report,
+    );
+}
+
+#[test]
+fn rolling_restart_under_write_load_converges_with_the_designed_full_syncs() {
+    let mut pair = Pair::start();
+    let target = AtomicU16::new(pair.a.port);
+    let stop = AtomicBool::new(false);
+    let written = AtomicU64::new(0);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let port = target.load(Ordering::Relaxed);
+                let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{port}/")) else {
+                    continue;
+                };
+                let Ok(mut c) = client.get_connection_with_timeout(Duration::from_secs(1)) else {
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                };
+                let mut p = redis::pipe();
+                for i in n..n + 50 {
+                    p.cmd("SET").arg(format!("w:{i}")).arg(i).ignore();
+                }
+                if p.query::<()>(&mut c).is_ok() {
+                    n += 50;
+                    written.store(n, Ordering::Relaxed);
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        // Restart B (writes go to A meanwhile), then A (writes go to B).
+        let _: () = redis::cmd("SAVE").query(&mut pair.b.conn()).unwrap();
+        pair.b.restart();
+        pair.wait_linked();
+        std::thread::sleep(Duration::from_millis(300));
+        target.store(pair.b.port, Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(100));
+        let _: () = redis::cmd("SAVE").query(&mut pair.a.conn()).unwrap();
+        pair.a.restart();
+        pair.wait_linked();
+        std::thread::sleep(Duration::from_millis(300));
+        stop.store(true, Ordering::Relaxed);
+    });
+    pair.wait_converged(SETTLE);
+    let n = written.load(Ordering::Relaxed);
+    assert!(n > 0);
+    assert_eq!(dbsize(&pair.a), n, "every acknowledged write survives");
+    // The design: a restarted node full-syncs to its peer at first contact
+    // and asks the peer for one. B restarted first (its own, then A's
+    // request when A restarted): 2; A restarted last: 1.
+    assert_eq!(pair.a.stat("full_syncs"), 1, "{:?}", pair.a.status());
+    assert_eq!(pair.b.stat("full_syncs"), 2, "{:?}", pair.b.status());
+}
