@@ -14,6 +14,17 @@ fn dbsize(node: &Node) -> u64 {
     redis::cmd("DBSIZE").query(&mut node.conn()).unwrap()
 }
 
+fn used_memory(node: &Node) -> i64 {
+    let info: String = redis::cmd("INFO")
+        .arg("memory")
+        .query(&mut node.conn())
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 fn populate(node: &Node, keys: u64) {
     let _: () = redis::cmd("DEBUG")
         .arg("POPULATE")
@@ -24,18 +35,23 @@ fn populate(node: &Node, keys: u64) {
         .unwrap();
 }
 
-/// Pings `node` until `stop`; returns the longest round trip seen.
-fn longest_ping(port: u16, stop: &AtomicBool) -> Duration {
+/// Pings `node` until `stop`; returns every round trip, sorted.
+fn pings(port: u16, stop: &AtomicBool) -> Vec<Duration> {
     let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
     let mut c = client.get_connection().unwrap();
-    let mut worst = Duration::ZERO;
+    let mut all = Vec::new();
     while !stop.load(Ordering::Relaxed) {
         let t = Instant::now();
         let _: String = redis::cmd("PING").query(&mut c).unwrap();
-        worst = worst.max(t.elapsed());
+        all.push(t.elapsed());
         std::thread::sleep(Duration::from_millis(1));
     }
-    worst
+    all.sort();
+    all
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
 }
 
 #[test]
@@ -48,18 +64,24 @@ fn full_sync_of_a_populated_node_matches_and_is_timed_against_replicaof() {
     let a = Node::start("big-a", module_args(pa, pb, &[]));
     populate(&a, keys);
     let stop = AtomicBool::new(false);
-    let (ours, stall) = std::thread::scope(|s| {
-        let pinger = s.spawn(|| longest_ping(a.port, &stop));
+    let (ours, stall, b_memory, b_versions) = std::thread::scope(|s| {
+        let pinger = s.spawn(|| pings(a.port, &stop));
         let started = Instant::now();
         let b = Node::start("big-b", module_args(pb, pa, &[]));
         let ok = wait_until(SETTLE * 5, || dbsize(&b) == keys);
         let took = started.elapsed();
         stop.store(true, Ordering::Relaxed);
         let stall = pinger.join().unwrap();
-        assert!(ok, "b has {} of {keys} keys; a={:?}", dbsize(&b), a.status());
+        assert!(
+            ok,
+            "b has {} of {keys} keys; a={:?}",
+            dbsize(&b),
+            a.status()
+        );
         assert!(wait_until(SETTLE, || a.digest() == b.digest()));
         assert!(a.stat("full_syncs") >= 1);
-        (took, stall)
+        assert!(wait_until(SETTLE, || b.stat("versioned_keys") == keys));
+        (took, stall, used_memory(&b), b.stat("versioned_keys"))
     });
     // Redis's own full sync of the same data, same machine, same run.
     let master = Node::start("plain-master", vec![]);
@@ -81,13 +103,20 @@ fn full_sync_of_a_populated_node_matches_and_is_timed_against_replicaof() {
         info.contains("master_link_status:up") && dbsize(&replica) == keys
     }));
     let theirs = started.elapsed();
+    let per_key = (b_memory - used_memory(&replica)) as f64 / b_versions as f64;
     let report = format!(
         "full sync of {keys} keys: rdmasync {:.2} s, REPLICAOF {:.2} s (ratio {:.2}); \
-         longest PING on the source during ours {:.1} ms",
+         PING on the source during ours: {} pings, p50 {:.2} ms, p99 {:.2} ms, longest {:.1} ms",
         ours.as_secs_f64(),
         theirs.as_secs_f64(),
         ours.as_secs_f64() / theirs.as_secs_f64(),
-        stall.as_secs_f64() * 1000.0
+        stall.len(),
+        ms(stall[stall.len() / 2]),
+        ms(stall[stall.len() * 99 / 100]),
+        ms(stall[stall.len() - 1]),
+    ) + &format!(
+        "; receiver memory {per_key:.0} bytes per key above a plain replica of the same data \
+         ({b_versions} versions held)"
     );
     eprintln!("{report}");
     let _ = std::fs::write(
