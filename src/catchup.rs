@@ -166,7 +166,8 @@ impl Replication {
 
     /// Whether acks moved on since the last tombstone collection.
     pub fn collection_due(&self) -> bool {
-        self.peer_acked != self.collected_at && self.versions.tombstones() != 0
+        (self.peer_acked != self.collected_at && self.versions.tombstones() != 0)
+            || self.versions.needs_compaction()
     }
 
     /// Appends local changes that cannot ship now.

@@ -126,6 +126,12 @@ impl VersionStore {
         self.tombstones
     }
 
+    /// Whether the tombstone index holds mostly keys rewritten since (a
+    /// collection pass compacts it, so it stays bounded by the tombstones).
+    pub fn needs_compaction(&self) -> bool {
+        self.tombstone_keys.len() > 2 * self.tombstones + 1024
+    }
+
     fn set(&mut self, db: u32, key: &[u8], version: KeyVersion) {
         let keys = &mut self.dbs.entry(db).or_default().keys;
         let was_tombstone = match keys.get_mut(key) {
@@ -304,16 +310,17 @@ impl VersionStore {
         self.collect(acked, false)
     }
 
-    /// Every tombstone, for a full sync.
+    /// Every tombstone, for a full sync (from the tombstone index, not a
+    /// walk over every version).
     pub fn tombstone_list(&self) -> Vec<(u32, Box<[u8]>, Stamp)> {
         let mut out = Vec::with_capacity(self.tombstones);
-        for (&db, dbv) in &self.dbs {
-            for (key, v) in &dbv.keys {
-                if let KeyVersion::Deleted { stamp, .. } = v {
-                    out.push((db, key.clone(), *stamp));
-                }
+        for (db, key) in &self.tombstone_keys {
+            if let Some(KeyVersion::Deleted { stamp, .. }) = self.get(*db, key) {
+                out.push((*db, key.clone(), stamp));
             }
         }
+        out.sort_unstable();
+        out.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
         out
     }
 
@@ -450,6 +457,19 @@ mod tests {
     }
 
     #[test]
+    fn the_tombstone_index_stays_bounded() {
+        let mut s = VersionStore::new();
+        for i in 0..5000u64 {
+            s.record_delete(0, b"k", Stamp::new(2 * i + 1, A), 0);
+            s.record_write(0, b"k", Stamp::new(2 * i + 2, A));
+            if s.needs_compaction() {
+                s.collect(0, false);
+            }
+        }
+        assert!(s.tombstone_keys.len() <= 1025);
+    }
+
+    #[test]
     fn remote_tombstones_go_at_the_next_ack() {
         let mut s = VersionStore::new();
         s.record_delete(0, b"k", Stamp::new(10, B), GC_AT_NEXT_ACK);
@@ -510,6 +530,24 @@ mod tests {
         );
         assert!(s.is_empty());
         assert_eq!(s.newest_clock(), 20);
+    }
+
+    #[test]
+    fn tombstone_list_has_each_tombstone_once() {
+        let mut s = VersionStore::new();
+        s.record_delete(0, b"a", Stamp::new(1, A), 0);
+        s.record_write(0, b"a", Stamp::new(2, A));
+        s.record_delete(0, b"a", Stamp::new(3, A), 0);
+        s.record_delete(1, b"b", Stamp::new(4, A), 0);
+        s.record_write(1, b"c", Stamp::new(5, A));
+        let list = s.tombstone_list();
+        assert_eq!(
+            list,
+            vec![
+                (0, b"a"[..].into(), Stamp::new(3, A)),
+                (1, b"b"[..].into(), Stamp::new(4, A))
+            ]
+        );
     }
 
     #[test]
