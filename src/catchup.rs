@@ -272,6 +272,12 @@ impl Replication {
     /// refills them), and both directions need a full sync.
     pub fn dataset_replaced(&mut self) {
         self.versions.clear();
+        self.merge_again();
+    }
+
+    /// This node's data came from elsewhere (it was a replica and is a
+    /// master again): merge with the peer both ways, versions kept.
+    pub fn merge_again(&mut self) {
         let _ = self.backlog.take();
         self.inflight.clear();
         self.full_sync = None;

@@ -88,7 +88,7 @@ fn on_server_event(ctx: &Context, event: ServerEvent) {
         }
         ServerEvent::BecameMaster => {
             // Its data came from another master: merge both ways.
-            STATE.lock().dataset_replaced();
+            STATE.lock().merge_again();
         }
         other => hook::on_flush_or_swap(other),
     }

@@ -557,11 +557,18 @@ fn applied_writes_reach_the_nodes_own_replica() {
             }
         }
     };
-    assert!(wait_until(SETTLE, || {
+    let mut last = String::new();
+    let ok = wait_until(SETTLE, || {
         reclaim(&pair.a);
         reclaim(&pair.b);
-        replica.digest() == pair.a.digest() && pair.b.digest() == pair.a.digest()
-    }));
+        let d = [&pair.a, &pair.b, &replica].map(|n| {
+            let size: u64 = redis::cmd("DBSIZE").query(&mut n.conn()).unwrap();
+            (n.digest(), size)
+        });
+        last = format!("(digest, dbsize) a={:?} b={:?} replica={:?}", d[0], d[1], d[2]);
+        d[0].0 == d[1].0 && d[0].0 == d[2].0
+    });
+    assert!(ok, "{last}\nb: {:?}", pair.b.status());
     let pong: String = redis::cmd("PING").query(&mut pair.b.conn()).unwrap();
     assert_eq!(pong, "PONG");
 }

@@ -56,9 +56,10 @@ pub fn redis_server() -> String {
     std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into())
 }
 
-/// A port nobody listens on right now.
+/// A port nobody listens on right now, on any address (a wildcard bind
+/// conflicts with every address's listeners).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
+    TcpListener::bind("0.0.0.0:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("no free port")
