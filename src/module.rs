@@ -110,7 +110,11 @@ extern "C" fn info_func(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: i3
                 &s.identity(),
                 &s.stats,
                 s.queue.len(),
-                &STATE.lock().convergence(),
+                // A crash report can ask while the state is held: never wait.
+                &STATE
+                    .try_lock()
+                    .map(|st| st.convergence())
+                    .unwrap_or_default(),
             )
         }) else {
             return;

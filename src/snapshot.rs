@@ -42,19 +42,20 @@ impl<'a> Reader<'a> {
             Ok(CallReply::String(s)) => s.as_bytes().to_vec(),
             _ => return None,
         };
-        let expiry_ms = match self
-            .ctx
-            .call_ext::<_, CallResult>("PEXPIRETIME", &self.opts, &args[..])
-        {
-            Ok(CallReply::I64(ms)) => match ms.to_i64() {
-                // -2: the key expired between the two calls: it is gone, and
-                // shipping the value without its expiry would make it permanent.
-                -2 => return None,
-                at if at > 0 => Some(at as u64),
+        let expiry_ms =
+            match self
+                .ctx
+                .call_ext::<_, CallResult>("PEXPIRETIME", &self.opts, &args[..])
+            {
+                Ok(CallReply::I64(ms)) => match ms.to_i64() {
+                    // -2: the key expired between the two calls: it is gone, and
+                    // shipping the value without its expiry would make it permanent.
+                    -2 => return None,
+                    at if at > 0 => Some(at as u64),
+                    _ => None,
+                },
                 _ => None,
-            },
-            _ => None,
-        };
+            };
         Some(Snapshot { payload, expiry_ms })
     }
 

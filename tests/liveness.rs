@@ -140,7 +140,7 @@ fn an_idle_connected_pair_uses_little_cpu() {
     // Under software emulation (the Soft-RoCE guest) every wake-up costs far
     // more CPU than on hardware; the bound there only catches busy-polling.
     let emulated = std::env::var_os("RDMASYNC_TEST_EMULATED").is_some();
-    let bound = if emulated { 3.0 } else { 1.0 };
+    let bound = if emulated { 5.0 } else { 1.0 };
     eprintln!(
         "idle CPU: module threads a {:.2}%, b {:.2}% of a core; a whole plain redis-server {:.2}% (bound {bound}%{})",
         used[0],

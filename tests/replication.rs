@@ -565,7 +565,10 @@ fn applied_writes_reach_the_nodes_own_replica() {
             let size: u64 = redis::cmd("DBSIZE").query(&mut n.conn()).unwrap();
             (n.digest(), size)
         });
-        last = format!("(digest, dbsize) a={:?} b={:?} replica={:?}", d[0], d[1], d[2]);
+        last = format!(
+            "(digest, dbsize) a={:?} b={:?} replica={:?}",
+            d[0], d[1], d[2]
+        );
         d[0].0 == d[1].0 && d[0].0 == d[2].0
     });
     assert!(ok, "{last}\nb: {:?}", pair.b.status());
