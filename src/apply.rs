@@ -142,6 +142,10 @@ fn on_timer(ctx: &Context, (): ()) {
 fn apply_pending(ctx: &Context, shared: &Shared) {
     let queue = &shared.apply;
     *queue.timer.lock() = None;
+    // Local changes made earlier in this event-loop iteration are stamped
+    // (and shipped) before any remote entry is applied: a stamp taken after
+    // applying would be newer than writes it did not see.
+    crate::capture::flush(ctx, shared);
     let started = Instant::now();
     while let Some(batch) = queue.batches.pop() {
         apply_batch(ctx, shared, &batch);
@@ -220,12 +224,16 @@ fn apply_flush(
             saved.push((d, key, snap));
         }
     }
-    match db {
-        Some(d) => {
-            server::select_db(ctx, d);
-            run(ctx, opts, "FLUSHDB", &[])?;
-        }
-        None => run(ctx, opts, "FLUSHALL", &[])?,
+    // FLUSHALL as one FLUSHDB per database: with save points configured,
+    // FLUSHALL also writes an RDB on the spot, whose aux data needs the
+    // convergence state this thread holds.
+    let dbs = match db {
+        Some(d) => d..d + 1,
+        None => 0..reader.databases(),
+    };
+    for d in dbs {
+        server::select_db(ctx, d);
+        run(ctx, opts, "FLUSHDB", &[])?;
     }
     for (d, key, snap) in saved {
         server::select_db(ctx, d);

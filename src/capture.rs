@@ -12,7 +12,7 @@ use redis_module::Context;
 use crate::catchup::{CatchUp, Replication, STATE};
 use crate::entry::{Batch, Entry, Op};
 use crate::fullsync::{FullSync, Shipment};
-use crate::hook::{PendingOp, Suppressed, DIRTY};
+use crate::hook::{PendingOp, Suppressed, DIRTY, EXPIRED};
 use crate::runtime::Shared;
 use crate::server;
 use crate::snapshot::Reader;
@@ -61,22 +61,27 @@ fn push(
     if entries.is_empty() {
         return Ok(());
     }
-    let marks: Vec<(u64, Option<PendingOp>, Option<Stamp>)> = entries
+    let marks: Vec<(u64, Option<PendingOp>)> = entries
         .iter()
-        .map(|e| {
-            let tomb = matches!(e.op, Op::Delete { .. }).then(|| Stamp::new(e.clock, e.origin));
-            let op = if resend { pending_of(e) } else { None };
-            (e.seq, op, tomb)
+        .map(|e| (e.seq, if resend { pending_of(e) } else { None }))
+        .collect();
+    let tombstones: Vec<(u32, Vec<u8>, Stamp, u64)> = entries
+        .iter()
+        .filter_map(|e| match &e.op {
+            Op::Delete { key } => Some((e.db, key.clone(), Stamp::new(e.clock, e.origin), e.seq)),
+            _ => None,
         })
         .collect();
     shared
         .queue
         .push(Batch { entries })
         .map_err(|b| b.entries)?;
-    for (seq, op, tomb) in marks {
-        if let (Some(stamp), Some(PendingOp::Key { db, key })) = (tomb, &op) {
-            st.versions.mark_shipped(*db, key, stamp, seq);
-        }
+    // Every tombstone shipped (live, resent or in a full sync) becomes
+    // collectable once the peer acknowledges the entry that carried it.
+    for (db, key, stamp, seq) in tombstones {
+        st.versions.mark_shipped(db, &key, stamp, seq);
+    }
+    for (seq, op) in marks {
         match op {
             Some(op) => st.shipped(seq, op),
             None => st.pushed(seq),
@@ -303,6 +308,7 @@ pub fn flush(ctx: &Context, shared: &Shared) {
         Stats::add(&shared.stats.entries_dropped, ops.len() as u64);
         return;
     }
+    let expired = std::mem::take(&mut *EXPIRED.lock());
     let link_up = shared.stats.link() == LinkState::Up;
     let epoch = Stats::get(&shared.stats.links_established);
     let mut st = STATE.lock();
@@ -313,13 +319,21 @@ pub fn flush(ctx: &Context, shared: &Shared) {
             || st.sync_requested
             || st.ack_due()
             || st.collection_due());
-    if ops.is_empty() && !new_link && !busy {
+    if ops.is_empty() && expired.is_empty() && !new_link && !busy {
         return;
     }
     // Snapshots and lazy expiry raise events that are not local writes.
     let _guard = Suppressed::new();
     let reader = Reader::new(ctx);
     let original_db = server::selected_db(ctx);
+    for (db, key) in expired {
+        server::select_db(ctx, db);
+        // Written again since it expired: that write has its own version.
+        if !reader.exists(&key) {
+            let gc_after = st.last_pushed;
+            st.versions.expired(db, &key, gc_after);
+        }
+    }
     if new_link {
         on_link_up(shared, &mut st, epoch);
     }

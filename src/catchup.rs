@@ -117,9 +117,12 @@ impl Replication {
     /// so it goes back to the front of the backlog. Returns how to catch up.
     pub fn link_up(&mut self, epoch: u64) -> CatchUp {
         self.link_epoch = epoch;
-        let unacked: Vec<PendingOp> = self.inflight.drain(..).map(|f| f.op).collect();
+        let unacked = self.requeue_unacked();
         self.backlog.restore(unacked);
-        self.full_sync = None;
+        if self.full_sync.take().is_some() {
+            // Cut off by the link drop: start it over.
+            self.full_sync_wanted = true;
+        }
         self.full_sync_on_link = false;
         self.check_overflow();
         if self.full_sync_wanted {
@@ -128,6 +131,19 @@ impl Replication {
             self.partial_syncs += 1;
             CatchUp::Partial
         }
+    }
+
+    /// Takes the unacknowledged changes; their tombstones may be lost with
+    /// the link, so they stay until shipped again.
+    fn requeue_unacked(&mut self) -> Vec<PendingOp> {
+        let acked = self.peer_acked;
+        let ops: Vec<PendingOp> = self.inflight.drain(..).map(|f| f.op).collect();
+        for op in &ops {
+            if let PendingOp::Key { db, key } = op {
+                self.versions.unship(*db, key, acked);
+            }
+        }
+        ops
     }
 
     /// Starts a full sync (the link is up): it ships the current state of
@@ -166,8 +182,10 @@ impl Replication {
 
     /// Whether acks moved on since the last tombstone collection.
     pub fn collection_due(&self) -> bool {
-        (self.peer_acked != self.collected_at && self.versions.tombstones() != 0)
-            || self.versions.needs_compaction()
+        // A full sync walks the tombstone index by position: keep it stable.
+        self.full_sync.is_none()
+            && ((self.peer_acked != self.collected_at && self.versions.tombstones() != 0)
+                || self.versions.needs_compaction())
     }
 
     /// Appends local changes that cannot ship now.
@@ -181,7 +199,7 @@ impl Replication {
     pub fn check_overflow(&mut self) -> bool {
         if self.backlog.len() > self.backlog_limit || self.inflight.len() > self.backlog_limit {
             let _ = self.backlog.take();
-            self.inflight.clear();
+            let _ = self.requeue_unacked();
             self.full_sync_wanted = true;
             return true;
         }
@@ -196,6 +214,11 @@ impl Replication {
             op,
         });
         self.last_pushed = self.last_pushed.max(seq);
+        // A peer that never acknowledges (it is a replica, or stuck) must
+        // not grow this without bound: a full sync replaces it.
+        if self.inflight.len() > self.backlog_limit {
+            self.check_overflow();
+        }
     }
 
     /// An entry went out that needs no resend (full sync, ack).
@@ -229,7 +252,8 @@ impl Replication {
     /// Collects the tombstones the peer acknowledged, when acks moved on,
     /// and (`acked_remote`: this node just sent an ack) those applied from it.
     pub fn collect_tombstones(&mut self, acked_remote: bool) -> usize {
-        let remote_due = acked_remote && self.versions.tombstones() != 0;
+        let remote_due =
+            acked_remote && self.versions.tombstones() != 0 && self.full_sync.is_none();
         if !self.collection_due() && !remote_due {
             return 0;
         }
@@ -279,7 +303,7 @@ impl Replication {
     /// master again): merge with the peer both ways, versions kept.
     pub fn merge_again(&mut self) {
         let _ = self.backlog.take();
-        self.inflight.clear();
+        let _ = self.requeue_unacked();
         self.full_sync = None;
         self.full_sync_wanted = true;
         self.request_sync = true;

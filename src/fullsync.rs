@@ -21,7 +21,8 @@ pub type Shipment = (u32, Stamp, Op);
 enum Phase {
     Floors,
     Keys { db: u32, cursor: u64 },
-    Tombstones(Vec<(u32, Box<[u8]>, Stamp)>),
+    /// Position in the tombstone index (collection waits while a full sync runs).
+    Tombstones { next: usize },
     Done,
 }
 
@@ -105,15 +106,18 @@ impl FullSync {
                     *db += 1;
                     *cursor = 0;
                 } else {
-                    self.phase = Phase::Tombstones(versions.tombstone_list());
+                    self.phase = Phase::Tombstones { next: 0 };
                 }
             }
-            Phase::Tombstones(list) => {
-                let take = list.len().min(max.max(1));
-                for (db, key, stamp) in list.drain(list.len() - take..) {
-                    out.push((db, stamp, Op::Delete { key: key.into() }));
+            Phase::Tombstones { next } => {
+                let end = versions.tombstone_index_len().min(*next + max.max(1));
+                for i in *next..end {
+                    if let Some((db, key, stamp)) = versions.tombstone_at(i) {
+                        out.push((db, stamp, Op::Delete { key: key.into() }));
+                    }
                 }
-                if list.is_empty() {
+                *next = end;
+                if end == versions.tombstone_index_len() {
                     self.phase = Phase::Done;
                 }
             }

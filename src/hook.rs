@@ -8,8 +8,6 @@ use std::sync::LazyLock;
 use parking_lot::Mutex;
 use redis_module::{Context, NotifyEvent};
 
-use crate::catchup::STATE;
-
 use crate::server;
 
 /// Something to ship at the next flush, in the order it happened.
@@ -175,22 +173,32 @@ impl Drop for Suppressed {
 /// expiry that travels with the value, so it only turns the key's last
 /// version into a tombstone.
 pub fn on_keyspace_event(ctx: &Context, class: i32, key: &[u8]) {
-    if SUPPRESS.load(Ordering::Relaxed) || server::is_replica_or_loading() {
+    if server::is_replica_or_loading() {
         return;
     }
     let db = server::selected_db(ctx);
     let local_only = NotifyEvent::EXPIRED | NotifyEvent::EVICTED;
     if NotifyEvent::from_bits_truncate(class).intersects(local_only) {
-        // The convergence state is locked while the module itself runs
-        // commands; those never raise this event unsuppressed.
-        if let Some(mut st) = STATE.try_lock() {
-            let gc_after = st.last_pushed;
-            st.versions.expired(db, key, gc_after);
+        // Also while suppressed: the module's own reads expire keys lazily.
+        let mut expired = EXPIRED.lock();
+        if expired.len() < MAX_EXPIRED_PENDING {
+            expired.push((db, key.to_vec()));
         }
+        return;
+    }
+    if SUPPRESS.load(Ordering::Relaxed) {
         return;
     }
     DIRTY.lock().mark(db, key);
 }
+
+/// Keys expired or evicted since the last flush, at most this many (beyond
+/// it their versions simply stay until the key is written again).
+const MAX_EXPIRED_PENDING: usize = 1 << 20;
+
+/// Keys expired or evicted since the last flush; their last version becomes
+/// a tombstone there (the convergence state may be held when they expire).
+pub static EXPIRED: LazyLock<Mutex<Vec<(u32, Vec<u8>)>>> = LazyLock::new(Mutex::default);
 
 /// Records FLUSHDB/FLUSHALL and SWAPDB, which have no per-key notification.
 pub fn on_flush_or_swap(event: server::ServerEvent) {

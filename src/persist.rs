@@ -121,9 +121,17 @@ pub fn decode_into(blob: &[u8], store: &mut VersionStore) -> Result<(), DecodeEr
 }
 
 extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
-    let blobs = {
-        let st = STATE.lock();
-        encode(&st.versions)
+    // Never wait: if this thread holds the state (a save triggered from
+    // inside the module's own commands), save no versions rather than hang.
+    let blobs = match STATE.try_lock() {
+        Some(st) => encode(&st.versions),
+        None => {
+            redis_module::logging::log_warning(
+                "rdmasync: key versions not saved in this RDB (state busy); \
+                 a full sync with the peer follows its next load",
+            );
+            Vec::new()
+        }
     };
     raw::save_unsigned(rdb, FORMAT);
     raw::save_unsigned(rdb, blobs.len() as u64);

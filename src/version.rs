@@ -167,6 +167,35 @@ impl VersionStore {
         self.set(db, key, KeyVersion::Deleted { stamp, gc_after });
     }
 
+    /// The tombstone of `key` was shipped after `acked` and may be lost: it
+    /// must not be collected before it is shipped again.
+    pub fn unship(&mut self, db: u32, key: &[u8], acked: u64) {
+        if let Some(KeyVersion::Deleted { gc_after, .. }) = self
+            .dbs
+            .get_mut(&db)
+            .and_then(|d| d.keys.get_mut(key))
+        {
+            if *gc_after > acked && *gc_after != GC_AT_NEXT_ACK {
+                *gc_after = 0;
+            }
+        }
+    }
+
+    /// Entries of the tombstone index (live keys among them are skipped by
+    /// [`Self::tombstone_at`]); only appended to between collections.
+    pub fn tombstone_index_len(&self) -> usize {
+        self.tombstone_keys.len()
+    }
+
+    /// The tombstone at position `i` of the index, if that key is still one.
+    pub fn tombstone_at(&self, i: usize) -> Option<(u32, Box<[u8]>, Stamp)> {
+        let (db, key) = self.tombstone_keys.get(i)?;
+        match self.get(*db, key)? {
+            KeyVersion::Deleted { stamp, .. } => Some((*db, key.clone(), stamp)),
+            KeyVersion::Live(_) => None,
+        }
+    }
+
     /// The tombstone of `key` stamped `stamp` went out with sequence number `seq`.
     pub fn mark_shipped(&mut self, db: u32, key: &[u8], stamp: Stamp, seq: u64) {
         if let Some(KeyVersion::Deleted {
@@ -308,20 +337,6 @@ impl VersionStore {
     #[cfg(test)]
     fn collect_ours(&mut self, acked: u64) -> usize {
         self.collect(acked, false)
-    }
-
-    /// Every tombstone, for a full sync (from the tombstone index, not a
-    /// walk over every version).
-    pub fn tombstone_list(&self) -> Vec<(u32, Box<[u8]>, Stamp)> {
-        let mut out = Vec::with_capacity(self.tombstones);
-        for (db, key) in &self.tombstone_keys {
-            if let Some(KeyVersion::Deleted { stamp, .. }) = self.get(*db, key) {
-                out.push((*db, key.clone(), stamp));
-            }
-        }
-        out.sort_unstable();
-        out.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
-        out
     }
 
     /// The flush floors in place: `(Some(db), stamp)` per database and
@@ -533,21 +548,16 @@ mod tests {
     }
 
     #[test]
-    fn tombstone_list_has_each_tombstone_once() {
+    fn tombstone_index_and_unship() {
         let mut s = VersionStore::new();
         s.record_delete(0, b"a", Stamp::new(1, A), 0);
         s.record_write(0, b"a", Stamp::new(2, A));
-        s.record_delete(0, b"a", Stamp::new(3, A), 0);
-        s.record_delete(1, b"b", Stamp::new(4, A), 0);
-        s.record_write(1, b"c", Stamp::new(5, A));
-        let list = s.tombstone_list();
-        assert_eq!(
-            list,
-            vec![
-                (0, b"a"[..].into(), Stamp::new(3, A)),
-                (1, b"b"[..].into(), Stamp::new(4, A))
-            ]
-        );
+        s.record_delete(1, b"b", Stamp::new(4, A), 9);
+        assert_eq!(s.tombstone_index_len(), 2);
+        assert_eq!(s.tombstone_at(0), None);
+        assert_eq!(s.tombstone_at(1), Some((1, b"b"[..].into(), Stamp::new(4, A))));
+        s.unship(1, b"b", 8);
+        assert_eq!(s.collect_ours(u64::MAX), 0, "unshipped: kept");
     }
 
     #[test]

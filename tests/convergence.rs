@@ -289,3 +289,68 @@ fn crashed_node_restarted_from_its_rdb_converges_without_resurrection() {
     assert!(pair.a.stat("full_syncs") >= 2, "{:?}", pair.a.status());
     assert!(pair.b.stat("full_syncs") >= 1, "{:?}", pair.b.status());
 }
+
+#[test]
+fn remote_flushall_with_save_points_configured_applies_without_hanging() {
+    // With save points, FLUSHALL writes an RDB on the spot; the versions in
+    // it must not wait on the state the apply path holds.
+    let pair = Pair::start();
+    for n in [&pair.a, &pair.b] {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("save")
+            .arg("3600 1")
+            .query(&mut n.conn())
+            .unwrap();
+    }
+    let _: () = pair.a.conn().set("x", 1).unwrap();
+    let _: () = in_db(&pair.a, 2).set("y", 1).unwrap();
+    pair.wait_converged(SETTLE);
+    let _: () = redis::cmd("FLUSHALL").query(&mut pair.a.conn()).unwrap();
+    assert!(wait_until(SETTLE, || !exists(&pair.b, "x")
+        && !in_db(&pair.b, 2).exists::<_, bool>("y").unwrap()));
+    let pong: String = redis::cmd("PING").query(&mut pair.b.conn()).unwrap();
+    assert_eq!(pong, "PONG");
+    pair.wait_converged(SETTLE);
+}
+
+#[test]
+fn a_local_write_is_stamped_before_a_remote_entry_applied_in_the_same_iteration() {
+    // A sleeps; meanwhile B writes k and a client queues FLUSHALL on A. When
+    // A wakes, its next event-loop iteration runs FLUSHALL and applies B's k
+    // together: the FLUSHALL must be stamped before k is applied, or A keeps
+    // k while B (receiving a FLUSHALL stamped after k) deletes it.
+    let pair = Pair::start();
+    for round in 0..3 {
+        let a_port = pair.a.port;
+        let sleeper = std::thread::spawn(move || {
+            let client = redis::Client::open(format!("redis://127.0.0.1:{a_port}/")).unwrap();
+            let mut c = client.get_connection().unwrap();
+            let _: () = redis::cmd("DEBUG").arg("SLEEP").arg("0.4").query(&mut c).unwrap();
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        let _: () = pair.b.conn().set(format!("k{round}"), "from-b").unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        let _: () = redis::cmd("FLUSHALL").query(&mut pair.a.conn()).unwrap();
+        sleeper.join().unwrap();
+        pair.wait_converged(SETTLE);
+    }
+}
+
+#[test]
+fn tombstones_sent_in_a_full_sync_are_collected() {
+    let pa = common::free_port();
+    let pb = common::free_port();
+    let a = Node::start("a", common::module_args(pa, pb, &[]));
+    let _: () = a.conn().set("k", 1).unwrap();
+    let _: () = a.conn().del("k").unwrap();
+    assert!(wait_until(SETTLE, || a.stat("tombstones") == 1));
+    let b = Node::start("b", common::module_args(pb, pa, &[]));
+    assert!(wait_until(SETTLE, || b.status()["link"] == "up"));
+    // B applies the tombstone and acknowledges it; A then lets it go.
+    assert!(
+        wait_until(SETTLE, || a.stat("tombstones") == 0),
+        "{:?}",
+        a.status()
+    );
+}

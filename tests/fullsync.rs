@@ -178,3 +178,34 @@ fn rolling_restart_under_write_load_converges_with_the_designed_full_syncs() {
     assert_eq!(pair.a.stat("full_syncs"), 1, "{:?}", pair.a.status());
     assert_eq!(pair.b.stat("full_syncs"), 2, "{:?}", pair.b.status());
 }
+
+#[test]
+fn a_full_sync_cut_off_by_a_link_drop_is_started_over() {
+    let keys = 200_000;
+    let (pa, pb) = (free_port(), free_port());
+    let a = Node::start("cut-a", module_args(pa, pb, &[]));
+    populate(&a, keys);
+    let b = Node::start("cut-b", module_args(pb, pa, &[]));
+    assert!(wait_until(SETTLE, || dbsize(&b) > 1000));
+    let set_port = |n: &Node, port: &str| {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("rdmasync.port")
+            .arg(port)
+            .query(&mut n.conn())
+            .unwrap();
+    };
+    set_port(&a, "1");
+    set_port(&b, "1");
+    let partial = dbsize(&b);
+    assert!(partial < keys, "the full sync finished before the cut");
+    set_port(&a, &pb.to_string());
+    set_port(&b, &pa.to_string());
+    assert!(
+        wait_until(SETTLE, || dbsize(&b) == keys),
+        "b stuck at {} of {keys} keys (cut at {partial}); a={:?}",
+        dbsize(&b),
+        a.status()
+    );
+    assert!(wait_until(SETTLE, || a.digest() == b.digest()));
+}
