@@ -20,9 +20,14 @@ pub type Shipment = (u32, Stamp, Op);
 #[derive(Debug)]
 enum Phase {
     Floors,
-    Keys { db: u32, cursor: u64 },
+    Keys {
+        db: u32,
+        cursor: u64,
+    },
     /// Position in the tombstone index (collection waits while a full sync runs).
-    Tombstones { next: usize },
+    Tombstones {
+        next: usize,
+    },
     Done,
 }
 

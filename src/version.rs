@@ -170,10 +170,8 @@ impl VersionStore {
     /// The tombstone of `key` was shipped after `acked` and may be lost: it
     /// must not be collected before it is shipped again.
     pub fn unship(&mut self, db: u32, key: &[u8], acked: u64) {
-        if let Some(KeyVersion::Deleted { gc_after, .. }) = self
-            .dbs
-            .get_mut(&db)
-            .and_then(|d| d.keys.get_mut(key))
+        if let Some(KeyVersion::Deleted { gc_after, .. }) =
+            self.dbs.get_mut(&db).and_then(|d| d.keys.get_mut(key))
         {
             if *gc_after > acked && *gc_after != GC_AT_NEXT_ACK {
                 *gc_after = 0;
@@ -555,7 +553,10 @@ mod tests {
         s.record_delete(1, b"b", Stamp::new(4, A), 9);
         assert_eq!(s.tombstone_index_len(), 2);
         assert_eq!(s.tombstone_at(0), None);
-        assert_eq!(s.tombstone_at(1), Some((1, b"b"[..].into(), Stamp::new(4, A))));
+        assert_eq!(
+            s.tombstone_at(1),
+            Some((1, b"b"[..].into(), Stamp::new(4, A)))
+        );
         s.unship(1, b"b", 8);
         assert_eq!(s.collect_ours(u64::MAX), 0, "unshipped: kept");
     }

@@ -323,15 +323,22 @@ fn a_local_write_is_stamped_before_a_remote_entry_applied_in_the_same_iteration(
     let pair = Pair::start();
     for round in 0..3 {
         let a_port = pair.a.port;
+        // Connected before A sleeps, so that its FLUSHALL is read in the
+        // same poll as the wake-up of the apply path.
+        let mut flusher = pair.a.conn();
         let sleeper = std::thread::spawn(move || {
             let client = redis::Client::open(format!("redis://127.0.0.1:{a_port}/")).unwrap();
             let mut c = client.get_connection().unwrap();
-            let _: () = redis::cmd("DEBUG").arg("SLEEP").arg("0.4").query(&mut c).unwrap();
+            let _: () = redis::cmd("DEBUG")
+                .arg("SLEEP")
+                .arg("0.4")
+                .query(&mut c)
+                .unwrap();
         });
         std::thread::sleep(Duration::from_millis(100));
         let _: () = pair.b.conn().set(format!("k{round}"), "from-b").unwrap();
         std::thread::sleep(Duration::from_millis(100));
-        let _: () = redis::cmd("FLUSHALL").query(&mut pair.a.conn()).unwrap();
+        let _: () = redis::cmd("FLUSHALL").query(&mut flusher).unwrap();
         sleeper.join().unwrap();
         pair.wait_converged(SETTLE);
     }
