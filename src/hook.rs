@@ -198,7 +198,10 @@ const MAX_EXPIRED_PENDING: usize = 1 << 20;
 
 /// Keys expired or evicted since the last flush; their last version becomes
 /// a tombstone there (the convergence state may be held when they expire).
-pub static EXPIRED: LazyLock<Mutex<Vec<(u32, Vec<u8>)>>> = LazyLock::new(Mutex::default);
+pub static EXPIRED: LazyLock<Mutex<Vec<ExpiredKey>>> = LazyLock::new(Mutex::default);
+
+/// `(db, key)` of a key that expired or was evicted.
+pub type ExpiredKey = (u32, Vec<u8>);
 
 /// Records FLUSHDB/FLUSHALL and SWAPDB, which have no per-key notification.
 pub fn on_flush_or_swap(event: server::ServerEvent) {
