@@ -10,7 +10,6 @@
 //!                   [--clients 4] [--pipeline 32] [--seconds 4] [--rate 0] [--steps 4]
 //!                   [--label NAME] [--timeline FILE]
 //! lagbench fill     --port PORT --count N [--value-size 64] [--prefix mem]
-//! lagbench stats    [--cdf OUT] FILE...
 //! ```
 //! `lag`: writes `--count` probe keys on `--write` at `--rate` per second (one
 //! synchronous client, optionally under a background pipelined load of
@@ -20,13 +19,12 @@
 //! `saturate`: pipelined SETs on `--write` at `--rate` (0: as fast as the
 //! server answers); with `--peer` (a module pair), whether the peer keeps up,
 //! and if not, lower rates until it does (`--steps` tries in all).
-//! `fill`: `--count` distinct keys, pipelined. `stats`: percentiles of sample files.
+//! `fill`: `--count` distinct keys, pipelined.
 //! Options use `--host` (default 127.0.0.1) for every port.
 
 use std::collections::HashMap;
 use std::error::Error;
 use std::fmt::Write as _;
-use std::io::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread;
@@ -34,27 +32,21 @@ use std::time::{Duration, Instant};
 
 type Res<T> = Result<T, Box<dyn Error + Send + Sync>>;
 
-/// `--name value` options, then positional arguments.
+/// `--name value` options.
 struct Args {
     opts: HashMap<String, String>,
-    rest: Vec<String>,
 }
 
 impl Args {
     fn parse(raw: impl Iterator<Item = String>) -> Res<Self> {
         let mut opts = HashMap::new();
-        let mut rest = Vec::new();
         let mut raw = raw.peekable();
         while let Some(a) = raw.next() {
-            match a.strip_prefix("--") {
-                Some(name) => {
-                    let v = raw.next().ok_or(format!("--{name} needs a value"))?;
-                    opts.insert(name.to_string(), v);
-                }
-                None => rest.push(a),
-            }
+            let name = a.strip_prefix("--").ok_or(format!("unexpected {a:?}"))?;
+            let v = raw.next().ok_or(format!("--{name} needs a value"))?;
+            opts.insert(name.to_string(), v);
         }
-        Ok(Self { opts, rest })
+        Ok(Self { opts })
     }
 
     fn get<T: std::str::FromStr>(&self, name: &str, default: T) -> Res<T> {
@@ -269,6 +261,10 @@ fn cmd_lag(a: &Args) -> Res<()> {
     );
 
     let mut sub_con = connect(&host, read_port)?;
+    let (_, notify_before): (String, String) = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("notify-keyspace-events")
+        .query(&mut sub_con)?;
     redis::cmd("CONFIG")
         .arg("SET")
         .arg("notify-keyspace-events")
@@ -387,6 +383,12 @@ fn cmd_lag(a: &Args) -> Res<()> {
     thread::sleep(Duration::from_millis(200));
     done.store(true, Ordering::Relaxed);
     subscriber.join().map_err(|_| "subscriber panicked")??;
+    // Publishing notifications costs the reading node; leave it as it was.
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("notify-keyspace-events")
+        .arg(notify_before)
+        .query::<()>(&mut connect(&host, read_port)?)?;
 
     let mut ack_lag = Vec::with_capacity(count);
     let mut send_lag = Vec::with_capacity(count);
@@ -442,42 +444,6 @@ fn summary(samples: &mut [i64]) -> String {
         us(pct(samples, 99.9)),
         us(samples.last().copied().unwrap_or(0))
     )
-}
-
-/// Percentiles over sample files (first column), and a CDF for plotting.
-fn cmd_stats(a: &Args) -> Res<()> {
-    let mut all = Vec::new();
-    for f in &a.rest {
-        for line in std::fs::read_to_string(f)?.lines() {
-            if let Some(v) = line.split_whitespace().next() {
-                all.push(v.parse::<i64>()?);
-            }
-        }
-    }
-    all.sort_unstable();
-    let n = all.len();
-    println!(
-        "n {n} p50 {} p99 {} p99.9 {} max {}",
-        us(pct(&all, 50.0)),
-        us(pct(&all, 99.0)),
-        us(pct(&all, 99.9)),
-        us(all.last().copied().unwrap_or(0))
-    );
-    if let Some(out) = a.opts.get("cdf") {
-        let mut f = std::io::BufWriter::new(std::fs::File::create(out)?);
-        let step = (n / 2000).max(1);
-        for (i, v) in all.iter().enumerate() {
-            if i % step == 0 || i + 1 == n {
-                writeln!(
-                    f,
-                    "{:.3} {:.6}",
-                    *v as f64 / 1000.0,
-                    (i + 1) as f64 / n as f64
-                )?;
-            }
-        }
-    }
-    Ok(())
 }
 
 /// `count` distinct keys, 1000 per round trip.
@@ -738,9 +704,8 @@ fn main() {
         "lag" => cmd_lag(&a),
         "saturate" => cmd_saturate(&a),
         "fill" => cmd_fill(&a),
-        "stats" => cmd_stats(&a),
         _ => Err(
-            "usage: lagbench lag|saturate|fill|stats [--option value]... (see the source's header)"
+            "usage: lagbench lag|saturate|fill [--option value]... (see the source's header)"
                 .into(),
         ),
     });
