@@ -68,8 +68,9 @@ if rows:
     say("")
     say("Median over rounds; ratio = module node (live peer) / plain redis-server, median of the")
     say("per-round ratios (module and plain run back to back), and their range across rounds.")
-    say("`set`, `hset`, `lpush` are redis-benchmark's own tests: hset and lpush write ONE key")
-    say("(`myhash`, `mylist`) that grows during the run; `*-keys` spread over 100000 small keys.")
+    say("`set`, `hset`, `lpush` are redis-benchmark's own tests (-r 100000): hset and lpush write")
+    say("ONE key (`myhash`, `mylist`) that grows during the run (run with a fifth of the requests);")
+    say("`*-keys` spread the same command over 100000 small keys.")
     say("")
     say("| test | pipeline | module req/s | plain req/s | ratio | range (rounds) |")
     say("|---|---:|---:|---:|---:|---|")
@@ -165,10 +166,13 @@ if sat:
     say("")
     say("plain: the same load on a server without the module (its flat-out rate). module max: A's")
     say("flat-out rate with the module and B applying. sustained: the highest rate tried at which")
-    say("B kept up (no overflow, B applied >= 95% of A's rate and was < 0.25 s of writes behind at")
-    say("the end, drained in <= 0.5 s); tried flat out first, then 0.9x B's apply rate, stepping down.")
+    say("B kept up with bounded lag: no queue overflow, the backlog (writes acked on A not yet")
+    say("applied on B) grew by < 3% of A's rate from the step's second quarter to its last, and B")
+    say("caught up within 0.5 s after A stopped. Tried flat out first, then 0.9x B's steady apply")
+    say("rate, stepping down. B applied = B's rate over the step's second half. lag max = the")
+    say("largest backlog seen, in time at A's write rate.")
     say("")
-    say("| value | plain writes/s | module max writes/s | sustained writes/s | sustained / plain | B applied entries/s | value MB/s | wire MB/s | backlog max | drain ms |")
+    say("| value | plain writes/s | module max writes/s | sustained writes/s | sustained / plain | B applied entries/s | value MB/s | wire MB/s | lag max ms | drain ms |")
     say("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for size in (64, 4096):
         mods, plains = sat.get(("module", size)), sat.get(("plain", size))
@@ -182,7 +186,8 @@ if sat:
         say(
             f"| {size} B | {plain:,.0f} | {m('max_write'):,.0f} | {m('sustained'):,.0f} | "
             f"{m('sustained') / plain:.3f} | {m('entries_per_s'):,.0f} | {m('value_mb_per_s'):.1f} | "
-            f"{m('wire_mb_per_s'):.1f} | {m('backlog_max'):,.0f} | {m('drain_ms'):.0f} |"
+            f"{m('wire_mb_per_s'):.1f} | {m('lag_max_ms') if all('lag_max_ms' in d for d in mods) else float('nan'):.1f} | "
+            f"{m('drain_ms'):.0f} |"
         )
     per = ", ".join(
         f"{who} {size} B " + "/".join(f"{d['sustained']:,.0f}" for d in ds)
