@@ -519,9 +519,13 @@ impl Pair {
 
 struct Step {
     offered: f64,
+    /// Writes acknowledged on A per second over the step.
     write_rate: f64,
-    /// B's apply rate over the second half of the step (steady state).
+    /// Entries applied on B per second, from the step's start until B drained.
     apply_rate: f64,
+    /// A's write rate and B's apply rate over the step's second half (steady state).
+    write_rate_2: f64,
+    apply_rate_2: f64,
     /// How fast the backlog grew from the second quarter to the last (entries/s).
     growth: f64,
     wire_rate: f64,
@@ -539,7 +543,7 @@ impl Step {
     fn kept_up(&self) -> bool {
         self.overflows == 0
             && self.dropped == 0
-            && self.growth <= 0.03 * self.write_rate
+            && self.growth <= 0.03 * self.write_rate_2
             && self.drain.is_some_and(|d| d <= Duration::from_millis(500))
     }
 }
@@ -651,14 +655,21 @@ fn cmd_saturate(a: &Args) -> Res<()> {
             .iter()
             .find(|s| s.0 >= elapsed / 2.0)
             .copied()
-            .unwrap_or((0.0, 0, 0, 0));
+            .unwrap_or_default();
+        let last = samples.last().copied().unwrap_or_default();
+        let half = (last.0 - mid.0).max(1e-3);
+        let drained_in = drain.map_or(30.0, |d| d.as_secs_f64());
         let s = Step {
             offered: rate,
             write_rate,
-            apply_rate: if pair.is_some() {
-                (c.applied - c0.applied - mid.2) as f64 / (elapsed - mid.0)
-            } else {
-                write_rate
+            apply_rate: match pair {
+                Some(_) => (after.applied - c0.applied) as f64 / (elapsed + drained_in),
+                None => write_rate,
+            },
+            write_rate_2: (last.1 - mid.1) as f64 / half,
+            apply_rate_2: match pair {
+                Some(_) => (last.2 - mid.2) as f64 / half,
+                None => (last.1 - mid.1) as f64 / half,
             },
             growth,
             wire_rate: (c.received_bytes - c0.received_bytes) as f64 / elapsed,
@@ -672,11 +683,13 @@ fn cmd_saturate(a: &Args) -> Res<()> {
             first_write_rate = s.write_rate;
         }
         println!(
-            "{label} step {}: offered {} written {:.0}/s applied {:.0}/s (2nd half) backlog growth {:.0}/s wire {:.1} MB/s backlog end {} max {} overflows {} dropped {} drain {} ms -> {}",
+            "{label} step {}: offered {} written {:.0}/s applied {:.0}/s; 2nd half: written {:.0}/s applied {:.0}/s backlog growth {:.0}/s; wire {:.1} MB/s backlog end {} max {} overflows {} dropped {} drain {} ms -> {}",
             step_no + 1,
             if s.offered > 0.0 { format!("{:.0}/s", s.offered) } else { "max".into() },
             s.write_rate,
             s.apply_rate,
+            s.write_rate_2,
+            s.apply_rate_2,
             s.growth,
             s.wire_rate / 1e6,
             s.backlog_end,
@@ -687,7 +700,7 @@ fn cmd_saturate(a: &Args) -> Res<()> {
             if pair.is_none() { "plain" } else if s.kept_up() { "kept up" } else { "fell behind" }
         );
         let kept = pair.is_none() || s.kept_up();
-        let next = 0.9 * s.apply_rate.min(s.write_rate);
+        let next = 0.9 * s.apply_rate_2.min(s.write_rate_2);
         if kept {
             best = Some(s);
             break;

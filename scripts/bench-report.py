@@ -35,6 +35,11 @@ def pct(sorted_xs, p):
     return sorted_xs[int(k) - 1]
 
 
+def ratio(a, b):
+    """a / b, or why not (a lag at or below zero has no meaningful ratio)."""
+    return f"{a / b:.2f}x" if a > 0 and b > 0 else "n/a (<= 0 us)"
+
+
 def path(*p):
     return os.path.join(OUT, *p)
 
@@ -131,18 +136,19 @@ if runs:
             name = load if load == "light" else f"bg {med(bg_rates.get((who, load), [0])):,.0f}/s"
             say(
                 f"| {who} | {name} | {n} | {l} | {pct(xs, 50):.1f} | {pct(xs, 99):.1f} | "
-                f"{pct(xs, 99.9):.1f} | {xs[-1]:.1f} | {min(p50s):.1f}-{max(p50s):.1f} | "
-                f"{min(p99s):.1f}-{max(p99s):.1f} | {pct(sorted(sends[(who, load)]), 50):.1f} | "
+                f"{pct(xs, 99.9):.1f} | {xs[-1]:.1f} | {min(p50s):.1f} .. {max(p50s):.1f} | "
+                f"{min(p99s):.1f} .. {max(p99s):.1f} | {pct(sorted(sends[(who, load)]), 50):.1f} | "
                 f"{pct(sorted(sends[(who, load)]), 99):.1f} |"
             )
     say("")
     for load in ("light", "bg"):
         a, b = lag.get(("module", load)), lag.get(("replicaof", load))
         if a and b:
+            sa, sb = sorted(sends[("module", load)]), sorted(sends[("replicaof", load)])
             say(
-                f"- {load}: module / REPLICAOF p50 {pct(a, 50) / pct(b, 50):.2f}x, "
-                f"p99 {pct(a, 99) / pct(b, 99):.2f}x, p99.9 {pct(a, 99.9) / pct(b, 99.9):.2f}x; "
-                f"send->visible p50 {med(sends[('module', load)]) / med(sends[('replicaof', load)]):.2f}x"
+                f"- {load}: module / REPLICAOF ack->visible p50 {ratio(pct(a, 50), pct(b, 50))}, "
+                f"p99 {ratio(pct(a, 99), pct(b, 99))}, p99.9 {ratio(pct(a, 99.9), pct(b, 99.9))}; "
+                f"send->visible p50 {ratio(pct(sa, 50), pct(sb, 50))}, p99 {ratio(pct(sa, 99), pct(sb, 99))}"
             )
     for (who, load), xs in lag.items():
         for kind, data in (("ack", xs), ("send", sorted(sends[(who, load)]))):
@@ -168,9 +174,9 @@ if sat:
     say("flat-out rate with the module and B applying. sustained: the highest rate tried at which")
     say("B kept up with bounded lag: no queue overflow, the backlog (writes acked on A not yet")
     say("applied on B) grew by < 3% of A's rate from the step's second quarter to its last, and B")
-    say("caught up within 0.5 s after A stopped. Tried flat out first, then 0.9x B's steady apply")
-    say("rate, stepping down. B applied = B's rate over the step's second half. lag max = the")
-    say("largest backlog seen, in time at A's write rate.")
+    say("caught up within 0.5 s after A stopped. Tried flat out first, then 0.9x B's apply rate in")
+    say("the step's second half, stepping down. B applied = entries applied on B from the step's")
+    say("start until drained, per second. lag max = the largest backlog seen, in time at A's rate.")
     say("")
     say("| value | plain writes/s | module max writes/s | sustained writes/s | sustained / plain | B applied entries/s | value MB/s | wire MB/s | lag max ms | drain ms |")
     say("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
