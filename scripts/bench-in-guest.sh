@@ -48,13 +48,13 @@ for r in $(seq "$ROUNDS"); do
   order=(rdma tcp replicaof); [ $((r % 2)) = 0 ] && order=(replicaof tcp rdma)
   for who in "${order[@]}"; do
     case $who in rdma) w=26501 rd=26502 ;; tcp) w=26503 rd=26504 ;; replicaof) w=26505 rd=26506 ;; esac
-    timeout 120 "$LAG" lag --write $w --read $rd --rate $RATE --count $PROBES \
+    timeout 120 "$LAG" lag --write "$w" --read "$rd" --rate $RATE --count $PROBES \
       --label "$who-light-r$r" --out "$OUT/lag/$who-light-r$r.txt" | tee -a "$OUT/lag.txt"
   done
   for who in "${order[@]}"; do
     case $who in rdma) w=26501 rd=26502 ;; tcp) w=26503 rd=26504 ;; replicaof) continue ;; esac
-    redis-cli -p $w flushall >/dev/null
-    timeout 300 "$LAG" saturate --write $w --peer $rd --value-size 64 --keys 20000 --seconds $SECS \
+    redis-cli -p "$w" flushall >/dev/null
+    timeout 300 "$LAG" saturate --write "$w" --peer "$rd" --value-size 64 --keys 20000 --seconds $SECS \
       --steps 3 --label "$who-64-r$r" --timeline "$OUT/sat/$who-64-r$r.dat" | tee -a "$OUT/saturation.txt"
   done
 done

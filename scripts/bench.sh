@@ -111,12 +111,12 @@ echo "== idle CPU (${IDLE_SECS} s)"
 sleep 1
 cpu_ns() { # pid -> "thread-name ns" per thread
   for t in /proc/"$1"/task/*; do printf '%s %s\n' "$(cat "$t/comm")" "$(cut -d' ' -f1 "$t/schedstat")"; done 2>/dev/null; }
-for p in $PA $PB $PP $PM $PR; do cpu_ns "$(pid $p)" > "$W/cpu0.$p"; done
+for p in $PA $PB $PP $PM $PR; do cpu_ns "$(pid "$p")" > "$W/cpu0.$p"; done
 sleep "$IDLE_SECS"
 : > "$OUT/idle.txt"
 for p in $PA $PB $PP $PM $PR; do
-  case $p in $PA) n=module-A ;; $PB) n=module-B ;; $PP) n=plain ;; $PM) n=replicaof-master ;; $PR) n=replicaof-replica ;; esac
-  cpu_ns "$(pid $p)" > "$W/cpu1.$p"
+  case $p in "$PA") n=module-A ;; "$PB") n=module-B ;; "$PP") n=plain ;; "$PM") n=replicaof-master ;; "$PR") n=replicaof-replica ;; esac
+  cpu_ns "$(pid "$p")" > "$W/cpu1.$p"
   # Same threads in the same order at rest; pct = ns on CPU / window.
   paste "$W/cpu0.$p" "$W/cpu1.$p" | awk -v n="$n" -v s="$IDLE_SECS" '
     { d = $4 - $2; tot += d; if ($1 ~ /rdmasync/) th[$1] += d }
