@@ -266,7 +266,7 @@ if len(mem) >= 7:
     say(f"| plain | {(p1 - p0) / n:.1f} |")
     say(f"| module A (written) | {(a1 - a0) / n:.1f} |")
     say(f"| module B (applied, {mem[7] if len(mem) > 7 else '?'} keys) | {(b1 - b0) / n:.1f} |")
-    say(f"| module overhead on A | {((a1 - a0) - (p1 - p0)) / n:+.1f} |")
+    say(f"| module overhead on A | {round(((a1 - a0) - (p1 - p0)) / n, 1) + 0.0:+.1f} |")
     say("")
     say("The rings (8 MiB per node, mmap) are not in used_memory.")
 
