@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs what building and testing rdmasync needs on Debian 12, only what is missing.
-# Usage: scripts/install-deps.sh [--softroce]   (--softroce adds the QEMU/Soft-RoCE guest packages)
+# Usage: scripts/install-deps.sh [--softroce | --bench]   (--softroce adds the QEMU/Soft-RoCE
+# guest packages; --bench adds gnuplot for scripts/bench.sh's plot)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO="sudo"
 PKGS="redis-server redis-tools libclang-dev pkg-config libibverbs-dev librdmacm-dev python3 bc"
+[ "${1:-}" = "--bench" ] && PKGS="$PKGS gnuplot-nox"
 missing=()
 for p in $PKGS; do
   dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
