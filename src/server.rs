@@ -415,3 +415,67 @@ pub fn is_replica_or_loading() -> bool {
     REPLICA.load(std::sync::atomic::Ordering::Relaxed)
         || LOADING.load(std::sync::atomic::Ordering::Relaxed)
 }
+
+/// What a key holds, read through the key API (no command runs, the key's
+/// access time is not touched).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyInfo {
+    /// `REDISMODULE_KEYTYPE_*`; `EMPTY` when the key does not exist.
+    pub kind: i32,
+    /// Absolute expiry in Unix milliseconds.
+    pub expiry_ms: Option<u64>,
+}
+
+impl KeyInfo {
+    /// Whether the key exists.
+    pub fn exists(&self) -> bool {
+        self.kind != raw::REDISMODULE_KEYTYPE_EMPTY as i32
+    }
+}
+
+/// Type and absolute expiry of `key` in the selected database (an expired
+/// key is reclaimed by the lookup, as a command would).
+pub fn key_info(ctx: &Context, key: &[u8]) -> KeyInfo {
+    let absent = KeyInfo {
+        kind: raw::REDISMODULE_KEYTYPE_EMPTY as i32,
+        expiry_ms: None,
+    };
+    // SAFETY: the API table is filled by RedisModule_Init; reading pointers.
+    let api = unsafe {
+        (
+            raw::RedisModule_CreateString,
+            raw::RedisModule_OpenKey,
+            raw::RedisModule_KeyType,
+            raw::RedisModule_GetAbsExpire,
+            raw::RedisModule_CloseKey,
+            raw::RedisModule_FreeString,
+        )
+    };
+    let (Some(create), Some(open), Some(kind_of), Some(expire_of), Some(close), Some(free)) = api
+    else {
+        return absent;
+    };
+    let mode = (raw::REDISMODULE_READ | raw::REDISMODULE_OPEN_KEY_NOTOUCH) as i32;
+    // SAFETY: main thread with a valid context; the name is created from a
+    // live slice and freed below; the key handle is checked for null before
+    // use and closed before the name is freed.
+    unsafe {
+        let name = create(ctx.ctx, key.as_ptr().cast(), key.len());
+        if name.is_null() {
+            return absent;
+        }
+        let handle = open(ctx.ctx, name, mode);
+        let info = if handle.is_null() {
+            absent
+        } else {
+            let expiry = expire_of(handle);
+            KeyInfo {
+                kind: kind_of(handle),
+                expiry_ms: u64::try_from(expiry).ok().filter(|&at| at > 0),
+            }
+        };
+        close(handle);
+        free(ctx.ctx, name);
+        info
+    }
+}

@@ -4,6 +4,8 @@
 
 use redis_module::{CallOptions, CallOptionsBuilder, CallReply, CallResult, Context};
 
+use crate::server;
+
 /// A key's value as shipped: the DUMP payload and its absolute expiry.
 pub struct Snapshot {
     /// RDB-encoded value (version and checksum included).
@@ -34,38 +36,25 @@ impl<'a> Reader<'a> {
 
     /// The key's value and expiry, or `None` when it does not exist.
     pub fn dump(&self, key: &[u8]) -> Option<Snapshot> {
+        // Type and expiry through the key API: one command (DUMP) per key.
+        let info = server::key_info(self.ctx, key);
+        if !info.exists() {
+            return None;
+        }
         let args: [&[u8]; 1] = [key];
-        let payload = match self
-            .ctx
-            .call_ext::<_, CallResult>("DUMP", &self.opts, &args[..])
-        {
+        let payload = match self.ctx.call_ext::<_, CallResult>("DUMP", &self.opts, &args[..]) {
             Ok(CallReply::String(s)) => s.as_bytes().to_vec(),
             _ => return None,
         };
-        let expiry_ms =
-            match self
-                .ctx
-                .call_ext::<_, CallResult>("PEXPIRETIME", &self.opts, &args[..])
-            {
-                Ok(CallReply::I64(ms)) => match ms.to_i64() {
-                    // -2: the key expired between the two calls: it is gone, and
-                    // shipping the value without its expiry would make it permanent.
-                    -2 => return None,
-                    at if at > 0 => Some(at as u64),
-                    _ => None,
-                },
-                _ => None,
-            };
-        Some(Snapshot { payload, expiry_ms })
+        Some(Snapshot {
+            payload,
+            expiry_ms: info.expiry_ms,
+        })
     }
 
     /// Whether the key exists.
     pub fn exists(&self, key: &[u8]) -> bool {
-        let args: [&[u8]; 1] = [key];
-        matches!(
-            self.ctx.call_ext::<_, CallResult>("EXISTS", &self.opts, &args[..]),
-            Ok(CallReply::I64(n)) if n.to_i64() > 0
-        )
+        server::key_info(self.ctx, key).exists()
     }
 
     /// One `SCAN cursor COUNT count` page: the next cursor (0 at the end)
