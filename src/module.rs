@@ -36,7 +36,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         if apis.key_event { "yes" } else { "no (Redis 7.0)" },
     ));
     server::init_role(ctx);
-    let line = match runtime::start(config) {
+    let line = match runtime::start(config, server::server_info(ctx)) {
         Ok(line) => line,
         Err(e) => {
             ctx.log_warning(&format!("rdmasync: refusing to load: {e}"));

@@ -74,6 +74,14 @@ pub struct Stats {
     /// Unix ms of `last_error`.
     pub last_error_ms: AtomicU64,
     last_error: Mutex<String>,
+    /// Connections refused for a wrong or missing secret (or TLS certificate).
+    pub auth_failures: AtomicU64,
+    /// Connections refused for incompatible versions or a duplicate node id.
+    pub handshakes_refused: AtomicU64,
+    /// Connections closed, timed out or abandoned before completing the handshake.
+    pub handshakes_incomplete: AtomicU64,
+    /// Rings registered for an authenticated peer (one per link).
+    pub rings_registered: AtomicU64,
 }
 
 /// Unix time in milliseconds.
@@ -152,6 +160,10 @@ pub struct Identity {
     pub device: String,
     /// Ring bytes this node registers for its peer.
     pub ring_size: u64,
+    /// How peers are authenticated: `none` or `hmac-sha256`.
+    pub auth: &'static str,
+    /// Whether the TCP transport runs over TLS.
+    pub tls: bool,
 }
 
 /// The ordered `(name, value)` pairs of `RDMASYNC.STATUS`.
@@ -192,6 +204,16 @@ pub fn status_fields(
         ("resyncs_needed", c(&stats.resyncs_needed)),
         ("last_error", t(stats.last_error())),
         ("last_error_ms", c(&stats.last_error_ms)),
+        ("auth", t(id.auth.to_owned())),
+        ("tls", t(if id.tls { "yes" } else { "no" }.to_owned())),
+        ("auth_failures", c(&stats.auth_failures)),
+        ("handshakes_refused", c(&stats.handshakes_refused)),
+        ("handshakes_incomplete", c(&stats.handshakes_incomplete)),
+        ("rings_registered", c(&stats.rings_registered)),
+        (
+            "rings_live",
+            Field::Int(crate::transport::rings_live() as i64),
+        ),
     ]
 }
 
@@ -211,6 +233,8 @@ mod tests {
             transport: "tcp",
             device: String::new(),
             ring_size: 65536,
+            auth: "none",
+            tls: false,
         };
         let f = status_fields(&id, &stats, 2);
         let get = |n: &str| f.iter().find(|(k, _)| *k == n).map(|(_, v)| v.clone());
@@ -227,6 +251,9 @@ mod tests {
             "ring_used_bytes",
             "reconnects",
             "last_error",
+            "auth",
+            "auth_failures",
+            "rings_live",
         ] {
             assert!(get(name).is_some(), "missing {name}");
         }
