@@ -73,7 +73,13 @@ fn config_get_shows_effective_values_and_set_changes_only_the_peer() {
     assert_eq!(cfg["rdmasync.queue-size"], "4096");
     assert_eq!(cfg["rdmasync.peer"], common::test_ip_b());
     assert_eq!(cfg["rdmasync.node-id"], pair.a.status()["node_id"]);
-    assert_eq!(cfg.len(), 8, "{cfg:?}");
+    assert_eq!(cfg.len(), 14, "{cfg:?}");
+    assert!(
+        !cfg.contains_key("rdmasync.secret"),
+        "the secret is not a config"
+    );
+    assert_eq!(cfg["rdmasync.tls"], "no");
+    assert_eq!(cfg["rdmasync.handshake-timeout"], "5000");
     let set = |name: &str, value: &str| {
         redis::cmd("CONFIG")
             .arg("SET")

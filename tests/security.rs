@@ -299,7 +299,7 @@ fn hostile_clients_do_not_hurt_the_server_and_replication_resumes() {
     let last = pair.b.status()["last_error"].clone();
     let here = pair.b.status()["node_id"].clone();
     assert!(
-        last.contains("the peer runs redis 99.0.0 with RDB format 99, this node runs redis ")
+        last.contains("the peer runs redis 99.0.0 with RDB format 99, this node runs ")
             && last.contains(&format!("with RDB format {}", node.rdb_version)),
         "{last} ({here})"
     );
