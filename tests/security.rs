@@ -401,7 +401,7 @@ fn an_authenticated_peer_sending_bad_frames_is_cut_off_and_the_real_peer_returns
     let pair = Pair::start_with(&[&s], &[&s]);
     let port = pair.b.listen_port();
     let bad0 = pair.b.stat("bad_frames");
-    let hostile: [Vec<u8>; 2] = [
+    let hostile: [Vec<u8>; 3] = [
         // A WRITE of 64 bytes of garbage where a frame should be.
         {
             let mut m = peer::header(peer::OP_WRITE, 64, 0).to_vec();
@@ -410,6 +410,25 @@ fn an_authenticated_peer_sending_bad_frames_is_cut_off_and_the_real_peer_returns
         },
         // A WRITE claiming 4 GiB.
         peer::header(peer::OP_WRITE, u32::MAX, 0).to_vec(),
+        // A consistent frame header claiming a value of 1 GiB - 4 KiB.
+        {
+            let v: u32 = (1 << 30) - 4096;
+            let frame_len = (64 + 1 + v + 4 + 7) & !7;
+            let mut f = Vec::new();
+            f.extend_from_slice(b"RSYN");
+            f.extend_from_slice(&[1, 1]);
+            f.extend_from_slice(&1u16.to_le_bytes());
+            f.extend_from_slice(&frame_len.to_le_bytes());
+            f.extend_from_slice(&[0u8; 4 + 8 * 4]);
+            f.extend_from_slice(&1u32.to_le_bytes());
+            f.extend_from_slice(&v.to_le_bytes());
+            f.extend_from_slice(&v.to_le_bytes());
+            f.extend_from_slice(&[0u8; 4]);
+            assert_eq!(f.len(), 64);
+            let mut m = peer::header(peer::OP_WRITE, 64, 0).to_vec();
+            m.extend_from_slice(&f);
+            m
+        },
     ];
     for (i, msg) in hostile.iter().enumerate() {
         // Node id 1 is below any derived id: the node keeps this connection.
