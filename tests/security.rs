@@ -221,6 +221,12 @@ fn hostile_clients_do_not_hurt_the_server_and_replication_resumes() {
     let mut pair = Pair::start_with(&extra, &extra);
     let port = pair.b.listen_port();
     let a_port = pair.a.listen_port();
+    // Under full-system emulation (the Soft-RoCE guest) everything is ~10x slower.
+    let slow: u32 = if std::env::var_os("RDMASYNC_TEST_EMULATED").is_some() {
+        10
+    } else {
+        1
+    };
     let rss_before = pair.b.proc_kib("VmRSS");
     let ping = PingMonitor::start(&pair.b);
     let b_id: u64 = pair.b.status()["node_id"].parse().unwrap();
@@ -252,7 +258,7 @@ fn hostile_clients_do_not_hurt_the_server_and_replication_resumes() {
     send_and_wait_close(port, &half);
     let waited = t.elapsed();
     assert!(
-        waited >= Duration::from_millis(900) && waited < Duration::from_secs(5),
+        waited >= Duration::from_millis(900) && waited < Duration::from_secs(5) * slow,
         "a silent connection was dropped after {waited:?}"
     );
     drop(TcpStream::connect(("127.0.0.1", port)).map(|mut s| s.write_all(&half[..20])));
@@ -368,11 +374,11 @@ fn hostile_clients_do_not_hurt_the_server_and_replication_resumes() {
         pair.b.status()
     );
     assert!(
-        p99 < Duration::from_millis(50),
+        p99 < Duration::from_millis(50) * slow,
         "PING p99 {p99:?} under attack"
     );
     assert!(
-        max < Duration::from_millis(500),
+        max < Duration::from_millis(500) * slow,
         "PING max {max:?} under attack"
     );
     assert!(
