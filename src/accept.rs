@@ -26,8 +26,11 @@ use crate::transport::rdma;
 pub const MAX_PENDING: usize = 32;
 /// Stack of a handshake thread: it parses a few small messages and runs TLS.
 const HANDSHAKE_STACK: usize = 512 * 1024;
-/// How long the TCP acceptor sleeps when nothing is waiting (unload unparks it).
-const ACCEPT_TICK: Duration = Duration::from_millis(20);
+/// How long the TCP acceptor sleeps when nothing is waiting, for a second
+/// after the last connection (a burst keeps the backlog from filling)...
+const BUSY_TICK: Duration = Duration::from_millis(10);
+/// ...and once quiet (an idle node costs next to nothing; unload unparks it).
+const QUIET_AFTER: Duration = Duration::from_secs(1);
 /// Distinct (address, kind) pairs whose failures are logged; later ones are only counted.
 const MAX_LOGGED: usize = 256;
 
@@ -199,9 +202,11 @@ pub fn run_tcp_acceptor(shared: Arc<Shared>, listener: TcpListener, offers: Send
         shared.stats.set_error(format!("listener: {e}"));
     }
     let mut pending = PendingSet::default();
+    let mut last_accept = Instant::now();
     while !shared.stopping() {
         match listener.accept() {
             Ok((stream, from)) => {
+                last_accept = Instant::now();
                 let offers = offers.clone();
                 let started = pending.start(&shared, move |s, watch| {
                     let r = tcp_handshake(s, stream, Side::Acceptor, None, watch);
@@ -213,7 +218,8 @@ pub fn run_tcp_acceptor(shared: Arc<Shared>, listener: TcpListener, offers: Send
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 pending.reap();
-                std::thread::park_timeout(ACCEPT_TICK); // stop() unparks
+                let busy = last_accept.elapsed() < QUIET_AFTER;
+                std::thread::park_timeout(if busy { BUSY_TICK } else { IDLE_TICK });
             }
             Err(e) => {
                 shared.stats.set_error(format!("accept: {e}"));

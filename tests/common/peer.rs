@@ -95,7 +95,7 @@ pub fn read_msg(s: &mut TcpStream) -> std::io::Result<(u8, u64, Vec<u8>)> {
 
 /// A connection to a node's listen port, with timeouts.
 pub fn connect(port: u16) -> TcpStream {
-    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let s = TcpStream::connect((super::test_ip(), port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     s.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
     s.set_nodelay(true).unwrap();
