@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Short coverage-guided fuzz run of every decoder of network bytes (frames,
-# link messages, the ring poller). Usage: scripts/fuzz-smoke.sh [seconds per target]
+# link messages, the ring poller, the handshake). Usage: scripts/fuzz-smoke.sh [seconds per target]
 # cargo-fuzz needs nightly features; RUSTC_BOOTSTRAP lets the stable toolchain build it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-20}
 cargo fuzz --version >/dev/null 2>&1 || cargo install cargo-fuzz --locked
 export RUSTC_BOOTSTRAP=1
-for target in frame_decode control_decode ring_poller; do
+for target in frame_decode control_decode ring_poller handshake; do
   echo "== fuzz $target for ${SECS}s"
   log=$(mktemp)
   rc=0

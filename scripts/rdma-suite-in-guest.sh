@@ -16,7 +16,7 @@ run_suite() { # label, then env assignments
     local rc=$?
     # Results, panics with their message, and the figures the tests print.
     grep -E -A1 '^(test |test result|thread .* panicked)' "/tmp/$name.$$.log" | grep -v -E '^(--|stack backtrace:)$'
-    grep -E '^(mixed workload|idle CPU|full sync of)' "/tmp/$name.$$.log"
+    grep -E '^(mixed workload|idle CPU|full sync of|hostile clients)' "/tmp/$name.$$.log" | cut -c1-400
     [ "$rc" = 0 ] || tail -60 "/tmp/$name.$$.log" | grep -E '<module>|<rdmasync>|# ' | tail -20
     echo "== [$label] $name: exit $rc in $(echo "$(date +%s.%N) - $t0" | bc | cut -c1-6) s"
     [ "$rc" = 0 ] || fails=$((fails + 1))

@@ -1,7 +1,9 @@
 //! Typed, validated module arguments (`loadmodule librdmasync.so peer=.. port=..`).
 
 use std::net::IpAddr;
+use std::path::{Path, PathBuf};
 
+use crate::auth::{Secret, MAX_SECRET_LEN};
 use crate::error::{Error, Result};
 
 /// Smallest ring a peer may register: room for several maximal frames.
@@ -15,8 +17,16 @@ pub const DEFAULT_QUEUE_SIZE: usize = 4096;
 /// Largest accepted queue bound, in batches.
 pub const MAX_QUEUE_SIZE: usize = 1 << 20;
 
-/// Every argument name, in the order `CONFIG GET rdmasync.*` lists them.
-pub const ARG_NAMES: [&str; 10] = [
+/// Default handshake timeout, in milliseconds.
+pub const DEFAULT_HANDSHAKE_TIMEOUT_MS: u64 = 5000;
+/// Shortest and longest handshake timeout, in milliseconds.
+pub const MIN_HANDSHAKE_TIMEOUT_MS: u64 = 100;
+/// Longest handshake timeout, in milliseconds.
+pub const MAX_HANDSHAKE_TIMEOUT_MS: u64 = 60_000;
+
+/// Every argument that is also a config, in the order `CONFIG GET
+/// rdmasync.*` lists them.
+pub const ARG_NAMES: [&str; 16] = [
     "peer",
     "port",
     "listen-port",
@@ -25,6 +35,12 @@ pub const ARG_NAMES: [&str; 10] = [
     "node-id",
     "ring-size",
     "queue-size",
+    "secret-file",
+    "handshake-timeout",
+    "tls",
+    "tls-cert-file",
+    "tls-key-file",
+    "tls-ca-cert-file",
     "backlog-ops",
     "persist-versions",
 ];
@@ -33,6 +49,19 @@ pub const ARG_NAMES: [&str; 10] = [
 pub const DEFAULT_BACKLOG_OPS: usize = 1_000_000;
 /// Largest accepted backlog bound.
 pub const MAX_BACKLOG_OPS: usize = 100_000_000;
+
+/// The one argument that is not a config: `CONFIG GET` must never show it.
+pub const SECRET_ARG: &str = "secret";
+
+fn is_known(name: &str) -> bool {
+    name == SECRET_ARG || ARG_NAMES.contains(&name)
+}
+
+fn known_list() -> String {
+    let mut names: Vec<&str> = ARG_NAMES.to_vec();
+    names.insert(8, SECRET_ARG);
+    names.join(", ")
+}
 
 /// Checks the shape of `name=value` arguments (known names, given once)
 /// without requiring any; returns them as pairs.
@@ -46,10 +75,10 @@ pub fn split_args<S: AsRef<str>>(args: &[S]) -> Result<Vec<(String, String)>> {
         let Some((name, value)) = raw.split_once('=') else {
             return Err(bad(raw, "expected name=value"));
         };
-        if !ARG_NAMES.contains(&name) {
+        if !is_known(name) {
             return Err(bad(
                 name,
-                format!("unknown argument (known: {})", ARG_NAMES.join(", ")),
+                format!("unknown argument (known: {})", known_list()),
             ));
         }
         if out.iter().any(|(n, _)| n == name) {
@@ -121,6 +150,20 @@ pub struct Config {
     pub backlog_ops: usize,
     /// Keep key versions and tombstones in the RDB (module aux data).
     pub persist_versions: bool,
+    /// The shared secret (`secret=` or the contents of `secret-file=`).
+    pub secret: Option<Secret>,
+    /// Where the secret was read from, if from a file.
+    pub secret_file: Option<PathBuf>,
+    /// A connection that has not completed the handshake by then is dropped.
+    pub handshake_timeout_ms: u64,
+    /// TLS on the TCP transport.
+    pub tls: bool,
+    /// This node's certificate chain (PEM).
+    pub tls_cert_file: Option<PathBuf>,
+    /// This node's private key (PEM).
+    pub tls_key_file: Option<PathBuf>,
+    /// The CA that signs both nodes' certificates (PEM).
+    pub tls_ca_cert_file: Option<PathBuf>,
 }
 
 impl Config {
@@ -136,9 +179,44 @@ impl Config {
             node_id.to_string(),
             self.ring_size.to_string(),
             self.queue_size.to_string(),
+            path_text(self.secret_file.as_deref()),
+            self.handshake_timeout_ms.to_string(),
+            if self.tls { "yes" } else { "no" }.to_owned(),
+            path_text(self.tls_cert_file.as_deref()),
+            path_text(self.tls_key_file.as_deref()),
+            path_text(self.tls_ca_cert_file.as_deref()),
             self.backlog_ops.to_string(),
             if self.persist_versions { "yes" } else { "no" }.to_owned(),
         ]
+    }
+
+    /// What the log should warn about at load (never the secret itself).
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.secret.is_none() {
+            out.push(format!(
+                "no secret configured (secret= or secret-file=): peers are not authenticated{}; \
+                 anyone who can reach port {} can replicate into this node",
+                if self.tls {
+                    " except by their TLS certificate"
+                } else {
+                    ""
+                },
+                self.listen_port
+            ));
+        }
+        if let Some(path) = &self.secret_file {
+            use std::os::unix::fs::PermissionsExt;
+            if let Ok(meta) = std::fs::metadata(path) {
+                if meta.permissions().mode() & 0o077 != 0 {
+                    out.push(format!(
+                        "secret-file {} is readable by group or others; chmod 600 it",
+                        path.display()
+                    ));
+                }
+            }
+        }
+        out
     }
 
     /// `peer:port` as given, for dialing and display.
@@ -149,6 +227,10 @@ impl Config {
             format!("{}:{}", self.peer_host, self.peer_port)
         }
     }
+}
+
+fn path_text(p: Option<&Path>) -> String {
+    p.map(|p| p.display().to_string()).unwrap_or_default()
 }
 
 fn bad(arg: &str, reason: impl Into<String>) -> Error {
@@ -195,6 +277,39 @@ fn parse_size(arg: &str, value: &str) -> Result<u64> {
         .ok_or_else(|| bad(arg, format!("not a size: '{value}'")))
 }
 
+/// A file the module reads at load: it must exist and be a regular file.
+fn parse_file(arg: &str, value: &str) -> Result<PathBuf> {
+    let path = PathBuf::from(value);
+    match std::fs::metadata(&path) {
+        Ok(m) if m.is_file() => Ok(path),
+        Ok(_) => Err(bad(arg, format!("'{value}' is not a regular file"))),
+        Err(e) => Err(bad(arg, format!("cannot read '{value}': {e}"))),
+    }
+}
+
+/// Reads a secret file: one trailing newline is not part of the secret.
+fn read_secret_file(arg: &str, value: &str) -> Result<(Secret, PathBuf)> {
+    let path = parse_file(arg, value)?;
+    let too_big = std::fs::metadata(&path).map_or(true, |m| m.len() > MAX_SECRET_LEN as u64 + 2);
+    if too_big {
+        return Err(bad(
+            arg,
+            format!("'{value}' is larger than a secret may be ({MAX_SECRET_LEN} bytes)"),
+        ));
+    }
+    let mut bytes =
+        std::fs::read(&path).map_err(|e| bad(arg, format!("cannot read '{value}': {e}")))?;
+    if bytes.ends_with(b"\n") {
+        bytes.pop();
+        if bytes.ends_with(b"\r") {
+            bytes.pop();
+        }
+    }
+    let secret =
+        Secret::new(bytes).map_err(|why| bad(arg, format!("secret in '{value}' is {why}")))?;
+    Ok((secret, path))
+}
+
 /// Parses the module's `key=value` arguments.
 ///
 /// # Errors
@@ -211,6 +326,13 @@ pub fn parse_args<S: AsRef<str>>(args: &[S]) -> Result<Config> {
     let mut queue_size = None;
     let mut backlog_ops = None;
     let mut persist_versions = None;
+    let mut secret = None;
+    let mut secret_file = None;
+    let mut handshake_timeout_ms = None;
+    let mut tls = None;
+    let mut tls_cert_file = None;
+    let mut tls_key_file = None;
+    let mut tls_ca_cert_file = None;
     let mut seen: Vec<String> = Vec::new();
 
     for raw in args {
@@ -300,14 +422,64 @@ pub fn parse_args<S: AsRef<str>>(args: &[S]) -> Result<Config> {
                     _ => return Err(bad(name, format!("must be yes or no, got '{value}'"))),
                 })
             }
-            _ => {
-                return Err(bad(
-                    name,
-                    format!("unknown argument (known: {})", ARG_NAMES.join(", ")),
-                ))
+            SECRET_ARG => {
+                // Never echo the value: it is the secret.
+                secret = Some(
+                    Secret::new(value.as_bytes().to_vec()).map_err(|why| bad(name, why))?,
+                );
+            }
+            "secret-file" => {
+                let (s, path) = read_secret_file(name, value)?;
+                secret_file = Some((s, path));
+            }
+            "handshake-timeout" => match value.parse::<u64>() {
+                Ok(n) if (MIN_HANDSHAKE_TIMEOUT_MS..=MAX_HANDSHAKE_TIMEOUT_MS).contains(&n) => {
+                    handshake_timeout_ms = Some(n)
+                }
+                _ => {
+                    return Err(bad(
+                        name,
+                        format!(
+                            "must be milliseconds {MIN_HANDSHAKE_TIMEOUT_MS}-{MAX_HANDSHAKE_TIMEOUT_MS}, got '{value}'"
+                        ),
+                    ))
+                }
+            },
+            "tls" => {
+                tls = Some(match value {
+                    "yes" => true,
+                    "no" => false,
+                    _ => return Err(bad(name, format!("must be yes or no, got '{value}'"))),
+                })
+            }
+            "tls-cert-file" => tls_cert_file = Some(parse_file(name, value)?),
+            "tls-key-file" => tls_key_file = Some(parse_file(name, value)?),
+            "tls-ca-cert-file" => tls_ca_cert_file = Some(parse_file(name, value)?),
+            _ => return Err(bad(name, format!("unknown argument (known: {})", known_list()))),
+        }
+    }
+    if secret.is_some() && secret_file.is_some() {
+        return Err(bad(
+            "secret-file",
+            "give either secret= or secret-file=, not both",
+        ));
+    }
+    let tls = tls.unwrap_or(false);
+    if tls {
+        for (arg, given) in [
+            ("tls-cert-file", tls_cert_file.is_some()),
+            ("tls-key-file", tls_key_file.is_some()),
+            ("tls-ca-cert-file", tls_ca_cert_file.is_some()),
+        ] {
+            if !given {
+                return Err(bad(arg, "required with tls=yes"));
             }
         }
     }
+    let (secret, secret_file) = match secret_file {
+        Some((s, path)) => (Some(s), Some(path)),
+        None => (secret, None),
+    };
 
     let peer_host = peer_host.ok_or_else(|| bad("peer", "required (peer=<ip or host>)"))?;
     let peer_port = peer_port.ok_or_else(|| bad("port", "required (port=<peer's port>)"))?;
@@ -322,6 +494,13 @@ pub fn parse_args<S: AsRef<str>>(args: &[S]) -> Result<Config> {
         queue_size: queue_size.unwrap_or(DEFAULT_QUEUE_SIZE),
         backlog_ops: backlog_ops.unwrap_or(DEFAULT_BACKLOG_OPS),
         persist_versions: persist_versions.unwrap_or(true),
+        secret,
+        secret_file,
+        handshake_timeout_ms: handshake_timeout_ms.unwrap_or(DEFAULT_HANDSHAKE_TIMEOUT_MS),
+        tls,
+        tls_cert_file,
+        tls_key_file,
+        tls_ca_cert_file,
     })
 }
 
@@ -433,5 +612,56 @@ mod tests {
         assert_eq!(with("colour=blue"), "colour");
         assert_eq!(with("justaword"), "justaword");
         assert_eq!(with("port=2"), "port");
+        assert_eq!(with("secret=tooshort"), "secret");
+        assert_eq!(with("secret="), "secret");
+        assert_eq!(with("secret-file=/nonexistent/secret"), "secret-file");
+        assert_eq!(with("secret-file=/"), "secret-file");
+        assert_eq!(with("handshake-timeout=0"), "handshake-timeout");
+        assert_eq!(with("handshake-timeout=-1"), "handshake-timeout");
+        assert_eq!(with("handshake-timeout=soon"), "handshake-timeout");
+        assert_eq!(with("handshake-timeout=60001"), "handshake-timeout");
+        assert_eq!(with("tls=maybe"), "tls");
+        assert_eq!(with("tls=yes"), "tls-cert-file");
+        assert_eq!(with("tls-key-file=/nonexistent.pem"), "tls-key-file");
+        assert_eq!(with("tls-ca-cert-file="), "tls-ca-cert-file");
+    }
+
+    #[test]
+    fn secrets_come_from_an_argument_or_a_file_and_are_never_echoed() {
+        let c = parse_args(&["peer=a", "port=1", "secret=0123456789abcdef!"]).unwrap();
+        assert_eq!(
+            c.secret,
+            Some(Secret::new(b"0123456789abcdef!".to_vec()).unwrap())
+        );
+        assert!(!format!("{c:?}").contains("0123456789abcdef!"));
+        assert_eq!(c.effective(1)[8], "", "no secret file");
+        let err = parse_args(&["peer=a", "port=1", "secret=hunter2"]).unwrap_err();
+        assert!(!err.to_string().contains("hunter2"), "{err}");
+
+        let dir = std::env::temp_dir().join(format!("rdmasync-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("secret");
+        std::fs::write(&file, "from-a-file-0123456789\n").unwrap();
+        let arg = format!("secret-file={}", file.display());
+        let c = parse_args(&["peer=a", "port=1", arg.as_str()]).unwrap();
+        assert_eq!(
+            c.secret,
+            Some(Secret::new(b"from-a-file-0123456789".to_vec()).unwrap())
+        );
+        assert_eq!(c.effective(1)[8], file.display().to_string());
+        let both = parse_args(&["peer=a", "port=1", arg.as_str(), "secret=0123456789abcdef!"]);
+        assert_eq!(arg_of(both), "secret-file");
+        std::fs::write(&file, "short\n").unwrap();
+        let err = parse_args(&["peer=a", "port=1", arg.as_str()]).unwrap_err();
+        assert!(!err.to_string().contains("short\n"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn without_a_secret_the_load_warns() {
+        let c = parse_args(&["peer=a", "port=1"]).unwrap();
+        assert!(c.warnings()[0].contains("no secret configured"));
+        let c = parse_args(&["peer=a", "port=1", "secret=0123456789abcdef!"]).unwrap();
+        assert!(c.warnings().is_empty());
     }
 }

@@ -50,6 +50,15 @@ pub enum Error {
     /// The link was closed (by us, the peer, or shutdown).
     #[error("link closed")]
     LinkClosed,
+    /// The handshake with a connecting or dialed peer failed
+    /// (`handshake::Handshake`, TLS, or the transport during the handshake).
+    #[error("{reason}")]
+    Handshake {
+        /// What kind of failure, for the counters.
+        failure: HandshakeFailure,
+        /// What the log says.
+        reason: String,
+    },
     /// Starting a background thread failed (`std::thread::Builder::spawn`).
     #[error("cannot spawn thread {name}: {source}")]
     Spawn {
@@ -58,6 +67,41 @@ pub enum Error {
         /// The OS error.
         source: io::Error,
     },
+}
+
+/// Kinds of handshake failure; each has its own counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandshakeFailure {
+    /// Bytes no rdmasync peer sends (`bad_frames`).
+    Malformed,
+    /// Wrong or missing secret, or a TLS certificate that does not verify
+    /// (`auth_failures`).
+    Auth,
+    /// Versions differ (protocol, frames, RDB format) (`handshakes_refused`).
+    Version,
+    /// Both nodes have the same node id (`handshakes_refused`).
+    SameNodeId,
+    /// Closed, timed out, or evicted before completing (`handshakes_incomplete`).
+    Incomplete,
+}
+
+impl Error {
+    /// A handshake error of `failure` kind.
+    pub fn handshake(failure: HandshakeFailure, reason: impl Into<String>) -> Self {
+        Self::Handshake {
+            failure,
+            reason: reason.into(),
+        }
+    }
+
+    /// How a failed handshake is counted: its kind, or
+    /// [`HandshakeFailure::Incomplete`] for I/O and transport errors.
+    pub fn handshake_failure(&self) -> HandshakeFailure {
+        match self {
+            Self::Handshake { failure, .. } => *failure,
+            _ => HandshakeFailure::Incomplete,
+        }
+    }
 }
 
 /// Shorthand used across the crate.

@@ -8,14 +8,18 @@
 //! at its tail, bounded by credit, `ring`) -> `transport` (moves bytes into
 //! the peer's ring) -> `poller` on the peer (complete, verified frames ->
 //! batches) -> `apply` (batch -> Redis on the main thread, echo suppressed).
-//! `link` runs the connection lifecycle; `status` holds the counters.
+//! `link` runs the connection lifecycle, `accept` takes incoming
+//! connections, `handshake` (with `auth` and, over TCP, `tls`) admits only
+//! the real peer before any ring is disclosed; `status` holds the counters.
 //!
 //! # Threads
 //! Redis' main thread runs the hook, the capture, the apply (woken through a
 //! pipe, run in a 0 ms timer) and `RDMASYNC.STATUS`. The module adds three
 //! threads: `rdmasync-send` (queue -> ring), `rdmasync-link` (dial, handshake,
-//! then receive and decode) and `rdmasync-accept` (incoming connections).
-//! All three are joined at `MODULE UNLOAD`; none ever takes the GIL, so a
+//! then receive and decode) and `rdmasync-accept` (incoming connections),
+//! plus one short-lived `rdmasync-hs` per incoming handshake (at most
+//! `accept::MAX_PENDING`, joined by the acceptor).
+//! All are joined at `MODULE UNLOAD`; none ever takes the GIL, so a
 //! busy server cannot starve them and unload cannot deadlock with them.
 //!
 //! # Safety
@@ -29,7 +33,9 @@
 // most of the crate.
 #![cfg_attr(any(test, not(feature = "module")), allow(dead_code))]
 
+pub(crate) mod accept;
 pub(crate) mod apply;
+pub mod auth;
 pub(crate) mod capture;
 pub(crate) mod catchup;
 pub mod clock;
@@ -38,6 +44,7 @@ pub mod control;
 pub mod entry;
 pub mod error;
 pub(crate) mod fullsync;
+pub mod handshake;
 pub(crate) mod hook;
 pub(crate) mod link;
 pub(crate) mod persist;
@@ -50,6 +57,7 @@ pub(crate) mod server;
 pub(crate) mod settings;
 pub(crate) mod snapshot;
 pub mod status;
+pub(crate) mod tls;
 pub(crate) mod transport;
 pub mod version;
 pub mod wire;

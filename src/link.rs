@@ -1,30 +1,34 @@
-//! Connection lifecycle, for either transport: listen and dial, exchange
-//! HELLO, keep exactly one link per pair (the one dialed by the lower node
-//! id), run it, and reconnect with bounded backoff when it drops. While a
-//! link is up its thread runs the transport's receive loop, which hands
-//! placed bytes to `Inbound`: poller -> apply, with credit back.
+//! Connection lifecycle, for either transport: dial, run the handshake
+//! (`handshake`: versions, secret, tie-break, fresh ring), run the link, and
+//! reconnect with bounded backoff when it drops. Incoming connections are
+//! handled in `accept`. While a link is up its thread runs the transport's
+//! receive loop, which hands placed bytes to `Inbound`: poller -> apply,
+//! with credit back.
 
 use std::io::ErrorKind;
-use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError};
 
-use crate::config::{MAX_RING_SIZE, MIN_RING_SIZE};
-use crate::control::Hello;
+use crate::accept::{report_failure, FailureLog};
+use crate::auth::Side;
+use crate::control::{Hello, RemoteRing};
 use crate::entry::Batch;
 use crate::error::{Error, Result};
+use crate::handshake::{self, Watch};
 use crate::poller::Poller;
 use crate::ring::{CreditPolicy, RingGeometry};
 use crate::runtime::{Shared, TransportKind};
 use crate::status::{LinkState, Stats};
+use crate::transport::channel::{self, ChannelReader, ChannelWriter};
 use crate::transport::rdma::{self, RdmaLink};
-use crate::transport::tcp::{self, exchange_hello, TcpLink};
+use crate::transport::tcp::{self, LocalRing, TcpLink, TcpMessages};
 use crate::transport::{Delivery, RingWriter};
 
-/// Handshake and dial timeout.
+/// Dial timeout (TCP connect).
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(1000);
 /// First and largest pause between connection attempts.
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
@@ -35,159 +39,141 @@ pub const IDLE_TICK: Duration = Duration::from_millis(250);
 /// keepalive after a second of silence).
 pub const DEAD_PEER: Duration = Duration::from_secs(5);
 
-/// A connected transport whose HELLO exchange is done.
+/// A connection whose handshake is done: authenticated, kept by the
+/// tie-break, its fresh ring registered.
 pub enum Conn {
-    /// A TCP stream.
-    Tcp(TcpStream),
+    /// A TCP connection (plain or TLS) and the ring its peer writes into.
+    Tcp {
+        /// Reading half.
+        reader: ChannelReader,
+        /// Writing half.
+        writer: ChannelWriter,
+        /// For shutdown.
+        control: TcpStream,
+        /// Our ring for this connection.
+        ring: LocalRing,
+    },
     /// An RDMA connection (its sending half; the endpoint lives inside).
     Rdma(Arc<RdmaLink>),
 }
 
 /// A running link: the typed halves the receive loop needs.
 enum Active {
-    Tcp(TcpStream, Arc<TcpLink>),
+    Tcp(ChannelReader, Arc<TcpLink>, LocalRing),
     Rdma(Arc<RdmaLink>),
 }
 
-/// A connection the tie-break keeps, handed to the link thread.
+/// A connection the handshake kept, handed to the link thread.
 pub struct Offer {
     conn: Conn,
     peer: Hello,
+    peer_ring: RemoteRing,
+    /// Where it came from (incoming) or went to (dialed).
+    pub from: Option<IpAddr>,
 }
 
-/// Which side opened the connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Role {
-    Dialer,
-    Acceptor,
+fn unloading() -> bool {
+    rdma::waits_aborted()
 }
 
-/// Exactly one connection survives per pair: the one dialed by the node with
-/// the lower id. Both ends compute the same answer.
-fn keep(role: Role, me: u64, peer: u64) -> bool {
-    match role {
-        Role::Dialer => me < peer,
-        Role::Acceptor => peer < me,
-    }
-}
-
-fn check_peer(shared: &Shared, peer: &Hello) -> Result<()> {
-    if peer.node_id == shared.node_id {
-        return Err(Error::Protocol(format!(
-            "peer has the same node id {}; set node-id= on one of them",
-            peer.node_id
-        )));
-    }
-    if !(MIN_RING_SIZE..=MAX_RING_SIZE).contains(&peer.ring_capacity)
-        || RingGeometry::new(peer.ring_capacity).is_none()
-    {
-        return Err(Error::Protocol(format!(
-            "peer announced an invalid ring of {} bytes",
-            peer.ring_capacity
-        )));
-    }
-    Ok(())
-}
-
-fn tcp_handshake(shared: &Shared, mut stream: TcpStream, role: Role) -> Result<Option<Offer>> {
-    let ours = Hello {
-        node_id: shared.node_id,
-        ring_capacity: shared.config.ring_size,
-        ring_addr: 0,
-        ring_rkey: 0,
+/// Runs the handshake on a connected TCP socket (TLS first when configured).
+/// `host` is the peer as dialed (the dialer checks its certificate against it).
+///
+/// # Errors
+/// [`Error::Handshake`] or socket errors.
+pub fn tcp_handshake(
+    shared: &Shared,
+    mut stream: TcpStream,
+    side: Side,
+    host: Option<&str>,
+    watch: &Watch,
+) -> Result<Option<Offer>> {
+    let timeout_ms = shared.config.handshake_timeout_ms;
+    let deadline = Instant::now() + Duration::from_millis(timeout_ms);
+    let abandoned = || watch.is_abandoned() || unloading();
+    tcp::prepare(&stream, Duration::from_millis(timeout_ms))?;
+    let (session, binding) = match (&shared.tls, side) {
+        (None, _) => (None, [0; crate::auth::BINDING_LEN]),
+        (Some(tls), Side::Dialer) => {
+            let host = host.unwrap_or_default();
+            let (s, b) = tls.connect(&mut stream, host, deadline, timeout_ms, &abandoned)?;
+            (Some(s), b)
+        }
+        (Some(tls), Side::Acceptor) => {
+            let (s, b) = tls.accept(&mut stream, deadline, timeout_ms, &abandoned)?;
+            (Some(s), b)
+        }
     };
-    let peer = exchange_hello(&mut stream, &ours, CONNECT_TIMEOUT)?;
-    check_peer(shared, &peer)?;
-    Ok(keep(role, shared.node_id, peer.node_id).then_some(Offer {
-        conn: Conn::Tcp(stream),
-        peer,
+    let (mut reader, mut writer, control) = channel::split(stream, session)?;
+    let geometry = RingGeometry::new(shared.config.ring_size)
+        .ok_or_else(|| Error::Protocol("invalid local ring size".into()))?;
+    let mut ring = None;
+    let agreed = {
+        let mut io = TcpMessages {
+            reader: &mut reader,
+            writer: &mut writer,
+            timeout_ms,
+            abandoned: &abandoned,
+        };
+        let mut register = || {
+            let r = LocalRing::new(geometry);
+            ring = Some(r);
+            Ok(RemoteRing {
+                capacity: geometry.capacity(),
+                addr: 0,
+                rkey: 0,
+            })
+        };
+        handshake::run(
+            &mut io,
+            &shared.local,
+            side,
+            binding,
+            deadline,
+            watch,
+            &mut register,
+        )?
+    };
+    let (Some(agreed), Some(ring)) = (agreed, ring) else {
+        return Ok(None);
+    };
+    // The established link writes block (credit bounds them); reads tick.
+    writer.socket().set_write_timeout(None)?;
+    Ok(Some(Offer {
+        conn: Conn::Tcp {
+            reader,
+            writer,
+            control,
+            ring,
+        },
+        peer: agreed.peer,
+        peer_ring: agreed.peer_ring,
+        from: None,
     }))
 }
 
-fn rdma_handshake(shared: &Shared, pending: rdma::Pending, role: Role) -> Result<Option<Offer>> {
-    let ours = pending.hello(shared.node_id);
-    let (link, peer) = pending.exchange(&ours)?;
-    if let Err(e) = check_peer(shared, &peer) {
-        link.close();
-        return Err(e);
-    }
-    if keep(role, shared.node_id, peer.node_id) {
-        Ok(Some(Offer {
-            conn: Conn::Rdma(link),
-            peer,
-        }))
-    } else {
-        link.close();
-        Ok(None)
-    }
-}
-
-/// Passes a kept connection to the link thread; counts and logs a failed
-/// handshake (once per distinct error, so a flood of bad connections does
-/// not flood the log).
-fn hand_over(
+/// Runs the handshake on an established RDMA connection.
+///
+/// # Errors
+/// [`Error::Handshake`] or transport errors.
+pub fn rdma_handshake(
     shared: &Shared,
-    offers: &Sender<Offer>,
-    result: Result<Option<Offer>>,
-    last_logged: &mut String,
-) {
-    match result {
-        Ok(Some(offer)) => {
-            let _ = offers.try_send(offer);
-        }
-        Ok(None) => {}
-        Err(e) => {
-            Stats::add(&shared.stats.bad_frames, 1);
-            let msg = format!("incoming handshake: {e}");
-            if *last_logged != msg {
-                redis_module::logging::log_warning(format!("rdmasync: {msg}"));
-                last_logged.clone_from(&msg);
-            }
-            shared.stats.set_error(msg);
-        }
-    }
-}
-
-/// Accepts TCP connections and hands kept ones to the link thread.
-pub fn run_tcp_acceptor(shared: Arc<Shared>, listener: TcpListener, offers: Sender<Offer>) {
-    if let Err(e) = listener.set_nonblocking(true) {
-        shared.stats.set_error(format!("listener: {e}"));
-    }
-    let mut last_logged = String::new();
-    while !shared.stopping() {
-        match listener.accept() {
-            Ok((stream, _)) => {
-                let _ = stream.set_nonblocking(false);
-                let result = tcp_handshake(&shared, stream, Role::Acceptor);
-                hand_over(&shared, &offers, result, &mut last_logged);
-            }
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                std::thread::park_timeout(IDLE_TICK); // stop() unparks
-            }
-            Err(e) => {
-                shared.stats.set_error(format!("accept: {e}"));
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        }
-    }
-}
-
-/// Accepts RDMA connections and hands kept ones to the link thread.
-pub fn run_rdma_acceptor(shared: Arc<Shared>, listener: rdma::Listener, offers: Sender<Offer>) {
-    let mut last_logged = String::new();
-    while !shared.stopping() {
-        match listener.accept(shared.config.ring_size, IDLE_TICK) {
-            Ok(Some(pending)) => {
-                let result = rdma_handshake(&shared, pending, Role::Acceptor);
-                hand_over(&shared, &offers, result, &mut last_logged);
-            }
-            Ok(None) => {}
-            Err(e) => {
-                shared.stats.set_error(format!("rdma accept: {e}"));
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        }
-    }
+    pending: rdma::Pending,
+    side: Side,
+    watch: &Watch,
+) -> Result<Option<Offer>> {
+    let done = pending.handshake(
+        &shared.local,
+        side,
+        shared.config.handshake_timeout_ms,
+        watch,
+    )?;
+    Ok(done.map(|(link, agreed)| Offer {
+        conn: Conn::Rdma(link),
+        peer: agreed.peer,
+        peer_ring: agreed.peer_ring,
+        from: None,
+    }))
 }
 
 fn dial(shared: &Shared) -> Result<Option<Offer>> {
@@ -201,6 +187,7 @@ fn dial(shared: &Shared) -> Result<Option<Offer>> {
         })?
         .collect();
     let mut last = None;
+    let watch = Watch::default();
     for addr in addrs {
         let attempt = match shared.transport {
             TransportKind::Tcp => TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)
@@ -208,17 +195,31 @@ fn dial(shared: &Shared) -> Result<Option<Offer>> {
                     addr: addr.to_string(),
                     source,
                 })
-                .and_then(|s| tcp_handshake(shared, s, Role::Dialer)),
+                .and_then(|s| tcp_handshake(shared, s, Side::Dialer, Some(&host), &watch)),
             TransportKind::Rdma => {
                 let bind = SocketAddr::new(shared.config.bind, 0);
                 let src = (!bind.ip().is_unspecified()).then_some(bind);
                 rdma::dial(src, addr, shared.config.ring_size)
                     .map_err(Error::from)
-                    .and_then(|p| rdma_handshake(shared, p, Role::Dialer))
+                    .and_then(|p| rdma_handshake(shared, p, Side::Dialer, &watch))
             }
         };
+        if *shared.peer.read() != (host.clone(), port) {
+            // CONFIG SET moved the peer while this dial was in flight: a
+            // link to the old address must not come up after the change.
+            return Ok(None);
+        }
         match attempt {
-            Ok(offer) => return Ok(offer),
+            Ok(offer) => {
+                return Ok(offer.map(|mut o| {
+                    o.from = Some(addr.ip());
+                    o
+                }))
+            }
+            Err(e @ Error::Handshake { .. }) => {
+                report_failure(shared, Some(addr.ip()), "to", &e);
+                last = Some(e);
+            }
             Err(e) => last = Some(e),
         }
     }
@@ -239,7 +240,7 @@ pub fn run_link(shared: Arc<Shared>, offers: Receiver<Offer>) {
             Err(_) => match dial(&shared) {
                 Ok(offer) => offer,
                 Err(e) => {
-                    if !dial_error_logged {
+                    if !dial_error_logged && !matches!(e, Error::Handshake { .. }) {
                         redis_module::logging::log_notice(format!(
                             "rdmasync: cannot reach peer yet ({e}); retrying with backoff"
                         ));
@@ -264,6 +265,9 @@ pub fn run_link(shared: Arc<Shared>, offers: Receiver<Offer>) {
             continue;
         };
         dial_error_logged = false;
+        if let Some(ip) = offer.from {
+            FailureLog::forget(&shared, ip);
+        }
         let started = Instant::now();
         let result = run_connection(&shared, offer, &offers);
         shared.stats.set_link(LinkState::Connecting);
@@ -281,18 +285,29 @@ pub fn run_link(shared: Arc<Shared>, offers: Receiver<Offer>) {
 
 /// Runs one established link until it fails, is replaced, or unload begins.
 fn run_connection(shared: &Shared, offer: Offer, offers: &Receiver<Offer>) -> Result<()> {
-    let Offer { conn, peer } = offer;
-    let peer_ring = RingGeometry::new(peer.ring_capacity)
+    let Offer {
+        conn,
+        peer,
+        peer_ring,
+        ..
+    } = offer;
+    let geometry = RingGeometry::new(peer_ring.capacity)
         .ok_or_else(|| Error::Protocol("invalid peer ring".into()))?;
     let active = match conn {
-        Conn::Tcp(stream) => {
-            let link = Arc::new(TcpLink::new(&stream, peer_ring)?);
-            Active::Tcp(stream, link)
-        }
+        Conn::Tcp {
+            reader,
+            writer,
+            control,
+            ring,
+        } => Active::Tcp(
+            reader,
+            Arc::new(TcpLink::new(writer, control, geometry)),
+            ring,
+        ),
         Conn::Rdma(link) => Active::Rdma(link),
     };
     let (writer, device): (Arc<dyn RingWriter>, String) = match &active {
-        Active::Tcp(_, link) => (link.clone(), String::new()),
+        Active::Tcp(_, link, _) => (link.clone(), String::new()),
         Active::Rdma(link) => (link.clone(), link.device().to_owned()),
     };
     shared.stats.ring_tail.store(0, Ordering::Relaxed);
@@ -300,6 +315,7 @@ fn run_connection(shared: &Shared, offer: Offer, offers: &Receiver<Offer>) -> Re
     *shared.device.lock() = device.clone();
     *shared.link.lock() = Some(writer.clone());
     Stats::add(&shared.stats.links_established, 1);
+    Stats::add(&shared.stats.rings_registered, 1);
     if Stats::get(&shared.stats.links_established) > 1 {
         Stats::add(&shared.stats.reconnects, 1);
     }
@@ -314,14 +330,21 @@ fn run_connection(shared: &Shared, offer: Offer, offers: &Receiver<Offer>) -> Re
         format!(" on {device}")
     };
     redis_module::logging::log_notice(format!(
-        "rdmasync: link up with node {} ({}), transport {}{on}",
+        "rdmasync: link up with node {} ({}, {}), transport {}{on}{}, auth {}",
         peer.node_id,
         shared.peer_addr(),
+        peer.server_name(),
         shared.transport.as_str(),
+        if shared.tls.is_some() {
+            " over TLS"
+        } else {
+            ""
+        },
+        shared.auth_mode().as_str(),
     ));
     let result = Inbound::new(shared, offers).and_then(|mut inbound| match active {
-        Active::Tcp(mut stream, link) => {
-            tcp::receive(&mut stream, &link, shared.config.ring_size, &mut inbound)
+        Active::Tcp(mut reader, link, mut ring) => {
+            tcp::receive(&mut reader, &link, &mut ring, &mut inbound)
         }
         Active::Rdma(link) => rdma::receive(&link, &mut inbound),
     });
@@ -407,20 +430,5 @@ impl Delivery for Inbound<'_> {
 
     fn rejected(&mut self) {
         Stats::add(&self.shared.stats.bad_frames, 1);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn exactly_one_connection_survives() {
-        // A dials B and B dials A: exactly one of the two is kept, by both ends.
-        let (a, b) = (3, 9);
-        let a_to_b = (keep(Role::Dialer, a, b), keep(Role::Acceptor, b, a));
-        let b_to_a = (keep(Role::Dialer, b, a), keep(Role::Acceptor, a, b));
-        assert_eq!(a_to_b, (true, true));
-        assert_eq!(b_to_a, (false, false));
     }
 }

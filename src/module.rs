@@ -46,7 +46,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     server::init_role(ctx);
     // A fresh start: the first contact with the peer is a full sync both ways.
     *STATE.lock() = Replication::new(config.backlog_ops);
-    let line = match runtime::start(config) {
+    let line = match runtime::start(config, server::server_info(ctx)) {
         Ok(line) => line,
         Err(e) => {
             ctx.log_warning(&format!("rdmasync: refusing to load: {e}"));

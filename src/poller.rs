@@ -113,6 +113,15 @@ impl Poller {
                     self.head += skip;
                 }
                 Ok(Peeked::Frame(len)) => {
+                    // No sender writes a frame larger than this (it chunks):
+                    // a header claiming more would wait forever for bytes
+                    // the ring cannot hold.
+                    if len > self.geometry.max_frame() {
+                        return Err(Error::Protocol(format!(
+                            "frame of {len} bytes exceeds the largest frame ({} bytes)",
+                            self.geometry.max_frame()
+                        )));
+                    }
                     if len > avail {
                         if self.head + len as u64 <= placed {
                             return Err(Error::Protocol("frame straddles the ring end".into()));
@@ -347,6 +356,39 @@ mod tests {
             p.consume(&ring, s.tail, &mut out).unwrap();
         }
         assert_eq!(out, vec![Batch { entries: vec![big] }]);
+    }
+
+    #[test]
+    fn a_header_claiming_a_huge_frame_is_refused_at_once() {
+        let g = RingGeometry::new(65536).unwrap();
+        let mut ring = vec![0u8; 65536];
+        let value = vec![0u8; 10];
+        let h = FrameHeader {
+            kind: FrameKind::Value,
+            flags: FLAG_BATCH_END,
+            db: 0,
+            origin: 1,
+            seq: 1,
+            clock: 1,
+            expiry_ms: 0,
+            key_len: 1,
+            value_len: 10,
+            value_total_len: 10,
+            arg: 0,
+        };
+        encode_frame(&h, b"k", &value, &mut ring).unwrap();
+        // Rewrite the lengths: a value of 1 GiB - 4 KiB, consistent fields.
+        let v = (MAX_VALUE_LEN - 4096) as u32;
+        ring[52..56].copy_from_slice(&v.to_le_bytes());
+        ring[56..60].copy_from_slice(&v.to_le_bytes());
+        let len = frame_len(1, v as usize) as u32;
+        ring[8..12].copy_from_slice(&len.to_le_bytes());
+        let mut p = Poller::new(g);
+        let err = p.consume(&ring, 4096, &mut Vec::new()).unwrap_err();
+        assert!(
+            err.to_string().contains("exceeds the largest frame"),
+            "{err}"
+        );
     }
 
     #[test]

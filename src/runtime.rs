@@ -8,12 +8,17 @@ use std::thread::JoinHandle;
 
 use parking_lot::{Mutex, RwLock};
 
+use crate::accept::{self, FailureLog};
 use crate::apply::{self, ApplyQueue};
 use crate::clock::{default_node_id, local_ip_towards, HybridClock};
 use crate::config::{Config, TransportChoice};
+use crate::control::AuthMode;
 use crate::error::{Error, Result};
+use crate::handshake::Local;
 use crate::queue::BatchQueue;
+use crate::server::ServerInfo;
 use crate::status::{Identity, LinkState, Stats};
+use crate::tls::TlsConfig;
 use crate::transport::{rdma, RingWriter};
 use crate::{link, sender, server};
 
@@ -60,6 +65,12 @@ pub struct Shared {
     pub peer: RwLock<(String, u16)>,
     /// Set once at unload: every thread returns.
     pub shutdown: AtomicBool,
+    /// What this node says in its handshake (id, versions, secret).
+    pub local: Local,
+    /// TLS for the TCP transport, when `tls=yes`.
+    pub tls: Option<TlsConfig>,
+    /// Handshake failures already logged.
+    pub failures: Mutex<FailureLog>,
     next_seq: AtomicU64,
 }
 
@@ -99,6 +110,15 @@ impl Shared {
         );
     }
 
+    /// How peers are authenticated.
+    pub fn auth_mode(&self) -> AuthMode {
+        if self.local.secret.is_some() {
+            AuthMode::HmacSha256
+        } else {
+            AuthMode::None
+        }
+    }
+
     /// `host:port` of the peer now.
     pub fn peer_addr(&self) -> String {
         let (host, port) = &*self.peer.read();
@@ -117,6 +137,8 @@ impl Shared {
             transport: self.transport.as_str(),
             device: self.device.lock().clone(),
             ring_size: self.config.ring_size,
+            auth: self.auth_mode().as_str(),
+            tls: self.tls.is_some(),
         }
     }
 }
@@ -130,6 +152,14 @@ impl Shared {
         Self {
             queue: BatchQueue::new(config.queue_size),
             apply: ApplyQueue::new().unwrap_or_else(|e| panic!("test apply queue: {e}")),
+            local: Local {
+                node_id: 1,
+                rdb_version: 0,
+                server: "test".into(),
+                secret: config.secret.clone(),
+            },
+            tls: None,
+            failures: Mutex::new(FailureLog::default()),
             config,
             node_id: 1,
             transport: TransportKind::Tcp,
@@ -190,12 +220,24 @@ fn spawn(
 }
 
 /// Starts the module's threads. Returns a log line saying what was chosen.
+/// `server` describes this server for the handshake.
 ///
 /// # Errors
-/// [`Error::Config`] for a transport this build cannot provide,
-/// [`Error::Listen`] when the listen port is taken, [`Error::Spawn`].
-pub fn start(config: Config) -> Result<String> {
-    let (transport, why) = choose_transport(config.transport)?;
+/// [`Error::Config`] for a transport this build cannot provide or TLS
+/// files that do not load, [`Error::Listen`] when the listen port is taken,
+/// [`Error::Spawn`].
+pub fn start(config: Config, server: ServerInfo) -> Result<String> {
+    let (transport, why) = choose_transport(config.transport, config.tls)?;
+    let tls = config.tls.then(|| TlsConfig::load(&config)).transpose()?;
+    for warning in config.warnings() {
+        redis_module::logging::log_warning(format!("rdmasync: {warning}"));
+    }
+    if server.rdb_version == 0 {
+        redis_module::logging::log_warning(
+            "rdmasync: cannot tell this server's RDB format (FUNCTION DUMP failed); \
+             the handshake will only accept a peer that cannot tell either",
+        );
+    }
     rdma::abort_waits(false);
     let listen_addr = std::net::SocketAddr::new(config.bind, config.listen_port);
     let listener =
@@ -215,7 +257,16 @@ pub fn start(config: Config) -> Result<String> {
         };
     let node_id = node_id_for(&config);
     let apply = ApplyQueue::new()?;
+    let local = Local {
+        node_id,
+        rdb_version: server.rdb_version,
+        server: server.description,
+        secret: config.secret.clone(),
+    };
     let shared = Arc::new(Shared {
+        local,
+        tls,
+        failures: Mutex::new(FailureLog::default()),
         queue: BatchQueue::new(config.queue_size),
         apply,
         config,
@@ -243,10 +294,10 @@ pub fn start(config: Config) -> Result<String> {
         threads.push(spawn("rdmasync-send", &shared, sender::run)?);
         threads.push(match listener {
             Listener::Tcp(l) => spawn("rdmasync-accept", &shared, move |s| {
-                link::run_tcp_acceptor(s, l, offer_tx)
+                accept::run_tcp_acceptor(s, l, offer_tx)
             })?,
             Listener::Rdma(l) => spawn("rdmasync-accept", &shared, move |s| {
-                link::run_rdma_acceptor(s, l, offer_tx)
+                accept::run_rdma_acceptor(s, l, offer_tx)
             })?,
         });
         threads.push(spawn("rdmasync-link", &shared, move |s| {
@@ -255,8 +306,12 @@ pub fn start(config: Config) -> Result<String> {
         Ok(())
     })();
     let line = format!(
-        "rdmasync: node {node_id} listening on {listen_addr}, peer {}, {why}",
-        shared.peer_addr()
+        "rdmasync: node {node_id} ({}, RDB format {}) listening on {listen_addr}, peer {}, {why}, auth {}{}",
+        shared.local.server,
+        shared.local.rdb_version,
+        shared.peer_addr(),
+        shared.auth_mode().as_str(),
+        if shared.tls.is_some() { ", tls" } else { "" },
     );
     *CURRENT.write() = Some(shared.clone());
     *RUNTIME.lock() = Some(Runtime { shared, threads });
@@ -272,10 +327,24 @@ enum Listener {
     Rdma(rdma::Listener),
 }
 
-/// Picks the transport and says why, for the log.
-fn choose_transport(choice: TransportChoice) -> Result<(TransportKind, String)> {
-    if choice == TransportChoice::Tcp {
-        return Ok((TransportKind::Tcp, "transport=tcp".into()));
+/// Picks the transport and says why, for the log. TLS runs over TCP only.
+fn choose_transport(choice: TransportChoice, tls: bool) -> Result<(TransportKind, String)> {
+    match (choice, tls) {
+        (TransportChoice::Tcp, _) => return Ok((TransportKind::Tcp, "transport=tcp".into())),
+        (TransportChoice::Rdma, true) => {
+            return Err(Error::Config {
+                arg: "tls".into(),
+                reason: "tls=yes needs transport=tcp (or auto); RDMA traffic is not encrypted"
+                    .into(),
+            })
+        }
+        (TransportChoice::Auto, true) => {
+            return Ok((
+                TransportKind::Tcp,
+                "transport=auto chose tcp: tls=yes".into(),
+            ))
+        }
+        _ => {}
     }
     // Before any other verbs call: BGSAVE forks with registered memory.
     let fork = rdma::fork_init();

@@ -156,6 +156,11 @@ pub fn run(shared: Arc<Shared>) {
     let mut cursor: Option<RingCursor> = None;
     while !shared.stopping() {
         let Some(batch) = shared.queue.pop() else {
+            // A dead link's memory (its registered ring included) must go now,
+            // not when the next write comes.
+            if cursor.as_ref().is_some_and(|c| !c.link.is_alive()) {
+                cursor = None;
+            }
             if let Some(link) = shared.current_link() {
                 if link.is_alive() && link.idle_ms() >= KEEPALIVE_MS {
                     let _ = link.send_keepalive();

@@ -479,3 +479,54 @@ pub fn key_info(ctx: &Context, key: &[u8]) -> KeyInfo {
         info
     }
 }
+
+/// What this server is, for the handshake: a description and the RDB format
+/// of its DUMP payloads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerInfo {
+    /// "redis 7.0.15", "valkey 8.0.2".
+    pub description: String,
+    /// RDB format version of DUMP payloads (0: unknown).
+    pub rdb_version: u16,
+}
+
+/// Reads the server's name, version and DUMP format at load. The format
+/// comes from `FUNCTION DUMP` (read-only, no key touched): its payload ends
+/// with the RDB version (u16 little-endian) and a CRC64, like every DUMP.
+pub fn server_info(ctx: &Context) -> ServerInfo {
+    use redis_module::{CallOptionsBuilder, CallReply, CallResult};
+    let opts = CallOptionsBuilder::new().errors_as_replies().build();
+    let info = match ctx.call_ext::<_, CallResult>("INFO", &opts, &["server"][..]) {
+        Ok(CallReply::String(s)) => s.as_bytes().to_vec(),
+        Ok(CallReply::VerbatimString(s)) => s.to_parts().map(|(_, d)| d).unwrap_or_default(),
+        _ => Vec::new(),
+    };
+    let info = String::from_utf8_lossy(&info);
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map(|v| v.trim().to_owned())
+    };
+    let description = match (field("server_name"), field("valkey_version")) {
+        (Some(name), Some(version)) => format!("{name} {version}"),
+        (_, Some(version)) => format!("valkey {version}"),
+        _ => format!(
+            "redis {}",
+            field("redis_version").unwrap_or_else(|| "?".into())
+        ),
+    };
+    let empty: [&str; 1] = ["DUMP"];
+    let rdb_version = match ctx.call_ext::<_, CallResult>("FUNCTION", &opts, &empty[..]) {
+        Ok(CallReply::String(s)) => {
+            let b = s.as_bytes();
+            b.len()
+                .checked_sub(10)
+                .map_or(0, |at| u16::from_le_bytes([b[at], b[at + 1]]))
+        }
+        _ => 0,
+    };
+    ServerInfo {
+        description,
+        rdb_version,
+    }
+}

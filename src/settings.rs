@@ -68,11 +68,18 @@ pub static SETTINGS: [Setting; ARG_NAMES.len()] = [
     Setting::new(ARG_NAMES[7]),
     Setting::new(ARG_NAMES[8]),
     Setting::new(ARG_NAMES[9]),
+    Setting::new(ARG_NAMES[10]),
+    Setting::new(ARG_NAMES[11]),
+    Setting::new(ARG_NAMES[12]),
+    Setting::new(ARG_NAMES[13]),
+    Setting::new(ARG_NAMES[14]),
+    Setting::new(ARG_NAMES[15]),
 ];
 
 /// Registers the configs, defaulting to the load arguments; `MODULE LOADEX
 /// ... CONFIG` and redis.conf `rdmasync.*` lines override them. Returns the
-/// merged arguments to parse.
+/// merged arguments to parse. The secret is not a config (`CONFIG GET`
+/// must never show it): it passes from the arguments straight through.
 ///
 /// # Errors
 /// [`Error::Config`] for malformed, unknown or repeated arguments.
@@ -93,14 +100,21 @@ pub fn register(ctx: &Context, args: &[String]) -> Result<Vec<String>, Error> {
     if !server::load_configs(ctx) {
         ctx.log_warning("rdmasync: RedisModule_LoadConfigs failed; using the load arguments only");
     }
-    Ok(SETTINGS
+    let mut merged: Vec<String> = SETTINGS
         .iter()
         .filter_map(|s| {
             let v = s.get_text();
             let given_empty = given.iter().any(|(n, gv)| n == s.name && gv.is_empty());
             (!v.is_empty() || given_empty).then(|| format!("{}={v}", s.name))
         })
-        .collect())
+        .collect();
+    merged.extend(
+        given
+            .iter()
+            .filter(|(n, _)| n == config::SECRET_ARG)
+            .map(|(n, v)| format!("{n}={v}")),
+    );
+    Ok(merged)
 }
 
 /// Shows the values in effect (defaults and the derived node id included).

@@ -42,7 +42,10 @@ impl<'a> Reader<'a> {
             return None;
         }
         let args: [&[u8]; 1] = [key];
-        let payload = match self.ctx.call_ext::<_, CallResult>("DUMP", &self.opts, &args[..]) {
+        let payload = match self
+            .ctx
+            .call_ext::<_, CallResult>("DUMP", &self.opts, &args[..])
+        {
             Ok(CallReply::String(s)) => s.as_bytes().to_vec(),
             _ => return None,
         };

@@ -78,6 +78,14 @@ pub struct Stats {
     /// Unix ms of `last_error`.
     pub last_error_ms: AtomicU64,
     last_error: Mutex<String>,
+    /// Connections refused for a wrong or missing secret (or TLS certificate).
+    pub auth_failures: AtomicU64,
+    /// Connections refused for incompatible versions or a duplicate node id.
+    pub handshakes_refused: AtomicU64,
+    /// Connections closed, timed out or abandoned before completing the handshake.
+    pub handshakes_incomplete: AtomicU64,
+    /// Rings registered for an authenticated peer (one per link).
+    pub rings_registered: AtomicU64,
 }
 
 /// Unix time in milliseconds.
@@ -156,6 +164,10 @@ pub struct Identity {
     pub device: String,
     /// Ring bytes this node registers for its peer.
     pub ring_size: u64,
+    /// How peers are authenticated: `none` or `hmac-sha256`.
+    pub auth: &'static str,
+    /// Whether the TCP transport runs over TLS.
+    pub tls: bool,
 }
 
 /// Convergence figures of the status reply (from the main thread's state).
@@ -229,6 +241,16 @@ pub fn status_fields(
         ("sync_in_progress", n(u64::from(conv.sync_in_progress))),
         ("last_error", t(stats.last_error())),
         ("last_error_ms", c(&stats.last_error_ms)),
+        ("auth", t(id.auth.to_owned())),
+        ("tls", t(if id.tls { "yes" } else { "no" }.to_owned())),
+        ("auth_failures", c(&stats.auth_failures)),
+        ("handshakes_refused", c(&stats.handshakes_refused)),
+        ("handshakes_incomplete", c(&stats.handshakes_incomplete)),
+        ("rings_registered", c(&stats.rings_registered)),
+        (
+            "rings_live",
+            Field::Int(crate::transport::rings_live() as i64),
+        ),
     ]
 }
 
@@ -248,6 +270,8 @@ mod tests {
             transport: "tcp",
             device: String::new(),
             ring_size: 65536,
+            auth: "none",
+            tls: false,
         };
         let conv = Convergence {
             tombstones: 4,
@@ -275,6 +299,9 @@ mod tests {
             "sync_in_progress",
             "lag_entries",
             "lag_ms",
+            "auth",
+            "auth_failures",
+            "rings_live",
         ] {
             assert!(get(name).is_some(), "missing {name}");
         }

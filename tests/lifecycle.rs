@@ -44,101 +44,124 @@ fn load_with(args: &[&str]) -> (bool, String) {
     (child.wait().unwrap().success(), text)
 }
 
+/// Valid PEM files (certificate, key, CA) and a file that is not PEM.
+fn pem_files(dir: &std::path::Path) -> [String; 4] {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_key = KeyPair::generate().unwrap();
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec!["localhost".to_string()])
+        .unwrap()
+        .signed_by(&key, &ca_cert, &ca_key)
+        .unwrap();
+    let files = [
+        ("node.crt", cert.pem()),
+        ("node.key", key.serialize_pem()),
+        ("ca.crt", ca_cert.pem()),
+        ("garbage.pem", "this is not PEM\n".to_string()),
+    ];
+    files.map(|(name, text)| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.display().to_string()
+    })
+}
+
 #[test]
 fn bad_module_arguments_refuse_the_load_and_name_the_argument() {
-    let port = free_port().to_string();
-    let listen = format!("listen-port={}", free_port());
-    let peer_port = format!("port={port}");
-    let mut cases: Vec<(Vec<String>, &str)> = vec![
-        (vec![peer_port.clone()], "peer"),
-        (vec!["peer=127.0.0.1".into()], "port"),
-        (vec!["peer=127.0.0.1".into(), "port=0".into()], "port"),
-        (vec!["peer=127.0.0.1".into(), "port=99999".into()], "port"),
-        (vec!["peer=127.0.0.1".into(), "port=abc".into()], "port"),
-        (vec!["peer=".into(), peer_port.clone()], "peer"),
-        (
-            vec![
-                "peer=127.0.0.1".into(),
-                peer_port.clone(),
-                "listen-port=-1".into(),
-            ],
-            "listen-port",
-        ),
-        (
-            vec![
-                "peer=127.0.0.1".into(),
-                peer_port.clone(),
-                listen.clone(),
-                "bind=nohost".into(),
-            ],
-            "bind",
-        ),
-        (
-            vec![
-                "peer=127.0.0.1".into(),
-                peer_port.clone(),
-                listen.clone(),
-                "transport=carrier-pigeon".into(),
-            ],
-            "transport",
-        ),
-        (
-            vec![
-                "peer=127.0.0.1".into(),
-                peer_port.clone(),
-                listen.clone(),
-                "node-id=0".into(),
-            ],
-            "node-id",
-        ),
-        (
-            vec![
-                "peer=127.0.0.1".into(),
-                peer_port.clone(),
-                listen.clone(),
-                "ring-size=1000".into(),
-            ],
-            "ring-size",
-        ),
-        (
-            vec![
-                "peer=127.0.0.1".into(),
-                peer_port.clone(),
-                listen.clone(),
-                "ring-size=".into(),
-            ],
-            "ring-size",
-        ),
-        (
-            vec![
-                "peer=127.0.0.1".into(),
-                peer_port.clone(),
-                listen.clone(),
-                "queue-size=0".into(),
-            ],
-            "queue-size",
-        ),
-        (
-            vec![
-                "peer=127.0.0.1".into(),
-                peer_port.clone(),
-                listen.clone(),
-                "colour=blue".into(),
-            ],
-            "colour",
-        ),
+    let dir = std::env::temp_dir().join(format!("rdmasync-args-{}", free_port()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let [cert, key, ca, garbage] = pem_files(&dir);
+    let long_secret = "s".repeat(5000);
+    // Every argument: empty, negative, out of range, unparsable (where the
+    // argument has such values).
+    let per_arg: Vec<(&str, Vec<&str>)> = vec![
+        ("peer", vec!["", "not a host"]),
+        ("port", vec!["", "-1", "0", "65536", "abc"]),
+        ("listen-port", vec!["", "-1", "0", "65536", "abc"]),
+        ("bind", vec!["", "-1", "300.1.1.1", "nohost"]),
+        ("transport", vec!["", "-1", "carrier-pigeon"]),
+        ("node-id", vec!["", "-1", "0", "18446744073709551616", "x"]),
+        ("ring-size", vec!["", "-1", "1000", "2gb", "12parsecs"]),
+        ("queue-size", vec!["", "-1", "0", "1048577", "many"]),
+        ("secret", vec!["", "short", long_secret.as_str()]),
+        ("secret-file", vec!["", "/nonexistent/secret", "/"]),
+        ("handshake-timeout", vec!["", "-1", "99", "60001", "soon"]),
+        ("tls", vec!["", "-1", "maybe"]),
+        ("tls-cert-file", vec!["", "/nonexistent.pem", "/"]),
+        ("tls-key-file", vec!["", "/nonexistent.pem", "/"]),
+        ("tls-ca-cert-file", vec!["", "/nonexistent.pem", "/"]),
     ];
+    let port = free_port().to_string();
+    let base = |skip: &str| -> Vec<String> {
+        [
+            ("peer", "127.0.0.1".to_string()),
+            ("port", port.clone()),
+            ("listen-port", free_port().to_string()),
+            ("transport", "tcp".to_string()),
+        ]
+        .into_iter()
+        .filter(|(n, _)| *n != skip)
+        .map(|(n, v)| format!("{n}={v}"))
+        .collect()
+    };
+    let mut cases: Vec<(Vec<String>, &str)> = Vec::new();
+    for (name, values) in &per_arg {
+        for v in values {
+            let mut args = base(name);
+            args.push(format!("{name}={v}"));
+            cases.push((args, name));
+        }
+    }
+    let tls = |c: &str, k: &str, a: &str| -> Vec<String> {
+        let mut v = base("");
+        v.extend([
+            "tls=yes".to_string(),
+            format!("tls-cert-file={c}"),
+            format!("tls-key-file={k}"),
+            format!("tls-ca-cert-file={a}"),
+        ]);
+        v
+    };
+    // Files that exist but do not parse, or do not fit together.
+    cases.push((tls(&garbage, &key, &ca), "tls-cert-file"));
+    cases.push((tls(&cert, &garbage, &ca), "tls-key-file"));
+    cases.push((tls(&cert, &key, &garbage), "tls-ca-cert-file"));
+    cases.push((tls(&cert, &ca, &ca), "tls-key-file"));
+    let mut missing_key = tls(&cert, &key, &ca);
+    missing_key.retain(|a| !a.starts_with("tls-key-file="));
+    cases.push((missing_key, "tls-key-file"));
+    let mut tls_over_rdma = tls(&cert, &key, &ca);
+    tls_over_rdma.retain(|a| a != "transport=tcp");
+    tls_over_rdma.push("transport=rdma".into());
+    cases.push((tls_over_rdma, "tls"));
+    // Missing, unknown, repeated, contradictory.
+    cases.push((base("peer"), "peer"));
+    cases.push((base("port"), "port"));
+    let with = |extra: &[&str]| {
+        let mut v = base("");
+        v.extend(extra.iter().map(|s| s.to_string()));
+        v
+    };
+    cases.push((with(&["colour=blue"]), "colour"));
+    cases.push((with(&["justaword"]), "justaword"));
+    cases.push((with(&["ring-size=1mb", "ring-size=2mb"]), "ring-size"));
+    let secret_file = dir.join("secret");
+    std::fs::write(&secret_file, "0123456789abcdef0123").unwrap();
+    cases.push((
+        with(&[
+            "secret=0123456789abcdef0123",
+            &format!("secret-file={}", secret_file.display()),
+        ]),
+        "secret-file",
+    ));
     if std::env::var_os("RDMASYNC_TEST_HAS_RDMA").is_none() {
         // Without a usable device, an explicit transport=rdma is refused.
-        cases.push((
-            vec![
-                "peer=127.0.0.1".into(),
-                peer_port.clone(),
-                listen.clone(),
-                "transport=rdma".into(),
-            ],
-            "transport",
-        ));
+        let mut v = base("transport");
+        v.push("transport=rdma".into());
+        cases.push((v, "transport"));
     }
     for (args, name) in cases {
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -148,7 +171,9 @@ fn bad_module_arguments_refuse_the_load_and_name_the_argument() {
             log.contains(&format!("argument '{name}'")),
             "log for {args:?} does not name '{name}':\n{log}"
         );
+        assert!(!log.contains(&long_secret) && !log.contains("secret=short"));
     }
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

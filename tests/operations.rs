@@ -75,7 +75,13 @@ fn config_get_shows_effective_values_and_set_changes_only_the_peer() {
     assert_eq!(cfg["rdmasync.node-id"], pair.a.status()["node_id"]);
     assert_eq!(cfg["rdmasync.backlog-ops"], "1000000");
     assert_eq!(cfg["rdmasync.persist-versions"], "yes");
-    assert_eq!(cfg.len(), 10, "{cfg:?}");
+    assert_eq!(cfg.len(), 16, "{cfg:?}");
+    assert!(
+        !cfg.contains_key("rdmasync.secret"),
+        "the secret is not a config"
+    );
+    assert_eq!(cfg["rdmasync.tls"], "no");
+    assert_eq!(cfg["rdmasync.handshake-timeout"], "5000");
     let set = |name: &str, value: &str| {
         redis::cmd("CONFIG")
             .arg("SET")

@@ -2,7 +2,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rdmasync::control::{Hello, MessageHeader, HEADER_LEN, HELLO_LEN};
+use rdmasync::control::{Hello, MessageHeader, RemoteRing, HEADER_LEN};
 
 fuzz_target!(|data: &[u8]| {
     if data.len() < 4 + HEADER_LEN {
@@ -13,14 +13,14 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(h) = MessageHeader::decode(head, max) {
         assert_eq!(MessageHeader::decode(&h.encode(), max), Ok(h));
     }
-    if let Some(body) = data.get(4 + HEADER_LEN..4 + HEADER_LEN + HELLO_LEN) {
-        let body: &[u8; HELLO_LEN] = body.try_into().unwrap();
-        if let Ok(hello) = Hello::decode(body) {
-            let enc = hello.encode();
-            assert_eq!(
-                Hello::decode(enc[HEADER_LEN..].try_into().unwrap()),
-                Ok(hello)
-            );
-        }
+    let body = &data[4 + HEADER_LEN..];
+    if let Ok(hello) = Hello::decode(body) {
+        let enc = hello.encode();
+        assert_eq!(Hello::decode(&enc[HEADER_LEN..]), Ok(hello));
+        let _ = hello.server_name();
+    }
+    if let Ok(ring) = RemoteRing::decode(body) {
+        let enc = ring.encode();
+        assert_eq!(RemoteRing::decode(&enc[HEADER_LEN..]), Ok(ring));
     }
 });

@@ -2,6 +2,7 @@
 //! position and bring the peer's head (credit) back. Everything above this
 //! trait (sender, poller, apply) is the same for every transport.
 
+pub mod channel;
 pub mod rdma;
 pub mod tcp;
 
@@ -11,6 +12,35 @@ use std::time::Instant;
 use crate::error::Result;
 use crate::ring::RingGeometry;
 use crate::status::unix_ms;
+
+/// Rings registered for a peer in this process and not yet released.
+static RINGS_LIVE: AtomicU64 = AtomicU64::new(0);
+
+/// How many rings a peer could write into right now (RDMA: registered
+/// memory regions with REMOTE_WRITE; TCP: receive rings). One per live link.
+pub fn rings_live() -> u64 {
+    RINGS_LIVE.load(Ordering::Relaxed)
+}
+
+/// Counts one ring from its registration to its release (dropped after the
+/// ring's memory region is deregistered).
+#[derive(Debug)]
+pub struct RingGuard(());
+
+#[allow(clippy::new_without_default)] // counting is the point of `new`
+impl RingGuard {
+    /// A ring was just registered.
+    pub fn new() -> Self {
+        RINGS_LIVE.fetch_add(1, Ordering::Relaxed);
+        Self(())
+    }
+}
+
+impl Drop for RingGuard {
+    fn drop(&mut self) {
+        RINGS_LIVE.fetch_sub(1, Ordering::Relaxed);
+    }
+}
 
 /// The sending half of an established link, as the sender thread sees it.
 pub trait RingWriter: Send + Sync {

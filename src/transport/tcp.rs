@@ -1,26 +1,51 @@
-//! The ring protocol over one TCP connection: WRITE messages stand in for
-//! RDMA WRITE_WITH_IMM (the receiver copies the bytes into its ring exactly
-//! where a NIC would, then learns how far the ring is placed), CREDIT carries
-//! the receiver's head back, KEEPALIVE proves liveness.
+//! The ring protocol over one TCP connection (plain or TLS): WRITE messages
+//! stand in for RDMA WRITE_WITH_IMM (the receiver copies the bytes into its
+//! ring exactly where a NIC would, then learns how far the ring is placed),
+//! CREDIT carries the receiver's head back, KEEPALIVE proves liveness.
 
-use std::io::{ErrorKind, IoSlice, Read, Write};
-use std::net::{Shutdown, TcpStream};
+use std::io::{ErrorKind, IoSlice, Read};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::control::{Hello, MessageHeader, Op, HEADER_LEN, HELLO_LEN};
-use crate::error::{Error, Result};
+use crate::control::{MessageHeader, Op, HEADER_LEN, MAX_CONTROL_LEN};
+use crate::error::{Error, HandshakeFailure, Result};
+use crate::handshake::{decode_header, MessageIo};
 use crate::ring::RingGeometry;
-use crate::transport::{credit_message, keepalive_message, Delivery, LinkFlags, RingWriter};
+use crate::transport::channel::{self, ChannelReader, ChannelWriter};
+use crate::transport::{
+    credit_message, keepalive_message, Delivery, LinkFlags, RingGuard, RingWriter,
+};
 
 /// How long a read waits before the receiver checks for shutdown and liveness.
 pub const READ_TICK: Duration = crate::link::IDLE_TICK;
+/// How long a handshake read waits before checking its deadline.
+const HANDSHAKE_TICK: Duration = Duration::from_millis(100);
+
+/// The ring this node allocated for its peer on one connection (plain
+/// memory over TCP), counted from allocation to release.
+pub struct LocalRing {
+    bytes: Vec<u8>,
+    geometry: RingGeometry,
+    _guard: RingGuard,
+}
+
+impl LocalRing {
+    /// A zeroed ring of `geometry`'s capacity.
+    pub fn new(geometry: RingGeometry) -> Self {
+        Self {
+            bytes: vec![0u8; geometry.capacity() as usize],
+            geometry,
+            _guard: RingGuard::new(),
+        }
+    }
+}
 
 /// One established TCP link; the sending half is shared with the sender thread.
 pub struct TcpLink {
     /// Writes go through this lock so messages never interleave.
-    writer: Mutex<TcpStream>,
+    writer: Mutex<ChannelWriter>,
     /// A handle for `shutdown`, usable while the writer is locked.
     control: TcpStream,
     /// The ring the peer registered for us.
@@ -28,40 +53,22 @@ pub struct TcpLink {
     flags: LinkFlags,
 }
 
-fn write_all_vectored(
-    stream: &mut TcpStream,
-    mut parts: &mut [IoSlice<'_>],
-) -> std::io::Result<()> {
-    while !parts.is_empty() {
-        match stream.write_vectored(parts) {
-            Ok(0) => return Err(ErrorKind::WriteZero.into()),
-            Ok(n) => IoSlice::advance_slices(&mut parts, n),
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
 impl TcpLink {
     /// Wraps a connection whose handshake is done.
-    ///
-    /// # Errors
-    /// [`Error::LinkIo`] when the socket cannot be cloned.
-    pub fn new(stream: &TcpStream, peer_ring: RingGeometry) -> Result<Self> {
-        Ok(Self {
-            writer: Mutex::new(stream.try_clone()?),
-            control: stream.try_clone()?,
+    pub fn new(writer: ChannelWriter, control: TcpStream, peer_ring: RingGeometry) -> Self {
+        Self {
+            writer: Mutex::new(writer),
+            control,
             peer_ring,
             flags: LinkFlags::default(),
-        })
+        }
     }
 
-    fn send(&self, stream: &mut TcpStream, parts: &mut [IoSlice<'_>]) -> Result<()> {
+    fn send(&self, w: &mut ChannelWriter, parts: &mut [IoSlice<'_>]) -> Result<()> {
         if !self.is_alive() {
             return Err(Error::LinkClosed);
         }
-        if let Err(e) = write_all_vectored(stream, parts) {
+        if let Err(e) = w.write_all(parts) {
             self.close();
             return Err(e.into());
         }
@@ -70,9 +77,9 @@ impl TcpLink {
     }
 
     /// Sends a pending credit while holding the writer.
-    fn flush_credit(&self, stream: &mut TcpStream) -> Result<()> {
+    fn flush_credit(&self, w: &mut ChannelWriter) -> Result<()> {
         if let Some(head) = self.flags.take_credit() {
-            self.send(stream, &mut [IoSlice::new(&credit_message(head))])?;
+            self.send(w, &mut [IoSlice::new(&credit_message(head))])?;
         }
         Ok(())
     }
@@ -148,7 +155,7 @@ impl RingWriter for TcpLink {
 
     fn close(&self) {
         self.flags.kill();
-        let _ = self.control.shutdown(Shutdown::Both);
+        channel::shutdown(&self.control);
     }
 }
 
@@ -158,7 +165,7 @@ impl RingWriter for TcpLink {
 /// # Errors
 /// [`Error::LinkClosed`] on EOF, an I/O error, or whatever `on_idle` returns.
 pub fn read_full(
-    stream: &mut TcpStream,
+    stream: &mut ChannelReader,
     buf: &mut [u8],
     on_idle: &mut dyn FnMut() -> Result<()>,
 ) -> Result<()> {
@@ -175,37 +182,84 @@ pub fn read_full(
     Ok(())
 }
 
-/// Sends our HELLO and reads the peer's, within `timeout`.
+/// Handshake messages over a TCP connection (plain or TLS).
+pub struct TcpMessages<'a> {
+    /// Reading half.
+    pub reader: &'a mut ChannelReader,
+    /// Writing half.
+    pub writer: &'a mut ChannelWriter,
+    /// For the timeout message.
+    pub timeout_ms: u64,
+    /// Checked on every read tick: eviction or unload ends the handshake.
+    pub abandoned: &'a dyn Fn() -> bool,
+}
+
+impl MessageIo for TcpMessages<'_> {
+    fn send(&mut self, msg: &[u8]) -> Result<()> {
+        self.writer
+            .write_all(&mut [IoSlice::new(msg)])
+            .map_err(Error::from)
+    }
+
+    fn recv(&mut self, deadline: Instant) -> Result<(MessageHeader, Vec<u8>)> {
+        let timeout_ms = self.timeout_ms;
+        let abandoned = self.abandoned;
+        let mut give_up = || {
+            if abandoned() {
+                Err(Error::handshake(
+                    HandshakeFailure::Incomplete,
+                    "handshake abandoned (too many pending connections, or unload)",
+                ))
+            } else if Instant::now() >= deadline {
+                Err(Error::handshake(
+                    HandshakeFailure::Incomplete,
+                    format!("handshake not completed within {timeout_ms} ms"),
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        let mut head = [0u8; HEADER_LEN];
+        read_full(self.reader, &mut head, &mut give_up).map_err(incomplete)?;
+        let header = decode_header(&head)?;
+        let len = header.len as usize;
+        if HEADER_LEN + len > MAX_CONTROL_LEN {
+            return Err(Error::handshake(
+                HandshakeFailure::Malformed,
+                format!("handshake message of {len} bytes"),
+            ));
+        }
+        let mut body = vec![0u8; len];
+        read_full(self.reader, &mut body, &mut give_up).map_err(incomplete)?;
+        Ok((header, body))
+    }
+}
+
+/// EOF or an I/O error during the handshake: the connection did not complete it.
+fn incomplete(e: Error) -> Error {
+    match e {
+        Error::Handshake { .. } => e,
+        Error::LinkClosed => Error::handshake(
+            HandshakeFailure::Incomplete,
+            "connection closed during the handshake",
+        ),
+        other => Error::handshake(
+            HandshakeFailure::Incomplete,
+            format!("handshake i/o: {other}"),
+        ),
+    }
+}
+
+/// Prepares a freshly connected socket for the handshake.
 ///
 /// # Errors
-/// I/O errors, a timeout, or a HELLO that is malformed or from another version.
-pub fn exchange_hello(stream: &mut TcpStream, ours: &Hello, timeout: Duration) -> Result<Hello> {
-    stream.set_read_timeout(Some(timeout))?;
-    stream.set_write_timeout(Some(timeout))?;
+/// Socket option errors.
+pub fn prepare(stream: &TcpStream, write_timeout: Duration) -> Result<()> {
+    stream.set_nonblocking(false)?;
     stream.set_nodelay(true)?;
-    stream.write_all(&ours.encode())?;
-    let mut head = [0u8; HEADER_LEN];
-    let deadline = Instant::now() + timeout;
-    let mut give_up = || {
-        if Instant::now() >= deadline {
-            Err(Error::Protocol("handshake timed out".into()))
-        } else {
-            Ok(())
-        }
-    };
-    read_full(stream, &mut head, &mut give_up)?;
-    let header = MessageHeader::decode(&head, 0).map_err(|e| Error::Protocol(e.to_string()))?;
-    if header.op != Op::Hello {
-        return Err(Error::Protocol(format!(
-            "expected HELLO, got {:?}",
-            header.op
-        )));
-    }
-    let mut body = [0u8; HELLO_LEN];
-    read_full(stream, &mut body, &mut give_up)?;
-    let hello = Hello::decode(&body).map_err(|e| Error::Protocol(e.to_string()))?;
-    stream.set_write_timeout(None)?;
-    Ok(hello)
+    stream.set_read_timeout(Some(HANDSHAKE_TICK))?;
+    stream.set_write_timeout(Some(write_timeout))?;
+    Ok(())
 }
 
 /// The receive loop of one TCP link: socket -> ring (at the position each
@@ -214,19 +268,17 @@ pub fn exchange_hello(stream: &mut TcpStream, ours: &Hello, timeout: Duration) -
 /// # Errors
 /// Why the link ended.
 pub fn receive(
-    stream: &mut TcpStream,
+    stream: &mut ChannelReader,
     link: &TcpLink,
-    ring_size: u64,
+    ring: &mut LocalRing,
     delivery: &mut dyn Delivery,
 ) -> Result<()> {
-    let geometry = RingGeometry::new(ring_size)
-        .ok_or_else(|| Error::Protocol("invalid local ring size".into()))?;
-    // The ring the peer writes into: plain memory, nothing to register over TCP.
-    let mut ring = vec![0u8; geometry.capacity() as usize];
+    let geometry = ring.geometry;
+    let ring = &mut ring.bytes;
     let max_write = u32::try_from(geometry.capacity()).unwrap_or(u32::MAX);
     let mut placed = 0u64;
     let mut last_rx = Instant::now();
-    stream.set_read_timeout(Some(READ_TICK))?;
+    stream.socket().set_read_timeout(Some(READ_TICK))?;
     loop {
         let mut head = [0u8; HEADER_LEN];
         read_full(stream, &mut head, &mut || idle(link, delivery, last_rx))?;
@@ -251,7 +303,7 @@ pub fn receive(
                 })?;
                 placed = msg.arg + len;
                 delivery.received(len);
-                if let Some(h) = delivery.placed(&ring, placed)? {
+                if let Some(h) = delivery.placed(ring, placed)? {
                     link.return_credit(h)?;
                 }
             }
@@ -260,9 +312,9 @@ pub fn receive(
                 delivery.credit(msg.arg);
             }
             Op::Keepalive => {}
-            Op::Hello => {
+            other => {
                 delivery.rejected();
-                return Err(Error::Protocol("HELLO on an established link".into()));
+                return Err(Error::Protocol(format!("{other:?} on an established link")));
             }
         }
         last_rx = Instant::now();

@@ -2,6 +2,8 @@
 //! Each node gets a private directory, free ports, and is killed on drop.
 #![allow(dead_code)]
 
+pub mod peer;
+
 use std::collections::HashMap;
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -239,6 +241,31 @@ impl Node {
             .unwrap()
     }
 
+    /// The module's listen port (from `listen-port=`).
+    pub fn listen_port(&self) -> u16 {
+        self.args
+            .iter()
+            .find_map(|a| a.strip_prefix("listen-port="))
+            .expect("listen-port= in the node's arguments")
+            .parse()
+            .unwrap()
+    }
+
+    /// A figure from /proc/<pid>/status in KiB (`VmRSS`, `VmHWM`).
+    pub fn proc_kib(&self, field: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {field} in /proc status"))
+    }
+
+    /// Lines of the log containing `needle`.
+    pub fn log_count(&self, needle: &str) -> usize {
+        self.log().lines().filter(|l| l.contains(needle)).count()
+    }
+
     /// `DEBUG DIGEST`.
     pub fn digest(&self) -> String {
         redis::cmd("DEBUG")
@@ -308,6 +335,15 @@ impl Pair {
         pair
     }
 
+    /// Starts A and B without waiting for the link.
+    pub fn start_unlinked(a_extra: &[&str], b_extra: &[&str]) -> Pair {
+        let (pa, pb) = (free_port(), free_port());
+        let (ia, ib) = (test_ip(), test_ip_b());
+        let a = Node::start("a", module_args_at(&ia, pa, &ib, pb, a_extra));
+        let b = Node::start("b", module_args_at(&ib, pb, &ia, pa, b_extra));
+        Pair { a, b }
+    }
+
     /// A pair with default arguments.
     pub fn start() -> Pair {
         Self::start_with(&[], &[])
@@ -336,5 +372,44 @@ impl Pair {
         });
         assert!(ok, "digests differ after {timeout:?}: {last}");
         self.a.digest()
+    }
+}
+
+/// Pings a node every few milliseconds on its own connection until dropped;
+/// records each round trip.
+pub struct PingMonitor {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Vec<Duration>>>,
+}
+
+impl PingMonitor {
+    pub fn start(node: &Node) -> PingMonitor {
+        let mut c = node.conn();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut rtts = Vec::new();
+            while !s.load(std::sync::atomic::Ordering::Relaxed) {
+                let t = Instant::now();
+                let pong: String = redis::cmd("PING").query(&mut c).unwrap();
+                assert_eq!(pong, "PONG");
+                rtts.push(t.elapsed());
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            rtts
+        });
+        PingMonitor {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops; returns (count, p50, p99, max).
+    pub fn finish(mut self) -> (usize, Duration, Duration, Duration) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut rtts = self.thread.take().unwrap().join().unwrap();
+        rtts.sort();
+        let at = |q: f64| rtts[((rtts.len() - 1) as f64 * q) as usize];
+        (rtts.len(), at(0.5), at(0.99), *rtts.last().unwrap())
     }
 }

@@ -234,6 +234,26 @@ impl CmId {
         unsafe { self.id.as_ref().qp }
     }
 
+    /// The remote address of a connected or requesting id.
+    pub fn peer_ip(&self) -> Option<std::net::IpAddr> {
+        // SAFETY: the id is live; the address is a sockaddr whose family
+        // says which struct it is, and both fit the storage rdma_cm keeps.
+        unsafe {
+            let sa = rdma_sys::rdma_get_peer_addr(self.id.as_ref());
+            match i32::from(sa.sa_family) {
+                libc::AF_INET => {
+                    let sin = &*(sa as *const libc::sockaddr).cast::<libc::sockaddr_in>();
+                    Some(std::net::IpAddr::from(sin.sin_addr.s_addr.to_ne_bytes()))
+                }
+                libc::AF_INET6 => {
+                    let sin6 = &*(sa as *const libc::sockaddr).cast::<libc::sockaddr_in6>();
+                    Some(std::net::IpAddr::from(sin6.sin6_addr.s6_addr))
+                }
+                _ => None,
+            }
+        }
+    }
+
     /// Name of the device the id is bound to.
     pub fn device_name(&self) -> String {
         let ctx = self.verbs();

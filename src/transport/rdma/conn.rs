@@ -3,7 +3,7 @@
 //! and the receive loop (completions -> placed position -> poller -> apply).
 
 use std::collections::VecDeque;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -15,30 +15,44 @@ use super::cm::{CmId, EventChannel};
 use super::mem::{MemoryRegion, MmapRegion};
 use super::verbs::{self, CompletionChannel, CompletionQueue, ProtectionDomain, SendKind};
 use super::{RdmaError, CONNECT_TIMEOUT};
-use crate::control::{Hello, MessageHeader, Op, HEADER_LEN, HELLO_LEN};
-use crate::error::{Error, Result};
+use crate::auth::Side;
+use crate::control::{MessageHeader, Op, RemoteRing, HEADER_LEN, MAX_CONTROL_LEN};
+use crate::error::{Error, HandshakeFailure, Result};
+use crate::handshake::{self, decode_header, Agreed, Local, MessageIo, Watch};
 use crate::ring::RingGeometry;
-use crate::transport::{credit_message, keepalive_message, Delivery, LinkFlags, RingWriter};
+use crate::transport::{
+    credit_message, keepalive_message, Delivery, LinkFlags, RingGuard, RingWriter,
+};
 
 /// Receives pre-posted for control messages and write notifications.
 const RECV_SLOTS: usize = 256;
-/// Bytes per receive slot: the largest control message (HELLO).
-const SLOT_BYTES: usize = HEADER_LEN + HELLO_LEN;
+/// Bytes per receive slot: the largest control message, rounded up.
+const SLOT_BYTES: usize = 256;
+const _: () = assert!(SLOT_BYTES >= MAX_CONTROL_LEN);
 /// Send queue depth.
 const SEND_WRS: usize = 128;
-/// Registered staging memory for outgoing bytes.
+/// Registered staging memory for outgoing bytes (registered after authentication).
 const STAGING_BYTES: u64 = 4 << 20;
 /// Empty polls before the receiver arms the CQ and sleeps.
 const SPIN_POLLS: u32 = 2000;
+/// Work request ids of handshake sends (each waited for before the next).
+const HANDSHAKE_WR: u64 = u64::MAX - 1;
 
 /// Verbs resources of one connection, released in dependency order (see Drop).
+///
+/// Before authentication a connection holds only receive slots and a small
+/// send buffer: the ring (the only memory the peer may write) and the
+/// staging region are registered once the peer has proven the secret.
 pub(crate) struct Endpoint {
     send_cq: Arc<CompletionQueue>,
     recv_cq: Arc<CompletionQueue>,
-    ring: MemoryRegion,
+    /// The ring the peer writes into, and its count in `rings_live`.
+    ring: OnceLock<(MemoryRegion, RingGuard)>,
+    staging: OnceLock<MemoryRegion>,
     slots: MemoryRegion,
-    staging: MemoryRegion,
-    _pd: Arc<ProtectionDomain>,
+    /// Handshake messages are copied here and sent one at a time.
+    handshake: MemoryRegion,
+    pd: Arc<ProtectionDomain>,
     id: CmId,
     channel: EventChannel,
     device: String,
@@ -54,7 +68,7 @@ impl Drop for Endpoint {
 }
 
 impl Endpoint {
-    fn build(mut id: CmId, channel: EventChannel, ring_size: u64) -> Result<Self, RdmaError> {
+    fn build(mut id: CmId, channel: EventChannel) -> Result<Self, RdmaError> {
         let ctx = id.verbs();
         if ctx.is_null() {
             return Err(RdmaError::NoDevice(
@@ -71,12 +85,9 @@ impl Endpoint {
         let recv_cq = unsafe { CompletionQueue::new(ctx, (RECV_SLOTS * 2) as i32, Some(comp))? };
         // SAFETY: see above.
         let send_cq = unsafe { CompletionQueue::new(ctx, (SEND_WRS * 2) as i32, None)? };
-        let remote_write = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
-            | ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
         let local = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0;
-        let ring = MemoryRegion::register(&pd, MmapRegion::new(ring_size as usize)?, remote_write)?;
         let slots = MemoryRegion::register(&pd, MmapRegion::new(RECV_SLOTS * SLOT_BYTES)?, local)?;
-        let staging = MemoryRegion::register(&pd, MmapRegion::new(STAGING_BYTES as usize)?, local)?;
+        let handshake = MemoryRegion::register(&pd, MmapRegion::new(SLOT_BYTES)?, local)?;
         // SAFETY: ibv_qp_init_attr is plain old data; fields set below.
         let mut attr: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
         attr.send_cq = send_cq.as_ptr();
@@ -94,10 +105,11 @@ impl Endpoint {
             id,
             send_cq,
             recv_cq,
-            ring,
+            ring: OnceLock::new(),
+            staging: OnceLock::new(),
             slots,
-            staging,
-            _pd: pd,
+            handshake,
+            pd,
             channel,
             device,
         };
@@ -105,6 +117,33 @@ impl Endpoint {
             ep.post_slot(slot as u64)?;
         }
         Ok(ep)
+    }
+
+    /// Registers a fresh ring (LOCAL_WRITE | REMOTE_WRITE, never REMOTE_READ)
+    /// and the staging region: only for an authenticated peer.
+    fn register_ring(&self, ring_size: u64) -> Result<RemoteRing, RdmaError> {
+        let remote_write = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
+            | ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
+        let local = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0;
+        let staging =
+            MemoryRegion::register(&self.pd, MmapRegion::new(STAGING_BYTES as usize)?, local)?;
+        let ring =
+            MemoryRegion::register(&self.pd, MmapRegion::new(ring_size as usize)?, remote_write)?;
+        let announced = RemoteRing {
+            capacity: ring.len() as u64,
+            addr: ring.addr(),
+            rkey: ring.rkey(),
+        };
+        if self.ring.set((ring, RingGuard::new())).is_err() || self.staging.set(staging).is_err() {
+            return Err(RdmaError::Protocol("ring registered twice".into()));
+        }
+        Ok(announced)
+    }
+
+    fn staging(&self) -> Result<&MemoryRegion, RdmaError> {
+        self.staging
+            .get()
+            .ok_or_else(|| RdmaError::Protocol("no staging region before authentication".into()))
     }
 
     fn post_slot(&self, slot: u64) -> Result<(), RdmaError> {
@@ -140,74 +179,99 @@ impl Endpoint {
         Ok(out)
     }
 
-    /// The ring's bytes.
+    /// The ring's bytes (empty before authentication).
     ///
     /// The peer's NIC writes only positions between what we have been told is
     /// placed and `head + capacity`; the poller reads only between head and
     /// placed, so the bytes it looks at do not change under it.
     fn ring(&self) -> &[u8] {
-        // SAFETY: `ring` is a live mapping of `len` bytes owned by this endpoint;
-        // see above for why the bytes read through the slice are stable.
-        unsafe { std::slice::from_raw_parts(self.ring.as_ptr(), self.ring.len()) }
-    }
-}
-
-/// A connection that is established but has not exchanged HELLO yet.
-pub(crate) struct Pending {
-    ep: Endpoint,
-}
-
-impl Pending {
-    /// Dialer side: resources, then `rdma_connect`.
-    pub(crate) fn connect(
-        id: CmId,
-        channel: EventChannel,
-        ring_size: u64,
-    ) -> Result<Self, RdmaError> {
-        let ep = Endpoint::build(id, channel, ring_size)?;
-        ep.id.connect(&ep.channel, CONNECT_TIMEOUT)?;
-        Ok(Self { ep })
-    }
-
-    /// Acceptor side: resources, then `rdma_accept`.
-    pub(crate) fn accept(
-        id: CmId,
-        channel: EventChannel,
-        ring_size: u64,
-    ) -> Result<Self, RdmaError> {
-        let ep = Endpoint::build(id, channel, ring_size)?;
-        ep.id.accept(&ep.channel, CONNECT_TIMEOUT)?;
-        Ok(Self { ep })
-    }
-
-    /// Our HELLO: the ring the peer may write into.
-    pub(crate) fn hello(&self, node_id: u64) -> Hello {
-        Hello {
-            node_id,
-            ring_capacity: self.ep.ring.len() as u64,
-            ring_addr: self.ep.ring.addr(),
-            ring_rkey: self.ep.ring.rkey(),
+        match self.ring.get() {
+            // SAFETY: `ring` is a live mapping of `len` bytes owned by this
+            // endpoint; see above for why the bytes read through the slice are stable.
+            Some((mr, _)) => unsafe { std::slice::from_raw_parts(mr.as_ptr(), mr.len()) },
+            None => &[],
         }
     }
 
-    /// Sends our HELLO, waits for the peer's, and returns the sending half.
-    ///
-    /// # Errors
-    /// Timeouts, completion errors, or a malformed or foreign HELLO.
-    pub(crate) fn exchange(self, ours: &Hello) -> Result<(Arc<RdmaLink>, Hello)> {
-        let ep = Arc::new(self.ep);
-        let placeholder =
-            RingGeometry::new(4096).ok_or_else(|| Error::Protocol("geometry".into()))?;
-        let mut link = RdmaLink::new(ep.clone(), placeholder, 0, 0);
-        link.send_bytes(SendKind::Send, &ours.encode())?;
-        let deadline = Instant::now() + CONNECT_TIMEOUT;
-        // One completion at a time: nothing polled here may be dropped.
+    /// Sends one handshake message and waits for its completion.
+    fn send_handshake(&self, msg: &[u8], deadline: Instant) -> Result<(), RdmaError> {
+        if msg.len() > SLOT_BYTES {
+            return Err(RdmaError::Protocol("handshake message too large".into()));
+        }
+        // SAFETY: the region is ours and no send is outstanding on it: the
+        // previous one was waited for below.
+        unsafe {
+            std::ptr::copy_nonoverlapping(msg.as_ptr(), self.handshake.as_ptr(), msg.len());
+        }
+        let sge = (
+            self.handshake.addr(),
+            msg.len() as u32,
+            self.handshake.lkey(),
+        );
+        // SAFETY: the QP is live; the bytes stay untouched until the
+        // completion below.
+        unsafe { verbs::post_send(self.id.qp(), HANDSHAKE_WR, SendKind::Send, sge, true)? };
         let mut wcs = std::array::from_fn::<_, 1, _>(|_| verbs::empty_wc());
-        let peer = loop {
+        loop {
+            if self.send_cq.poll(&mut wcs)? == 1 {
+                return check_status(&wcs[0]);
+            }
+            if Instant::now() >= deadline || super::cm::waits_aborted() {
+                // The QP is torn down with the endpoint, which the caller drops.
+                return Err(RdmaError::Timeout("handshake send"));
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+}
+
+/// A connection that is established but has not done its handshake yet.
+pub(crate) struct Pending {
+    ep: Endpoint,
+    ring_size: u64,
+}
+
+/// Handshake messages over SEND/RECV on one endpoint.
+struct RdmaMessages<'a> {
+    ep: &'a Endpoint,
+    timeout_ms: u64,
+    abandoned: &'a dyn Fn() -> bool,
+}
+
+fn incomplete(what: impl std::fmt::Display) -> Error {
+    Error::handshake(HandshakeFailure::Incomplete, what.to_string())
+}
+
+impl MessageIo for RdmaMessages<'_> {
+    fn send(&mut self, msg: &[u8]) -> Result<()> {
+        let deadline = Instant::now() + CONNECT_TIMEOUT;
+        self.ep
+            .send_handshake(msg, deadline)
+            .map_err(|e| incomplete(format!("rdma: {e}")))
+    }
+
+    fn recv(&mut self, deadline: Instant) -> Result<(MessageHeader, Vec<u8>)> {
+        let ep = self.ep;
+        // One completion at a time: what arrives after the handshake (the
+        // peer's first writes) stays queued for the receive loop.
+        let mut wcs = std::array::from_fn::<_, 1, _>(|_| verbs::empty_wc());
+        loop {
             let mut n = ep.recv_cq.poll(&mut wcs)?;
             if n == 0 {
-                if Instant::now() >= deadline || super::cm::waits_aborted() {
-                    return Err(RdmaError::Timeout("HELLO").into());
+                if Instant::now() >= deadline {
+                    return Err(incomplete(format!(
+                        "handshake not completed within {} ms",
+                        self.timeout_ms
+                    )));
+                }
+                if (self.abandoned)() || super::cm::waits_aborted() {
+                    return Err(incomplete("handshake abandoned"));
+                }
+                if let Some(ev) = ep.channel.next_event(Duration::ZERO)? {
+                    return Err(incomplete(format!(
+                        "rdma_cm event {} during the handshake",
+                        ev.kind
+                    )));
                 }
                 ep.recv_cq.arm()?;
                 n = ep.recv_cq.poll(&mut wcs)?;
@@ -217,31 +281,106 @@ impl Pending {
                 }
             }
             let wc = &wcs[0];
-            check_status(wc)?;
+            check_status(wc).map_err(|e| incomplete(format!("rdma: {e}")))?;
+            if wc.opcode != ibv_wc_opcode::IBV_WC_RECV {
+                return Err(Error::handshake(
+                    HandshakeFailure::Malformed,
+                    format!("completion opcode {} during the handshake", wc.opcode),
+                ));
+            }
             let bytes = ep.slot_bytes(wc.wr_id)?;
             ep.post_slot(wc.wr_id)?;
+            let got = (wc.byte_len as usize).min(SLOT_BYTES);
             let head: &[u8; HEADER_LEN] = bytes[..HEADER_LEN]
                 .try_into()
                 .map_err(|_| Error::Protocol("slot".into()))?;
-            let msg = MessageHeader::decode(head, 0).map_err(|e| Error::Protocol(e.to_string()))?;
-            if wc.opcode != ibv_wc_opcode::IBV_WC_RECV || msg.op != Op::Hello {
-                return Err(Error::Protocol(format!("expected HELLO, got {:?}", msg.op)));
+            let header = decode_header(head)?;
+            let end = HEADER_LEN + header.len as usize;
+            if got < HEADER_LEN || end > got {
+                return Err(Error::handshake(
+                    HandshakeFailure::Malformed,
+                    format!("handshake message of {got} bytes, its header says {end}"),
+                ));
             }
-            let body: &[u8; HELLO_LEN] = bytes[HEADER_LEN..]
-                .try_into()
-                .map_err(|_| Error::Protocol("slot".into()))?;
-            break Hello::decode(body).map_err(|e| Error::Protocol(e.to_string()))?;
+            return Ok((header, bytes[HEADER_LEN..end].to_vec()));
+        }
+    }
+}
+
+impl Pending {
+    /// Dialer side: resources, then `rdma_connect`.
+    pub(crate) fn connect(
+        id: CmId,
+        channel: EventChannel,
+        ring_size: u64,
+    ) -> Result<Self, RdmaError> {
+        let ep = Endpoint::build(id, channel)?;
+        ep.id.connect(&ep.channel, CONNECT_TIMEOUT)?;
+        Ok(Self { ep, ring_size })
+    }
+
+    /// Acceptor side: resources, then `rdma_accept`.
+    pub(crate) fn accept(
+        id: CmId,
+        channel: EventChannel,
+        ring_size: u64,
+    ) -> Result<Self, RdmaError> {
+        let ep = Endpoint::build(id, channel)?;
+        ep.id.accept(&ep.channel, CONNECT_TIMEOUT)?;
+        Ok(Self { ep, ring_size })
+    }
+
+    /// Runs the handshake (see `handshake`); registers a fresh ring only
+    /// once the peer is authenticated and kept. `Ok(None)`: the tie-break
+    /// drops this connection.
+    ///
+    /// # Errors
+    /// [`Error::Handshake`] or transport errors.
+    pub(crate) fn handshake(
+        self,
+        local: &Local,
+        side: Side,
+        timeout_ms: u64,
+        watch: &Watch,
+    ) -> Result<Option<(Arc<RdmaLink>, Agreed)>> {
+        let Self { ep, ring_size } = self;
+        let deadline = Instant::now() + Duration::from_millis(timeout_ms);
+        let abandoned = || watch.is_abandoned();
+        let mut io = RdmaMessages {
+            ep: &ep,
+            timeout_ms,
+            abandoned: &abandoned,
         };
-        let geometry = RingGeometry::new(peer.ring_capacity).ok_or_else(|| {
-            Error::Protocol(format!(
-                "peer announced an invalid ring of {} bytes",
-                peer.ring_capacity
-            ))
-        })?;
-        link.peer_ring = geometry;
-        link.peer_addr = peer.ring_addr;
-        link.peer_rkey = peer.ring_rkey;
-        Ok((Arc::new(link), peer))
+        let mut register = || ep.register_ring(ring_size).map_err(Error::from);
+        let agreed = handshake::run(
+            &mut io,
+            local,
+            side,
+            [0; 32],
+            deadline,
+            watch,
+            &mut register,
+        );
+        let agreed = match agreed {
+            Ok(Some(a)) => a,
+            Ok(None) => {
+                ep.id.disconnect();
+                return Ok(None);
+            }
+            Err(e) => {
+                ep.id.disconnect();
+                return Err(e);
+            }
+        };
+        let geometry = RingGeometry::new(agreed.peer_ring.capacity)
+            .ok_or_else(|| Error::Protocol("invalid peer ring".into()))?;
+        let link = RdmaLink::new(
+            Arc::new(ep),
+            geometry,
+            agreed.peer_ring.addr,
+            agreed.peer_ring.rkey,
+        );
+        Ok(Some((Arc::new(link), agreed)))
     }
 }
 
@@ -363,23 +502,20 @@ impl RdmaLink {
             }
             std::thread::sleep(Duration::from_micros(20));
         };
+        let staging = self.ep.staging()?;
         // SAFETY: `at..at+len` lies inside `staging` and was just reserved:
         // no posted request still reads it.
         unsafe {
             std::ptr::copy_nonoverlapping(
                 bytes.as_ptr(),
-                self.ep.staging.as_ptr().add(at as usize),
+                staging.as_ptr().add(at as usize),
                 bytes.len(),
             );
         }
         let signaled = st.should_signal(len);
         let wr_id = st.next_wr;
         st.next_wr += 1;
-        let sge = (
-            self.ep.staging.addr() + at,
-            len as u32,
-            self.ep.staging.lkey(),
-        );
+        let sge = (staging.addr() + at, len as u32, staging.lkey());
         // SAFETY: the QP is live while `ep` is; the staging bytes stay untouched
         // until a completion covering `wr_id` frees them (see `reap`).
         if let Err(e) = unsafe { verbs::post_send(self.ep.id.qp(), wr_id, kind, sge, signaled) } {
@@ -396,11 +532,6 @@ impl RdmaLink {
         }
         self.flags.sent();
         Ok(())
-    }
-
-    fn send_bytes(&mut self, kind: SendKind, bytes: &[u8]) -> Result<()> {
-        let mut st = self.send.lock();
-        self.post_locked(&mut st, kind, bytes)
     }
 
     fn flush_credit(&self, st: &mut SendState) -> Result<()> {
@@ -471,7 +602,10 @@ impl RingWriter for RdmaLink {
 /// Why the link ended.
 pub(crate) fn receive(link: &RdmaLink, delivery: &mut dyn Delivery) -> Result<()> {
     let ep = &link.ep;
-    let capacity = ep.ring.len() as u64;
+    let capacity = ep.ring().len() as u64;
+    if capacity == 0 {
+        return Err(Error::Protocol("no ring registered".into()));
+    }
     let mut wcs = std::array::from_fn::<_, 16, _>(|_| verbs::empty_wc());
     let mut placed = 0u64;
     let mut last_rx = Instant::now();
@@ -537,6 +671,13 @@ pub(crate) fn receive(link: &RdmaLink, delivery: &mut dyn Delivery) -> Result<()
                 ibv_wc_opcode::IBV_WC_RECV => {
                     let bytes = ep.slot_bytes(wc.wr_id)?;
                     ep.post_slot(wc.wr_id)?;
+                    if (wc.byte_len as usize) < HEADER_LEN {
+                        delivery.rejected();
+                        return Err(Error::Protocol(format!(
+                            "control message of {} bytes",
+                            wc.byte_len
+                        )));
+                    }
                     let head: &[u8; HEADER_LEN] = bytes[..HEADER_LEN]
                         .try_into()
                         .map_err(|_| Error::Protocol("slot".into()))?;

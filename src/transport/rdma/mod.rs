@@ -181,7 +181,7 @@ pub(crate) fn probe() -> Result<Vec<String>, RdmaError> {
     }
 }
 
-pub(crate) use cm::abort_waits;
+pub(crate) use cm::{abort_waits, waits_aborted};
 
 /// Connect and handshake timeout.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -204,16 +204,13 @@ impl Listener {
         Ok(Self { id, channel })
     }
 
-    /// Waits up to `timeout` for a connection request and accepts it,
-    /// setting up a connection that will announce `ring_size`.
+    /// Waits up to `timeout` for a connection request and takes its id onto
+    /// a channel of its own; the caller accepts it ([`Incoming::accept`]),
+    /// possibly on another thread.
     ///
     /// # Errors
-    /// An [`RdmaError`] from any setup step.
-    pub(crate) fn accept(
-        &self,
-        ring_size: u64,
-        timeout: Duration,
-    ) -> Result<Option<Pending>, RdmaError> {
+    /// An [`RdmaError`] from the event channel.
+    pub(crate) fn next_request(&self, timeout: Duration) -> Result<Option<Incoming>, RdmaError> {
         let _ = &self.id;
         let Some(ev) = self.channel.next_event(timeout)? else {
             return Ok(None);
@@ -224,7 +221,27 @@ impl Listener {
         let channel = cm::EventChannel::new()?;
         // SAFETY: `ev.id` is the new id of a CONNECT_REQUEST we just acknowledged.
         let id = unsafe { cm::CmId::adopt(ev.id, &channel)? };
-        conn::Pending::accept(id, channel, ring_size).map(Some)
+        let peer = id.peer_ip();
+        Ok(Some(Incoming { id, channel, peer }))
+    }
+}
+
+/// A connection request taken off the listener, not yet accepted.
+pub(crate) struct Incoming {
+    // Field order: the id is destroyed before its channel.
+    id: cm::CmId,
+    channel: cm::EventChannel,
+    /// Where it comes from, when known.
+    pub(crate) peer: Option<std::net::IpAddr>,
+}
+
+impl Incoming {
+    /// Sets up the connection's resources and accepts it (`rdma_accept`).
+    ///
+    /// # Errors
+    /// An [`RdmaError`] from any setup step.
+    pub(crate) fn accept(self, ring_size: u64) -> Result<Pending, RdmaError> {
+        conn::Pending::accept(self.id, self.channel, ring_size)
     }
 }
 
