@@ -16,6 +16,9 @@ use crate::version::VersionStore;
 
 use crate::config::DEFAULT_BACKLOG_OPS;
 
+/// Shortest time between two acks.
+pub const ACK_INTERVAL: std::time::Duration = std::time::Duration::from_millis(5);
+
 /// A change shipped and not yet acknowledged.
 #[derive(Debug)]
 struct InFlight {
@@ -64,6 +67,8 @@ pub struct Replication {
     applied_from_peer: u64,
     /// What our last ack said.
     ack_sent: u64,
+    /// When the last ack went out.
+    last_ack_at: Option<Instant>,
     /// Our last sequence number pushed to the queue.
     pub last_pushed: u64,
     /// `peer_acked` at the last tombstone collection.
@@ -100,6 +105,7 @@ impl Replication {
             peer_acked: 0,
             applied_from_peer: 0,
             ack_sent: 0,
+            last_ack_at: None,
             last_pushed: 0,
             collected_at: 0,
             full_syncs: 0,
@@ -239,10 +245,16 @@ impl Replication {
         self.applied_from_peer = seq;
     }
 
-    /// The ack to send now, if anything was applied since the last one.
+    /// The ack to send now, if anything was applied since the last one and
+    /// the last ack is at least [`ACK_INTERVAL`] old (acks cost the peer a
+    /// frame each; under load one per interval is plenty).
     pub fn take_ack(&mut self) -> Option<u64> {
-        if self.ack_due() {
+        let recent = self
+            .last_ack_at
+            .is_some_and(|at| at.elapsed() < ACK_INTERVAL);
+        if self.ack_due() && !recent {
             self.ack_sent = self.applied_from_peer;
+            self.last_ack_at = Some(Instant::now());
             Some(self.ack_sent)
         } else {
             None
@@ -381,10 +393,14 @@ mod tests {
         assert_eq!(r.take_ack(), Some(5));
         assert_eq!(r.take_ack(), None);
         r.applied(6);
+        // Rate-limited: not before the interval.
+        assert_eq!(r.take_ack(), None);
+        std::thread::sleep(ACK_INTERVAL);
         assert_eq!(r.take_ack(), Some(6));
         // A new link keeps what was applied on the old one.
         r.applied(7);
         r.link_up(1);
+        std::thread::sleep(ACK_INTERVAL);
         assert_eq!(r.take_ack(), Some(7));
     }
 

@@ -390,6 +390,9 @@ fn applied_writes_are_not_echoed_back() {
     wait_value(&pair.b, "echo:99", "99");
     assert!(wait_until(SETTLE, || pair.b.stat("entries_applied")
         == pair.a.stat("entries_sent")));
+    // B's acknowledgement (rate-limited) has reached A: nothing is pending.
+    assert!(wait_until(SETTLE, || pair.a.stat("lag_entries") == 0));
+    std::thread::sleep(Duration::from_millis(200));
     let before = (pair.a.status(), pair.b.status());
     std::thread::sleep(Duration::from_millis(700));
     let after = (pair.a.status(), pair.b.status());

@@ -59,12 +59,21 @@ pub fn redis_server() -> String {
 }
 
 /// A port nobody listens on right now, on any address (a wildcard bind
-/// conflicts with every address's listeners).
+/// conflicts with every address's listeners). Taken below the kernel's
+/// ephemeral range (32768 and up), so that outgoing connections, which get
+/// their local port from that range, cannot grab it before the server binds it.
 pub fn free_port() -> u16 {
-    TcpListener::bind("0.0.0.0:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("no free port")
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let base = 20_000 + (std::process::id() * 97) % 12_000;
+    for _ in 0..12_000 {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (20_000 + (base - 20_000 + n * 7) % 12_000) as u16;
+        if TcpListener::bind(("0.0.0.0", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port below the ephemeral range")
 }
 
 /// The address nodes bind and dial: `$RDMASYNC_TEST_IP` (the Soft-RoCE guest
