@@ -25,12 +25,17 @@ use crate::version::{Decision, Stamp, GC_AT_NEXT_ACK};
 
 /// Batches decoded but not yet applied, at most.
 const PENDING_BATCHES: usize = 1024;
+/// Key and value bytes decoded but not yet applied, at most (beyond it the
+/// link thread stops consuming the ring, and credit stops: backpressure).
+const PENDING_BYTES: usize = 8 << 20;
 /// Longest the main thread applies in one go before serving clients again.
 const APPLY_SLICE: Duration = Duration::from_millis(2);
 
 /// Link thread -> main thread hand-off.
 pub struct ApplyQueue {
     batches: ArrayQueue<Batch>,
+    /// Payload bytes of the batches in `batches`.
+    bytes: std::sync::atomic::AtomicUsize,
     /// A wake-up byte is in the pipe and not yet read.
     signaled: AtomicBool,
     reader: Mutex<std::io::PipeReader>,
@@ -50,6 +55,7 @@ impl ApplyQueue {
         let (reader, writer) = std::io::pipe()?;
         Ok(Self {
             batches: ArrayQueue::new(PENDING_BATCHES),
+            bytes: std::sync::atomic::AtomicUsize::new(0),
             signaled: AtomicBool::new(false),
             reader: Mutex::new(reader),
             writer: Mutex::new(writer),
@@ -76,13 +82,19 @@ impl ApplyQueue {
     /// # Errors
     /// [`Error::LinkClosed`] when unload begins while waiting.
     pub fn submit(&self, shared: &Shared, mut batch: Batch) -> Result<()> {
+        let size = batch.payload_len();
         loop {
-            match self.batches.push(batch) {
-                Ok(()) => {
-                    self.signal();
-                    return Ok(());
+            let room = self.batches.is_empty()
+                || self.bytes.load(Ordering::Acquire) + size <= PENDING_BYTES;
+            if room {
+                match self.batches.push(batch) {
+                    Ok(()) => {
+                        self.bytes.fetch_add(size, Ordering::AcqRel);
+                        self.signal();
+                        return Ok(());
+                    }
+                    Err(back) => batch = back,
                 }
-                Err(back) => batch = back,
             }
             if shared.stopping() {
                 return Err(Error::LinkClosed);
@@ -90,6 +102,13 @@ impl ApplyQueue {
             self.signal();
             std::thread::sleep(Duration::from_micros(100));
         }
+    }
+
+    /// The oldest batch waiting, if any.
+    fn pop(&self) -> Option<Batch> {
+        let batch = self.batches.pop()?;
+        self.bytes.fetch_sub(batch.payload_len(), Ordering::AcqRel);
+        Some(batch)
     }
 
     /// Cancels a pending apply timer (main thread, at unload).
@@ -104,7 +123,7 @@ impl ApplyQueue {
     /// Batches received but not applied (dropped at unload).
     pub fn discard(&self) -> u64 {
         let mut n = 0;
-        while let Some(b) = self.batches.pop() {
+        while let Some(b) = self.pop() {
             n += b.entries.len() as u64;
         }
         n
@@ -147,7 +166,7 @@ fn apply_pending(ctx: &Context, shared: &Shared) {
     // applying would be newer than writes it did not see.
     crate::capture::flush(ctx, shared);
     let started = Instant::now();
-    while let Some(batch) = queue.batches.pop() {
+    while let Some(batch) = queue.pop() {
         apply_batch(ctx, shared, &batch);
         if started.elapsed() > APPLY_SLICE {
             break;

@@ -470,7 +470,7 @@ fn full_queue_never_blocks_redis_and_loses_nothing() {
     });
     std::thread::sleep(Duration::from_millis(200));
     let mut a = pair.a.conn();
-    let value = "x".repeat(4000);
+    let value = "x".repeat(16_000);
     // Write for 1.5 s while B sleeps 3 s; no pipeline on A may wait for B.
     let t0 = Instant::now();
     let mut slowest = Duration::ZERO;
