@@ -15,7 +15,7 @@ use crate::fullsync::{FullSync, Shipment};
 use crate::hook::{PendingOp, Suppressed, DIRTY, EXPIRED};
 use crate::runtime::Shared;
 use crate::server;
-use crate::snapshot::Reader;
+use crate::snapshot::{Reader, Snapshot};
 use crate::status::{LinkState, Stats};
 use crate::version::{KeyVersion, Stamp};
 
@@ -32,6 +32,18 @@ fn entry(shared: &Shared, db: u32, stamp: Stamp, op: Op) -> Entry {
         clock: stamp.clock,
         db,
         op,
+    }
+}
+
+/// The key's value as read, or its deletion.
+fn op_of(key: Vec<u8>, snap: Option<Snapshot>) -> Op {
+    match snap {
+        Some(snap) => Op::Value {
+            key,
+            payload: snap.payload,
+            expiry_ms: snap.expiry_ms,
+        },
+        None => Op::Delete { key },
     }
 }
 
@@ -107,20 +119,13 @@ fn record_local(
             PendingOp::Key { db, key } => {
                 server::select_db(reader.ctx(), db);
                 if direct {
-                    let op = match reader.dump(&key) {
-                        Some(snap) => {
-                            st.versions.record_write(db, &key, stamp);
-                            Op::Value {
-                                key,
-                                payload: snap.payload,
-                                expiry_ms: snap.expiry_ms,
-                            }
-                        }
-                        None => {
-                            st.versions.record_delete(db, &key, stamp, 0);
-                            Op::Delete { key }
-                        }
-                    };
+                    let snap = reader.dump(&key);
+                    if snap.is_some() {
+                        st.versions.record_write(db, &key, stamp);
+                    } else {
+                        st.versions.record_delete(db, &key, stamp, 0);
+                    }
+                    let op = op_of(key, snap);
                     entries.push(entry(shared, db, stamp, op));
                 } else {
                     if reader.exists(&key) {
@@ -176,18 +181,12 @@ fn backlog_entry(
         PendingOp::Key { db, key } => match st.versions.get(db, &key)? {
             KeyVersion::Live(stamp) if stamp.node == me => {
                 server::select_db(reader.ctx(), db);
-                let op = match reader.dump(&key) {
-                    Some(snap) => Op::Value {
-                        key,
-                        payload: snap.payload,
-                        expiry_ms: snap.expiry_ms,
-                    },
-                    None => {
-                        // Expired or evicted since: its last version, deleted.
-                        st.versions.record_delete(db, &key, stamp, 0);
-                        Op::Delete { key }
-                    }
-                };
+                let snap = reader.dump(&key);
+                if snap.is_none() {
+                    // Expired or evicted since: its last version, deleted.
+                    st.versions.record_delete(db, &key, stamp, 0);
+                }
+                let op = op_of(key, snap);
                 Some(entry(shared, db, stamp, op))
             }
             KeyVersion::Deleted { stamp, .. } if stamp.node == me => {

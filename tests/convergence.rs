@@ -103,19 +103,7 @@ fn concurrent_conflicting_writes_converge_for_many_seeds() {
 fn the_newer_write_wins_on_both_nodes() {
     let pair = Pair::start();
     // Cut the link, write the same key on both sides, B later.
-    // Port 1: no listener over TCP or rdma_cm (a free ephemeral port on
-    // loopback can be a node's listener on another address).
-    let dead = "1".to_string();
-    for n in [&pair.a, &pair.b] {
-        let _: () = redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("rdmasync.port")
-            .arg(&dead)
-            .query(&mut n.conn())
-            .unwrap();
-    }
-    assert!(wait_until(SETTLE, || pair.a.status()["link"] != "up"
-        && pair.b.status()["link"] != "up"));
+    cut(&pair);
     let _: () = pair.a.conn().set("k", "from-a").unwrap();
     let _: () = pair.a.conn().set("only-a", "1").unwrap();
     std::thread::sleep(Duration::from_millis(5));
@@ -157,14 +145,8 @@ fn heal(pair: &Pair) {
 fn cut(pair: &Pair) {
     // Port 1: no listener over TCP or rdma_cm (a free ephemeral port on
     // loopback can be a node's listener on another address).
-    let dead = "1".to_string();
     for n in [&pair.a, &pair.b] {
-        let _: () = redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("rdmasync.port")
-            .arg(&dead)
-            .query(&mut n.conn())
-            .unwrap();
+        n.set_peer_port("1");
     }
     assert!(wait_until(SETTLE, || pair.a.status()["link"] != "up"
         && pair.b.status()["link"] != "up"));

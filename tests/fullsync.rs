@@ -187,20 +187,12 @@ fn a_full_sync_cut_off_by_a_link_drop_is_started_over() {
     populate(&a, keys);
     let b = Node::start("cut-b", module_args(pb, pa, &[]));
     assert!(wait_until(SETTLE, || dbsize(&b) > 1000));
-    let set_port = |n: &Node, port: &str| {
-        let _: () = redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("rdmasync.port")
-            .arg(port)
-            .query(&mut n.conn())
-            .unwrap();
-    };
-    set_port(&a, "1");
-    set_port(&b, "1");
+    a.set_peer_port("1");
+    b.set_peer_port("1");
     let partial = dbsize(&b);
     assert!(partial < keys, "the full sync finished before the cut");
-    set_port(&a, &pb.to_string());
-    set_port(&b, &pa.to_string());
+    a.set_peer_port(&pb.to_string());
+    b.set_peer_port(&pa.to_string());
     assert!(
         wait_until(SETTLE, || dbsize(&b) == keys),
         "b stuck at {} of {keys} keys (cut at {partial}); a={:?}",

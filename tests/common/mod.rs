@@ -275,6 +275,16 @@ impl Node {
         self.log().lines().filter(|l| l.contains(needle)).count()
     }
 
+    /// Points this node's module at another peer port (`CONFIG SET rdmasync.port`).
+    pub fn set_peer_port(&self, port: &str) {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("rdmasync.port")
+            .arg(port)
+            .query(&mut self.conn())
+            .unwrap();
+    }
+
     /// `DEBUG DIGEST`.
     pub fn digest(&self) -> String {
         redis::cmd("DEBUG")
