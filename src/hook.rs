@@ -1,7 +1,7 @@
 //! Keyspace and server events -> the dirty set. Runs inside Redis commands:
 //! records `(db, key)` and nothing else; never writes, never blocks.
 
-use std::collections::{HashMap, HashSet};
+use hashbrown::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::LazyLock;
 

@@ -7,7 +7,8 @@
 //! Deletes leave tombstones until the peer has acknowledged them, so a late
 //! older write cannot bring a key back. Pure: no Redis calls here.
 
-use std::collections::HashMap;
+use hashbrown::hash_map::EntryRef;
+use hashbrown::HashMap;
 
 /// Identifies one write: ordered by clock, then by node id (the tie-break).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -134,14 +135,15 @@ impl VersionStore {
 
     fn set(&mut self, db: u32, key: &[u8], version: KeyVersion) {
         let keys = &mut self.dbs.entry(db).or_default().keys;
-        let was_tombstone = match keys.get_mut(key) {
-            Some(v) => {
-                let was = matches!(v, KeyVersion::Deleted { .. });
-                *v = version;
+        // One lookup; the key is copied only when it is new.
+        let was_tombstone = match keys.entry_ref(key) {
+            EntryRef::Occupied(mut o) => {
+                let was = matches!(o.get(), KeyVersion::Deleted { .. });
+                *o.get_mut() = version;
                 was
             }
-            None => {
-                keys.insert(key.into(), version);
+            EntryRef::Vacant(v) => {
+                v.insert_with_key(key.into(), version);
                 false
             }
         };
