@@ -21,12 +21,15 @@ cleanup() {
   rm -rf "$WORK"
 }
 trap cleanup EXIT
+# A shared secret both nodes read: the link authenticates each peer (HMAC).
+head -c 32 /dev/urandom | base64 > "$WORK/secret" && chmod 600 "$WORK/secret"
 
 start() { # name port listen-port peer-port
   mkdir -p "$WORK/$1"
   redis-server --port "$2" --bind 127.0.0.1 --dir "$WORK/$1" --save '' --daemonize yes \
     --logfile "$WORK/$1/redis.log" --enable-debug-command local \
-    --loadmodule "$SO" peer=127.0.0.1 port="$4" listen-port="$3" bind=127.0.0.1 transport=tcp
+    --loadmodule "$SO" peer=127.0.0.1 port="$4" listen-port="$3" bind=127.0.0.1 transport=tcp \
+    secret-file="$WORK/secret"
 }
 say "starting node A (redis :$PA, link :$LA) and node B (redis :$PB, link :$LB)"
 start a "$PA" "$LA" "$LB"
