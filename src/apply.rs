@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 use redis_module::{CallOptions, CallOptionsBuilder, CallResult, Context, RedisModuleTimerID};
 
 use crate::catchup::{Replication, STATE};
-use crate::entry::{Batch, Entry, Op};
+use crate::entry::{Batch, Encoding, Entry, Op};
 use crate::error::{Error, Result};
 use crate::hook::Suppressed;
 use crate::runtime::{self, Shared};
@@ -212,14 +212,25 @@ fn restore(
     key: &[u8],
     payload: &[u8],
     expiry_ms: Option<u64>,
+    encoding: Encoding,
 ) -> std::result::Result<(), String> {
-    let ttl = expiry_ms.unwrap_or(0).to_string();
-    run(
-        ctx,
-        opts,
-        "RESTORE",
-        &[key, ttl.as_bytes(), payload, b"REPLACE", b"ABSTTL"],
-    )
+    match (encoding, expiry_ms) {
+        // SET replaces any type and clears a TTL, like RESTORE REPLACE.
+        (Encoding::RawString, None) => run(ctx, opts, "SET", &[key, payload]),
+        (Encoding::RawString, Some(at)) => {
+            let at = at.to_string();
+            run(ctx, opts, "SET", &[key, payload, b"PXAT", at.as_bytes()])
+        }
+        (Encoding::Dump, _) => {
+            let ttl = expiry_ms.unwrap_or(0).to_string();
+            run(
+                ctx,
+                opts,
+                "RESTORE",
+                &[key, ttl.as_bytes(), payload, b"REPLACE", b"ABSTTL"],
+            )
+        }
+    }
 }
 
 /// A remote FLUSHDB/FLUSHALL: removes what is older than it and keeps the
@@ -256,7 +267,14 @@ fn apply_flush(
     }
     for (d, key, snap) in saved {
         server::select_db(ctx, d);
-        restore(ctx, opts, &key, &snap.payload, snap.expiry_ms)?;
+        restore(
+            ctx,
+            opts,
+            &key,
+            &snap.payload,
+            snap.expiry_ms,
+            snap.encoding,
+        )?;
     }
     Ok(Outcome::Applied)
 }
@@ -297,9 +315,10 @@ fn apply_entry(
             key,
             payload,
             expiry_ms,
+            encoding,
         } => match decide(st, key) {
             Decision::Apply => {
-                restore(ctx, opts, key, payload, *expiry_ms)?;
+                restore(ctx, opts, key, payload, *expiry_ms, *encoding)?;
                 if expiry_ms.is_some_and(|at| at <= unix_ms()) {
                     // Already expired: RESTORE did not create it.
                     st.versions

@@ -42,6 +42,7 @@ fn op_of(key: Vec<u8>, snap: Option<Snapshot>) -> Op {
             key,
             payload: snap.payload,
             expiry_ms: snap.expiry_ms,
+            encoding: snap.encoding,
         },
         None => Op::Delete { key },
     }

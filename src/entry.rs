@@ -3,14 +3,16 @@
 /// The change an entry carries.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op {
-    /// The key now holds this DUMP payload, expiring at `expiry_ms` (Unix ms) if set.
+    /// The key now holds this value, expiring at `expiry_ms` (Unix ms) if set.
     Value {
         /// Key name.
         key: Vec<u8>,
-        /// `DUMP` payload (RDB-encoded value, version and checksum included).
+        /// The value, as `encoding` says.
         payload: Vec<u8>,
         /// Absolute expiry in Unix milliseconds.
         expiry_ms: Option<u64>,
+        /// How `payload` holds the value.
+        encoding: Encoding,
     },
     /// The key no longer exists.
     Delete {
@@ -35,6 +37,17 @@ pub enum Op {
     /// The sender lost state (it restarted or its dataset was replaced):
     /// send it everything (a full sync).
     SyncRequest,
+}
+
+/// How a value travels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Encoding {
+    /// A `DUMP` payload (RDB-encoded, version and checksum included),
+    /// applied with `RESTORE`: any type.
+    #[default]
+    Dump,
+    /// The bytes of a string value, applied with `SET`: cheaper both ways.
+    RawString,
 }
 
 /// One captured change, stamped at capture.

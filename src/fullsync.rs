@@ -100,6 +100,7 @@ impl FullSync {
                                 key,
                                 payload: snap.payload,
                                 expiry_ms: snap.expiry_ms,
+                                encoding: snap.encoding,
                             },
                         ));
                     }

@@ -2,7 +2,7 @@
 //! and pure: the transport says how far the ring is placed, the poller says
 //! how far it consumed (the head to return as credit).
 
-use crate::entry::{Batch, Entry, Op};
+use crate::entry::{Batch, Encoding, Entry, Op};
 use crate::error::{Error, Result};
 use crate::ring::RingGeometry;
 use crate::wire::{
@@ -44,6 +44,11 @@ fn entry_from(header: &FrameHeader, key: Vec<u8>, value: Vec<u8>) -> Entry {
             key,
             payload: value,
             expiry_ms: (header.expiry_ms != 0).then_some(header.expiry_ms),
+            encoding: if header.flags & crate::wire::FLAG_RAW_STRING != 0 {
+                Encoding::RawString
+            } else {
+                Encoding::Dump
+            },
         },
         FrameKind::Delete => Op::Delete { key },
         FrameKind::FlushDb => Op::FlushDb,
@@ -253,6 +258,11 @@ mod tests {
                 key: key.as_bytes().to_vec(),
                 payload: vec![seq as u8; len],
                 expiry_ms: None,
+                encoding: if seq.is_multiple_of(2) {
+                    Encoding::RawString
+                } else {
+                    Encoding::Dump
+                },
             },
         }
     }

@@ -290,6 +290,7 @@ mod tests {
                             key: format!("k{seq}").into_bytes(),
                             payload: vec![7; *n],
                             expiry_ms: None,
+                            encoding: crate::entry::Encoding::RawString,
                         },
                     }
                 })

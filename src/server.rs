@@ -431,6 +431,11 @@ impl KeyInfo {
     pub fn exists(&self) -> bool {
         self.kind != raw::REDISMODULE_KEYTYPE_EMPTY as i32
     }
+
+    /// Whether it holds a string.
+    pub fn is_string(&self) -> bool {
+        self.kind == raw::REDISMODULE_KEYTYPE_STRING as i32
+    }
 }
 
 /// Type and absolute expiry of `key` in the selected database (an expired

@@ -4,14 +4,18 @@
 
 use redis_module::{CallOptions, CallOptionsBuilder, CallReply, CallResult, Context};
 
+use crate::entry::Encoding;
 use crate::server;
 
-/// A key's value as shipped: the DUMP payload and its absolute expiry.
+/// A key's value as shipped: a string's bytes or a DUMP payload, and its
+/// absolute expiry.
 pub struct Snapshot {
-    /// RDB-encoded value (version and checksum included).
+    /// The value, as `encoding` says.
     pub payload: Vec<u8>,
     /// Absolute expiry in Unix milliseconds.
     pub expiry_ms: Option<u64>,
+    /// How `payload` holds the value.
+    pub encoding: Encoding,
 }
 
 /// Keyspace reads in the database currently selected on `ctx`.
@@ -42,9 +46,16 @@ impl<'a> Reader<'a> {
             return None;
         }
         let args: [&[u8]; 1] = [key];
+        // Strings travel as their bytes (GET, applied with SET); the rest as
+        // DUMP payloads (applied with RESTORE).
+        let (command, encoding) = if info.is_string() {
+            ("GET", Encoding::RawString)
+        } else {
+            ("DUMP", Encoding::Dump)
+        };
         let payload = match self
             .ctx
-            .call_ext::<_, CallResult>("DUMP", &self.opts, &args[..])
+            .call_ext::<_, CallResult>(command, &self.opts, &args[..])
         {
             Ok(CallReply::String(s)) => s.as_bytes().to_vec(),
             _ => return None,
@@ -52,6 +63,7 @@ impl<'a> Reader<'a> {
         Some(Snapshot {
             payload,
             expiry_ms: info.expiry_ms,
+            encoding,
         })
     }
 

@@ -9,7 +9,8 @@
 //!   4  1   version (1)
 //!   5  1   kind (1 value, 2 delete, 3 flushdb, 4 flushall, 5 swapdb,
 //!            6 ack, 7 sync request)
-//!   6  2   flags (1 batch end, 2 more chunks follow, 4 continuation chunk)
+//!   6  2   flags (1 batch end, 2 more chunks follow, 4 continuation chunk,
+//!            8 raw string: the value is a string's bytes, not a DUMP payload)
 //!   8  4   frame_len (whole frame, padding included)
 //!  12  4   db
 //!  16  8   origin node id
@@ -32,7 +33,7 @@ pub const FRAME_MAGIC: u32 = u32::from_le_bytes(*b"RSYN");
 /// Magic of a padding marker.
 pub const PAD_MAGIC: u32 = u32::from_le_bytes(*b"RSPD");
 /// Protocol version written in every frame.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 /// Bytes of the fixed header.
 pub const HEADER_LEN: usize = 64;
 /// Bytes of the CRC trailer.
@@ -51,7 +52,9 @@ pub const FLAG_BATCH_END: u16 = 1;
 pub const FLAG_MORE: u16 = 2;
 /// This frame continues a value started by an earlier frame.
 pub const FLAG_CONTINUATION: u16 = 4;
-const KNOWN_FLAGS: u16 = FLAG_BATCH_END | FLAG_MORE | FLAG_CONTINUATION;
+/// A value frame carrying a string's bytes, not a DUMP payload.
+pub const FLAG_RAW_STRING: u16 = 8;
+const KNOWN_FLAGS: u16 = FLAG_BATCH_END | FLAG_MORE | FLAG_CONTINUATION | FLAG_RAW_STRING;
 
 /// What a frame carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -333,7 +336,7 @@ fn check_lengths(h: &FrameHeader, len: usize) -> Result<(), WireError> {
         ));
     }
     let chunked = h.flags & (FLAG_MORE | FLAG_CONTINUATION) != 0;
-    if h.kind != FrameKind::Value && (value != 0 || chunked) {
+    if h.kind != FrameKind::Value && (value != 0 || chunked || h.flags & FLAG_RAW_STRING != 0) {
         return Err(WireError::BadLength("only value frames carry values"));
     }
     if matches!(h.kind, FrameKind::Value | FrameKind::Delete) == (key == 0) {
@@ -398,9 +401,13 @@ pub fn entry_header(entry: &Entry) -> (FrameHeader, &[u8], &[u8]) {
             key,
             payload,
             expiry_ms,
+            encoding,
         } => {
             h.kind = FrameKind::Value;
             h.expiry_ms = expiry_ms.unwrap_or(0);
+            if *encoding == crate::entry::Encoding::RawString {
+                h.flags |= FLAG_RAW_STRING;
+            }
             (key, payload)
         }
         Op::Delete { key } => (key, &[]),
@@ -500,6 +507,7 @@ mod tests {
                 key: key.to_vec(),
                 payload: payload.to_vec(),
                 expiry_ms: Some(1_700_000_000_000),
+                encoding: crate::entry::Encoding::Dump,
             },
         }
     }
@@ -584,12 +592,18 @@ mod tests {
             (
                 proptest::collection::vec(any::<u8>(), 1..40),
                 proptest::collection::vec(any::<u8>(), 0..300),
-                proptest::option::of(1u64..u64::MAX)
+                proptest::option::of(1u64..u64::MAX),
+                any::<bool>()
             )
-                .prop_map(|(key, payload, expiry_ms)| Op::Value {
+                .prop_map(|(key, payload, expiry_ms, raw)| Op::Value {
                     key,
                     payload,
-                    expiry_ms
+                    expiry_ms,
+                    encoding: if raw {
+                        crate::entry::Encoding::RawString
+                    } else {
+                        crate::entry::Encoding::Dump
+                    },
                 }),
             proptest::collection::vec(any::<u8>(), 1..40).prop_map(|key| Op::Delete { key }),
             Just(Op::FlushDb),
