@@ -38,12 +38,7 @@ fn entry(shared: &Shared, db: u32, stamp: Stamp, op: Op) -> Entry {
 /// The key's value as read, or its deletion.
 fn op_of(key: Vec<u8>, snap: Option<Snapshot>) -> Op {
     match snap {
-        Some(snap) => Op::Value {
-            key,
-            payload: snap.payload,
-            expiry_ms: snap.expiry_ms,
-            encoding: snap.encoding,
-        },
+        Some(snap) => snap.into_op(key),
         None => Op::Delete { key },
     }
 }

@@ -93,16 +93,7 @@ impl FullSync {
                         _ => Stamp::new(0, me),
                     };
                     if let Some(snap) = reader.dump(&key) {
-                        out.push((
-                            *db,
-                            stamp,
-                            Op::Value {
-                                key,
-                                payload: snap.payload,
-                                expiry_ms: snap.expiry_ms,
-                                encoding: snap.encoding,
-                            },
-                        ));
+                        out.push((*db, stamp, snap.into_op(key)));
                     }
                 }
                 server::select_db(reader.ctx(), original);

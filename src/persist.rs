@@ -14,6 +14,7 @@ use redis_module::raw;
 
 use crate::catchup::STATE;
 use crate::version::{KeyVersion, Stamp, VersionStore};
+use crate::wire::{u32_at, u64_at};
 
 /// Format of the aux payload this build writes and reads.
 const FORMAT: u64 = 1;
@@ -85,17 +86,10 @@ pub fn decode_into(blob: &[u8], store: &mut VersionStore) -> Result<(), DecodeEr
             at,
             what: "truncated header",
         })?;
-        let u32_at =
-            |o: usize| u32::from_le_bytes([head[o], head[o + 1], head[o + 2], head[o + 3]]);
-        let u64_at = |o: usize| {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(&head[o..o + 8]);
-            u64::from_le_bytes(b)
-        };
         let tag = head[0];
-        let db = u32_at(1);
-        let stamp = Stamp::new(u64_at(5), u64_at(13));
-        let key_len = u32_at(21) as usize;
+        let db = u32_at(head, 1);
+        let stamp = Stamp::new(u64_at(head, 5), u64_at(head, 13));
+        let key_len = u32_at(head, 21) as usize;
         let key_start = at + RECORD_HEAD;
         let key = blob
             .get(key_start..key_start.saturating_add(key_len))

@@ -4,7 +4,7 @@
 
 use redis_module::{CallOptions, CallOptionsBuilder, CallReply, CallResult, Context};
 
-use crate::entry::Encoding;
+use crate::entry::{Encoding, Op};
 use crate::server;
 
 /// A key's value as shipped: a string's bytes or a DUMP payload, and its
@@ -16,6 +16,18 @@ pub struct Snapshot {
     pub expiry_ms: Option<u64>,
     /// How `payload` holds the value.
     pub encoding: Encoding,
+}
+
+impl Snapshot {
+    /// The change that ships this value for `key`.
+    pub fn into_op(self, key: Vec<u8>) -> Op {
+        Op::Value {
+            key,
+            payload: self.payload,
+            expiry_ms: self.expiry_ms,
+            encoding: self.encoding,
+        }
+    }
 }
 
 /// Keyspace reads in the database currently selected on `ctx`.

@@ -198,10 +198,12 @@ pub const fn frame_len(key_len: usize, value_len: usize) -> usize {
 fn u16_at(b: &[u8], o: usize) -> u16 {
     u16::from_le_bytes([b[o], b[o + 1]])
 }
-fn u32_at(b: &[u8], o: usize) -> u32 {
+/// The little-endian `u32` at `b[o..o + 4]` (the caller checked the length).
+pub(crate) fn u32_at(b: &[u8], o: usize) -> u32 {
     u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
 }
-fn u64_at(b: &[u8], o: usize) -> u64 {
+/// The little-endian `u64` at `b[o..o + 8]` (the caller checked the length).
+pub(crate) fn u64_at(b: &[u8], o: usize) -> u64 {
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[o..o + 8]);
     u64::from_le_bytes(a)
