@@ -100,8 +100,8 @@ pub fn decode_into(blob: &[u8], store: &mut VersionStore) -> Result<(), DecodeEr
         match tag {
             TAG_LIVE => store.record_write(db, key, stamp),
             TAG_TOMBSTONE => store.record_delete(db, key, stamp, 0),
-            TAG_FLOOR => store.restore_floor(Some(db), stamp),
-            TAG_FLOOR_ALL => store.restore_floor(None, stamp),
+            TAG_FLOOR => store.raise_floor(Some(db), stamp),
+            TAG_FLOOR_ALL => store.raise_floor(None, stamp),
             _ => {
                 return Err(DecodeError {
                     at,

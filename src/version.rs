@@ -257,13 +257,7 @@ impl VersionStore {
     /// floor, forgets every version older than it, and returns the live keys
     /// written after it (they survive the flush).
     pub fn flush(&mut self, db: Option<u32>, stamp: Stamp) -> Vec<(u32, Box<[u8]>)> {
-        match db {
-            Some(d) => {
-                let dbv = self.dbs.entry(d).or_default();
-                dbv.floor = dbv.floor.max(stamp);
-            }
-            None => self.floor_all = self.floor_all.max(stamp),
-        }
+        self.raise_floor(db, stamp);
         let mut survivors = Vec::new();
         let mut removed_tombstones = 0;
         for (&d, dbv) in self.dbs.iter_mut() {
@@ -377,8 +371,9 @@ impl VersionStore {
             .flat_map(|(&db, d)| d.keys.iter().map(move |(k, v)| (db, &**k, *v)))
     }
 
-    /// Restores a floor read back from persistence.
-    pub(crate) fn restore_floor(&mut self, db: Option<u32>, stamp: Stamp) {
+    /// Raises the floor of `db` (`None`: FLUSHALL's) to `stamp`; also how
+    /// persistence restores floors.
+    pub(crate) fn raise_floor(&mut self, db: Option<u32>, stamp: Stamp) {
         match db {
             Some(d) => {
                 let dbv = self.dbs.entry(d).or_default();
