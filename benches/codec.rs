@@ -108,7 +108,7 @@ mod pure {
             let src = value(size);
             g.throughput(Throughput::Bytes(size as u64));
             g.bench_function(BenchmarkId::from_parameter(label), |b| {
-                b.iter(|| crc32c::crc32c(black_box(&src)))
+                b.iter(|| rdmasync::wire::checksum(black_box(&src)))
             });
         }
         g.finish();
