@@ -98,6 +98,37 @@ fn push(
     Ok(())
 }
 
+/// Keys read together (one MGET for their strings), at most.
+const READ_RUN: usize = 256;
+
+/// Consecutive changed keys of one database, read together.
+struct ReadRun {
+    db: u32,
+    keys: Vec<Vec<u8>>,
+}
+
+impl ReadRun {
+    /// Reads the keys, stamps each change in order and records its version.
+    fn ship(&mut self, reader: &Reader, shared: &Shared, st: &mut Replication, out: &mut Vec<Entry>) {
+        if self.keys.is_empty() {
+            return;
+        }
+        let db = self.db;
+        server::select_db(reader.ctx(), db);
+        let keys = std::mem::take(&mut self.keys);
+        let snaps = reader.dump_many(&keys);
+        for (key, snap) in keys.into_iter().zip(snaps) {
+            let stamp = Stamp::new(shared.clock.now(), shared.node_id);
+            if snap.is_some() {
+                st.versions.record_write(db, &key, stamp);
+            } else {
+                st.versions.record_delete(db, &key, stamp, 0);
+            }
+            out.push(entry(shared, db, stamp, op_of(key, snap)));
+        }
+    }
+}
+
 /// Stamps new local changes and records their versions; returns the
 /// entries to ship now (`direct`) or defers them to the backlog.
 fn record_local(
@@ -109,28 +140,33 @@ fn record_local(
 ) -> Vec<Entry> {
     let mut entries = Vec::new();
     let mut deferred = Vec::new();
+    let mut run = ReadRun {
+        db: 0,
+        keys: Vec::new(),
+    };
     for op in ops {
+        if direct {
+            if let PendingOp::Key { db, key } = op {
+                if db != run.db || run.keys.len() >= READ_RUN {
+                    run.ship(reader, shared, st, &mut entries);
+                    run.db = db;
+                }
+                run.keys.push(key);
+                continue;
+            }
+            // Everything before this op is stamped before it.
+            run.ship(reader, shared, st, &mut entries);
+        }
         let stamp = Stamp::new(shared.clock.now(), shared.node_id);
         match op {
             PendingOp::Key { db, key } => {
                 server::select_db(reader.ctx(), db);
-                if direct {
-                    let snap = reader.dump(&key);
-                    if snap.is_some() {
-                        st.versions.record_write(db, &key, stamp);
-                    } else {
-                        st.versions.record_delete(db, &key, stamp, 0);
-                    }
-                    let op = op_of(key, snap);
-                    entries.push(entry(shared, db, stamp, op));
+                if reader.exists(&key) {
+                    st.versions.record_write(db, &key, stamp);
                 } else {
-                    if reader.exists(&key) {
-                        st.versions.record_write(db, &key, stamp);
-                    } else {
-                        st.versions.record_delete(db, &key, stamp, 0);
-                    }
-                    deferred.push(PendingOp::Key { db, key });
+                    st.versions.record_delete(db, &key, stamp, 0);
                 }
+                deferred.push(PendingOp::Key { db, key });
             }
             PendingOp::FlushDb(db) => {
                 st.versions.flush(Some(db), stamp);
@@ -158,6 +194,7 @@ fn record_local(
             }
         }
     }
+    run.ship(reader, shared, st, &mut entries);
     if !deferred.is_empty() {
         st.defer(deferred);
     }
