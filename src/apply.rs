@@ -233,6 +233,58 @@ fn restore(
     }
 }
 
+/// String values without expiry, consecutive in a batch and of one
+/// database, written with one MSET (the same effect as one SET each).
+struct MsetRun<'a> {
+    db: u32,
+    /// key, value, key, value, ...
+    args: Vec<&'a [u8]>,
+}
+
+impl<'a> MsetRun<'a> {
+    /// Keys per MSET, at most.
+    const MAX_KEYS: usize = 256;
+
+    /// Whether `e` may join the run: a plain string value of the run's
+    /// database (or any database while the run is empty), with room left.
+    fn admits(&self, e: &Entry) -> bool {
+        let plain = matches!(
+            e.op,
+            Op::Value {
+                encoding: Encoding::RawString,
+                expiry_ms: None,
+                ..
+            }
+        );
+        plain && (self.args.is_empty() || (self.db == e.db && self.args.len() < 2 * Self::MAX_KEYS))
+    }
+
+    fn push(&mut self, db: u32, key: &'a [u8], value: &'a [u8]) {
+        self.db = db;
+        self.args.push(key);
+        self.args.push(value);
+    }
+
+    /// Writes the run; on failure, how many keys were lost and why.
+    fn write(
+        &mut self,
+        ctx: &Context,
+        opts: &CallOptions,
+    ) -> std::result::Result<(), (u64, String)> {
+        if self.args.is_empty() {
+            return Ok(());
+        }
+        let keys = (self.args.len() / 2) as u64;
+        let result = if server::select_db(ctx, self.db) {
+            run(ctx, opts, "MSET", &self.args)
+        } else {
+            Err(format!("no database {}", self.db))
+        };
+        self.args.clear();
+        result.map_err(|msg| (keys, msg))
+    }
+}
+
 /// A remote FLUSHDB/FLUSHALL: removes what is older than it and keeps the
 /// keys this node wrote (or applied) after it.
 fn apply_flush(
@@ -279,12 +331,13 @@ fn apply_flush(
     Ok(Outcome::Applied)
 }
 
-fn apply_entry(
+fn apply_entry<'a>(
     ctx: &Context,
     opts: &CallOptions,
     st: &mut Replication,
     me: u64,
-    e: &Entry,
+    e: &'a Entry,
+    mset: &mut MsetRun<'a>,
 ) -> std::result::Result<Outcome, String> {
     let stamp = Stamp::new(e.clock, e.origin);
     match &e.op {
@@ -318,7 +371,11 @@ fn apply_entry(
             encoding,
         } => match decide(st, key) {
             Decision::Apply => {
-                restore(ctx, opts, key, payload, *expiry_ms, *encoding)?;
+                if mset.admits(e) {
+                    mset.push(e.db, key, payload);
+                } else {
+                    restore(ctx, opts, key, payload, *expiry_ms, *encoding)?;
+                }
                 if expiry_ms.is_some_and(|at| at <= unix_ms()) {
                     // Already expired: RESTORE did not create it.
                     st.versions
@@ -374,9 +431,20 @@ fn apply_batch(ctx: &Context, shared: &Shared, batch: &Batch) {
     let mut st = STATE.lock();
     let (mut failed, mut discarded, mut duplicates) = (0, 0, 0);
     let mut newest = 0;
+    let mut mset = MsetRun {
+        db: 0,
+        args: Vec::new(),
+    };
     for e in &batch.entries {
         newest = newest.max(e.clock);
-        match apply_entry(ctx, &opts, &mut st, shared.node_id, e) {
+        if !mset.admits(e) {
+            // Writes stay in batch order: the run goes first.
+            if let Err((keys, msg)) = mset.write(ctx, &opts) {
+                failed += keys;
+                shared.stats.set_error(format!("apply: {msg}"));
+            }
+        }
+        match apply_entry(ctx, &opts, &mut st, shared.node_id, e, &mut mset) {
             Ok(Outcome::Discarded) => discarded += 1,
             Ok(Outcome::Duplicate) => duplicates += 1,
             Ok(Outcome::Applied | Outcome::Notice) => {}
@@ -385,6 +453,10 @@ fn apply_batch(ctx: &Context, shared: &Shared, batch: &Batch) {
                 shared.stats.set_error(format!("apply: {msg}"));
             }
         }
+    }
+    if let Err((keys, msg)) = mset.write(ctx, &opts) {
+        failed += keys;
+        shared.stats.set_error(format!("apply: {msg}"));
     }
     drop(st);
     drop(suppressed);

@@ -109,7 +109,13 @@ struct ReadRun {
 
 impl ReadRun {
     /// Reads the keys, stamps each change in order and records its version.
-    fn ship(&mut self, reader: &Reader, shared: &Shared, st: &mut Replication, out: &mut Vec<Entry>) {
+    fn ship(
+        &mut self,
+        reader: &Reader,
+        shared: &Shared,
+        st: &mut Replication,
+        out: &mut Vec<Entry>,
+    ) {
         if self.keys.is_empty() {
             return;
         }

@@ -117,9 +117,8 @@ impl<'a> Reader<'a> {
         if keys.is_empty() {
             return Vec::new();
         }
-        let Ok(CallReply::Array(reply)) = self
-            .ctx
-            .call_ext::<_, CallResult>("MGET", &self.opts, keys)
+        let Ok(CallReply::Array(reply)) =
+            self.ctx.call_ext::<_, CallResult>("MGET", &self.opts, keys)
         else {
             return vec![None; keys.len()];
         };

@@ -310,6 +310,75 @@ fn multi_exec_is_applied_atomically() {
     pair.wait_converged(SETTLE);
 }
 
+/// B writes consecutive plain strings of one batch with one MSET; every
+/// other entry (another database, an expiry, another type, SWAPDB, DEL)
+/// must still land in the order A made the changes.
+#[test]
+fn a_batch_mixing_strings_with_other_changes_applies_in_order() {
+    let pair = Pair::start();
+    let mut a = pair.a.conn();
+    let q = |c: &mut redis::Connection, args: &[&str]| {
+        let mut cmd = redis::cmd(args[0]);
+        for x in &args[1..] {
+            cmd.arg(*x);
+        }
+        cmd.query::<redis::Value>(c).unwrap();
+    };
+    q(&mut a, &["SET", "before", "x"]);
+    wait_value(&pair.b, "before", "x");
+    // One transaction: one event-loop iteration, one batch on the wire.
+    let mut p = redis::pipe();
+    p.atomic();
+    for args in [
+        &["SET", "s1", "a"][..],
+        &["SET", "s2", "b"],
+        &["RPUSH", "l", "x", "y"],
+        &["SET", "s3", "c"],
+        &["SET", "ttl", "t", "PX", "600000"],
+        &["SET", "s4", "d"],
+        &["SELECT", "1"],
+        &["SET", "s1", "in-db1"],
+        &["SET", "s5", "e"],
+        &["SELECT", "0"],
+        &["DEL", "before"],
+        &["SET", "s6", "f"],
+        // Moves s1..s6 (written above) to database 2 (the capture ships
+        // them after the swap, in database 2).
+        &["SWAPDB", "0", "2"],
+        &["SET", "after-swap", "g"],
+    ] {
+        let mut cmd = redis::cmd(args[0]);
+        for x in &args[1..] {
+            cmd.arg(*x);
+        }
+        p.add_command(cmd).ignore();
+    }
+    let _: () = p.query(&mut a).unwrap();
+    pair.wait_converged(SETTLE);
+    let mut b = pair.b.conn();
+    q(&mut b, &["SELECT", "2"]);
+    let got: Vec<Option<String>> = redis::cmd("MGET")
+        .arg(&["s1", "s2", "s3", "s4", "s6", "before"])
+        .query(&mut b)
+        .unwrap();
+    let want = ["a", "b", "c", "d", "f"].map(|v| Some(v.to_owned()));
+    assert_eq!(&got[..5], &want[..]);
+    assert_eq!(got[5], None);
+    let ttl: i64 = redis::cmd("PTTL").arg("ttl").query(&mut b).unwrap();
+    assert!(ttl > 500_000, "ttl: {ttl}");
+    let len: i64 = redis::cmd("LLEN").arg("l").query(&mut b).unwrap();
+    assert_eq!(len, 2);
+    q(&mut b, &["SELECT", "0"]);
+    let got: Vec<Option<String>> = redis::cmd("MGET")
+        .arg(&["after-swap", "s1"])
+        .query(&mut b)
+        .unwrap();
+    assert_eq!(got, [Some("g".to_owned()), None]);
+    q(&mut b, &["SELECT", "1"]);
+    let got: Vec<Option<String>> = redis::cmd("MGET").arg(&["s1", "s5"]).query(&mut b).unwrap();
+    assert_eq!(got, [Some("in-db1".to_owned()), Some("e".to_owned())]);
+}
+
 #[test]
 fn mixed_workload_from_both_sides_converges() {
     let pair = Pair::start();
