@@ -69,10 +69,14 @@ pub enum Decision {
     Duplicate,
 }
 
+/// A key as the version map holds it: up to 24 bytes inside the table
+/// entry itself, longer ones on the heap. Hashes and compares as `[u8]`.
+type KeyBytes = smallvec::SmallVec<[u8; 24]>;
+
 /// Versions of one database.
 #[derive(Debug, Default, Clone)]
 struct DbVersions {
-    keys: HashMap<Box<[u8]>, KeyVersion>,
+    keys: HashMap<KeyBytes, KeyVersion>,
     /// Stamp of the newest FLUSHDB of this database.
     floor: Stamp,
 }
@@ -268,7 +272,7 @@ impl VersionStore {
                 let keep = v.stamp() > stamp;
                 if keep {
                     if let KeyVersion::Live(_) = v {
-                        survivors.push((d, key.clone()));
+                        survivors.push((d, Box::from(key.as_slice())));
                     }
                 } else if matches!(v, KeyVersion::Deleted { .. }) {
                     removed_tombstones += 1;
@@ -309,12 +313,12 @@ impl VersionStore {
             let Some(keys) = dbs.get_mut(db).map(|d| &mut d.keys) else {
                 return false;
             };
-            match keys.get(key) {
+            match keys.get(&key[..]) {
                 Some(KeyVersion::Deleted { gc_after, .. }) => {
                     let ours = *gc_after != GC_AT_NEXT_ACK && *gc_after <= acked;
                     let theirs = *gc_after == GC_AT_NEXT_ACK && acked_remote;
                     if *gc_after != 0 && (ours || theirs) {
-                        keys.remove(key);
+                        keys.remove(&key[..]);
                         collected += 1;
                         false
                     } else {
@@ -368,7 +372,7 @@ impl VersionStore {
     pub(crate) fn records(&self) -> impl Iterator<Item = (u32, &[u8], KeyVersion)> {
         self.dbs
             .iter()
-            .flat_map(|(&db, d)| d.keys.iter().map(move |(k, v)| (db, &**k, *v)))
+            .flat_map(|(&db, d)| d.keys.iter().map(move |(k, v)| (db, k.as_slice(), *v)))
     }
 
     /// Raises the floor of `db` (`None`: FLUSHALL's) to `stamp`; also how
