@@ -415,6 +415,14 @@ impl Delivery for Inbound<'_> {
         Ok(())
     }
 
+    fn idle_credit(&mut self) -> Option<u64> {
+        let due = self.credit.leftover(self.poller.head());
+        if let Some(h) = due {
+            self.credit.returned(h);
+        }
+        due
+    }
+
     fn credit(&mut self, head: u64) {
         self.shared.stats.ring_credit.store(head, Ordering::Relaxed);
         self.shared.queue.wake.wake();

@@ -632,6 +632,9 @@ pub(crate) fn receive(link: &RdmaLink, delivery: &mut dyn Delivery) -> Result<()
                 .into());
             }
             delivery.idle(last_rx)?;
+            if let Some(head) = delivery.idle_credit() {
+                link.return_credit(head)?;
+            }
             if link.flags.credit_waiting() {
                 if let Some(mut st) = link.send.try_lock() {
                     link.flush_credit(&mut st)?;
