@@ -429,6 +429,8 @@ fn apply_batch(ctx: &Context, shared: &Shared, batch: &Batch) {
     let original_db = server::selected_db(ctx);
     let suppressed = Suppressed::new();
     let mut st = STATE.lock();
+    st.versions
+        .warm(batch.entries.iter().filter_map(|e| Some((e.db, e.key()?))));
     let (mut failed, mut discarded, mut duplicates) = (0, 0, 0);
     let mut newest = 0;
     let mut mset = MsetRun {

@@ -122,6 +122,7 @@ impl ReadRun {
         let db = self.db;
         server::select_db(reader.ctx(), db);
         let keys = std::mem::take(&mut self.keys);
+        st.versions.warm(keys.iter().map(|k| (db, k.as_slice())));
         let snaps = reader.dump_many(&keys);
         for (key, snap) in keys.into_iter().zip(snaps) {
             let stamp = Stamp::new(shared.clock.now(), shared.node_id);
