@@ -299,6 +299,10 @@ impl VersionStore {
                 }
                 keep
             });
+            // Give the memory back (the table keeps its size through retain).
+            if dbv.keys.len() < dbv.keys.capacity() / 4 {
+                dbv.keys.shrink_to_fit();
+            }
         }
         self.tombstones -= removed_tombstones;
         survivors
@@ -564,6 +568,21 @@ mod tests {
         );
         assert!(s.is_empty());
         assert_eq!(s.newest_clock(), 20);
+    }
+
+    #[test]
+    fn flush_gives_the_memory_back() {
+        let mut s = VersionStore::new();
+        for i in 0..10_000u32 {
+            s.record_write(0, &i.to_le_bytes(), Stamp::new(1, A));
+        }
+        assert!(s.dbs[&0].keys.capacity() >= 10_000);
+        s.flush(Some(0), Stamp::new(2, A));
+        assert!(
+            s.dbs[&0].keys.capacity() < 100,
+            "{}",
+            s.dbs[&0].keys.capacity()
+        );
     }
 
     #[test]
