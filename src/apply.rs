@@ -164,7 +164,7 @@ fn apply_pending(ctx: &Context, shared: &Shared) {
     // Local changes made earlier in this event-loop iteration are stamped
     // (and shipped) before any remote entry is applied: a stamp taken after
     // applying would be newer than writes it did not see.
-    crate::capture::flush(ctx, shared);
+    crate::capture::flush_now(ctx, shared);
     let started = Instant::now();
     while let Some(batch) = queue.pop() {
         apply_batch(ctx, shared, &batch);

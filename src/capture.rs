@@ -5,14 +5,17 @@
 //! the change cannot ship now (link down, queue full, catching up) it joins
 //! the backlog, which drains in time slices, as does a full sync.
 
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
 use redis_module::Context;
 
 use crate::catchup::{CatchUp, Replication, STATE};
 use crate::entry::{Batch, Entry, Op};
 use crate::fullsync::{FullSync, Shipment};
 use crate::hook::{PendingOp, Suppressed, DIRTY, EXPIRED};
+use crate::hotkeys::{HotKeys, COSTLY_SNAPSHOT};
 use crate::runtime::Shared;
 use crate::server;
 use crate::snapshot::{Reader, Snapshot};
@@ -98,6 +101,10 @@ fn push(
     Ok(())
 }
 
+/// Keys resting after a costly snapshot (main thread only; taken after
+/// `DIRTY` when both are held).
+static HOT: LazyLock<Mutex<HotKeys>> = LazyLock::new(Mutex::default);
+
 /// Keys read together (one MGET for their strings), at most.
 const READ_RUN: usize = 256;
 
@@ -125,6 +132,13 @@ impl ReadRun {
         st.versions.warm(keys.iter().map(|k| (db, k.as_slice())));
         let snaps = reader.dump_many(&keys);
         for (key, snap) in keys.into_iter().zip(snaps) {
+            if let Some(cost) = snap
+                .as_ref()
+                .map(|s| s.read_time)
+                .filter(|&c| c >= COSTLY_SNAPSHOT)
+            {
+                HOT.lock().snapshotted(db, &key, cost, Instant::now());
+            }
             let stamp = Stamp::new(shared.clock.now(), shared.node_id);
             if snap.is_some() {
                 st.versions.record_write(db, &key, stamp);
@@ -332,16 +346,39 @@ fn on_link_up(shared: &Shared, st: &mut Replication, epoch: u64) {
     }
 }
 
-/// Ships what changed since the last call. Called before the event loop sleeps.
+/// Ships what changed since the last call, unless a key resting after a
+/// costly snapshot is among the changes: then they all wait, in order, for
+/// a later iteration (see `hotkeys`). Called before the event loop sleeps.
 pub fn flush(ctx: &Context, shared: &Shared) {
+    flush_changes(ctx, shared, true);
+}
+
+/// Ships every change now: local changes are stamped before any remote
+/// entry is applied.
+pub fn flush_now(ctx: &Context, shared: &Shared) {
+    flush_changes(ctx, shared, false);
+}
+
+fn flush_changes(ctx: &Context, shared: &Shared, may_wait: bool) {
+    let mut held = false;
     let ops = {
         let mut dirty = DIRTY.lock();
         if dirty.is_empty() {
+            Vec::new()
+        } else if may_wait && {
+            let mut hot = HOT.lock();
+            !hot.is_empty()
+                && hot.holds_back(Instant::now(), dirty.len(), |db, k| dirty.contains(db, k))
+        } {
+            held = true;
             Vec::new()
         } else {
             dirty.take()
         }
     };
+    if held {
+        Stats::add(&shared.stats.flushes_deferred, 1);
+    }
     if server::is_replica_or_loading() {
         // A replica's data comes from its master; it has nothing of its own to ship.
         Stats::add(&shared.stats.entries_dropped, ops.len() as u64);
@@ -358,7 +395,7 @@ pub fn flush(ctx: &Context, shared: &Shared) {
             || st.sync_requested
             || st.ack_due()
             || st.collection_due());
-    if ops.is_empty() && expired.is_empty() && !new_link && !busy {
+    if ops.is_empty() && expired.is_empty() && !new_link && !busy && !held {
         return;
     }
     // Snapshots and lazy expiry raise events that are not local writes.
@@ -415,6 +452,10 @@ pub fn flush(ctx: &Context, shared: &Shared) {
             }
             keep_awake(ctx, &mut st);
         }
+    }
+    if held {
+        // Come back when the rest may be over, even if no client writes.
+        keep_awake(ctx, &mut st);
     }
     server::select_db(ctx, original_db);
 }

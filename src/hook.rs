@@ -44,6 +44,11 @@ impl DirtySet {
         self.ops.is_empty()
     }
 
+    /// Whether `key` of `db` is pending.
+    pub fn contains(&self, db: u32, key: &[u8]) -> bool {
+        self.keys.get(&db).is_some_and(|k| k.contains(key))
+    }
+
     /// Ops pending.
     pub fn len(&self) -> usize {
         self.ops.len()

@@ -46,6 +46,7 @@ pub mod error;
 pub(crate) mod fullsync;
 pub mod handshake;
 pub(crate) mod hook;
+pub mod hotkeys;
 pub(crate) mod link;
 pub(crate) mod persist;
 pub mod poller;

@@ -2,6 +2,8 @@
 //! main thread: a key's DUMP payload and absolute expiry, whether it exists,
 //! one SCAN page, the number of databases. Callers set the echo guard.
 
+use std::time::{Duration, Instant};
+
 use redis_module::{CallOptions, CallOptionsBuilder, CallReply, CallResult, Context};
 
 use crate::entry::{Encoding, Op};
@@ -16,6 +18,8 @@ pub struct Snapshot {
     pub expiry_ms: Option<u64>,
     /// How `payload` holds the value.
     pub encoding: Encoding,
+    /// How long the read took (DUMPs only; zero for strings).
+    pub read_time: Duration,
 }
 
 impl Snapshot {
@@ -60,6 +64,7 @@ impl<'a> Reader<'a> {
         let args: [&[u8]; 1] = [key];
         // Strings travel as their bytes (GET, applied with SET); the rest as
         // DUMP payloads (applied with RESTORE).
+        let started = Instant::now();
         let (command, encoding) = if info.is_string() {
             ("GET", Encoding::RawString)
         } else {
@@ -76,6 +81,7 @@ impl<'a> Reader<'a> {
             payload,
             expiry_ms: info.expiry_ms,
             encoding,
+            read_time: started.elapsed(),
         })
     }
 
@@ -97,15 +103,18 @@ impl<'a> Reader<'a> {
                 if !info.exists() {
                     return None;
                 }
-                let (payload, encoding) = if info.is_string() {
-                    (values.next()??, Encoding::RawString)
+                let started = Instant::now();
+                let (payload, encoding, read_time) = if info.is_string() {
+                    (values.next()??, Encoding::RawString, Duration::ZERO)
                 } else {
-                    (self.dump_payload(key)?, Encoding::Dump)
+                    let payload = self.dump_payload(key)?;
+                    (payload, Encoding::Dump, started.elapsed())
                 };
                 Some(Snapshot {
                     payload,
                     expiry_ms: info.expiry_ms,
                     encoding,
+                    read_time,
                 })
             })
             .collect()

@@ -53,6 +53,8 @@ pub struct Stats {
     pub apply_errors: AtomicU64,
     /// Batches that found the queue full (their keys stay dirty and retry).
     pub queue_overflows: AtomicU64,
+    /// Flushes held back because a costly key was snapshotted too recently.
+    pub flushes_deferred: AtomicU64,
     /// Entries not replicated because the link was down (no catch-up yet).
     pub entries_dropped: AtomicU64,
     /// Entries refused because no frame can carry them (key too large).
@@ -222,6 +224,7 @@ pub fn status_fields(
         ("apply_errors", c(&stats.apply_errors)),
         ("queue_depth", Field::Int(queue_depth as i64)),
         ("queue_overflows", c(&stats.queue_overflows)),
+        ("flushes_deferred", c(&stats.flushes_deferred)),
         ("entries_dropped", c(&stats.entries_dropped)),
         ("entries_refused", c(&stats.entries_refused)),
         ("ring_used_bytes", Field::Int(stats.ring_used() as i64)),

@@ -1,0 +1,88 @@
+//! A large collection rewritten by every command rests between snapshots
+//! (see src/hotkeys.rs): the flushes that include it wait, so writes made
+//! after it never reach the peer before it, and both nodes still converge.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{wait_until, Pair};
+
+const SETTLE: Duration = Duration::from_secs(20);
+
+#[test]
+fn a_costly_hot_key_rests_and_later_writes_never_overtake_it() {
+    let pair = Pair::start();
+    let mut a = pair.a.conn();
+    // A hash large enough that its DUMP is costly.
+    for chunk in 0..40 {
+        let mut cmd = redis::cmd("HSET");
+        cmd.arg("big");
+        for i in 0..1000 {
+            cmd.arg(format!("seed:{chunk}:{i}")).arg("x".repeat(32));
+        }
+        let _: i64 = cmd.query(&mut a).unwrap();
+    }
+    pair.wait_converged(SETTLE);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let checker = {
+        let stop = stop.clone();
+        let mut b = pair.b.conn();
+        std::thread::spawn(move || {
+            let (mut checks, mut overtaken) = (0u64, Vec::new());
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let seen: Option<u64> = redis::cmd("GET").arg("marker").query(&mut b).unwrap();
+                let Some(m) = seen else { continue };
+                // The field was written before the marker, in an earlier command.
+                let has: bool = redis::cmd("HEXISTS")
+                    .arg("big")
+                    .arg(format!("f:{m}"))
+                    .query(&mut b)
+                    .unwrap();
+                checks += 1;
+                if !has {
+                    overtaken.push(m);
+                }
+            }
+            (checks, overtaken)
+        })
+    };
+    for i in 0..3000u64 {
+        let _: i64 = redis::cmd("HSET")
+            .arg("big")
+            .arg(format!("f:{i}"))
+            .arg(i)
+            .query(&mut a)
+            .unwrap();
+        let _: () = redis::cmd("SET")
+            .arg("marker")
+            .arg(i)
+            .query(&mut a)
+            .unwrap();
+    }
+    let b_has_last = wait_until(SETTLE, || {
+        redis::cmd("GET")
+            .arg("marker")
+            .query::<Option<u64>>(&mut pair.b.conn())
+            .unwrap()
+            == Some(2999)
+    });
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (checks, overtaken) = checker.join().unwrap();
+    assert!(
+        b_has_last,
+        "B never got the last marker: {:?}",
+        pair.b.status()
+    );
+    assert!(checks > 10, "only {checks} checks");
+    assert!(
+        overtaken.is_empty(),
+        "markers seen before their field: {overtaken:?}"
+    );
+    assert!(
+        pair.a.stat("flushes_deferred") > 0,
+        "the big hash never rested: {:?}",
+        pair.a.status()
+    );
+    pair.wait_converged(SETTLE);
+}
