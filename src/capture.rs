@@ -12,6 +12,7 @@ use parking_lot::Mutex;
 use redis_module::Context;
 
 use crate::catchup::{CatchUp, Replication, STATE};
+use crate::clock::HybridClock;
 use crate::entry::{Batch, Entry, Op};
 use crate::fullsync::{FullSync, Shipment};
 use crate::hook::{PendingOp, Suppressed, DIRTY, EXPIRED};
@@ -131,6 +132,7 @@ impl ReadRun {
         let keys = std::mem::take(&mut self.keys);
         st.versions.warm(keys.iter().map(|k| (db, k.as_slice())));
         let snaps = reader.dump_many(&keys);
+        let wall = HybridClock::wall();
         for (key, snap) in keys.into_iter().zip(snaps) {
             if let Some(cost) = snap
                 .as_ref()
@@ -139,7 +141,7 @@ impl ReadRun {
             {
                 HOT.lock().snapshotted(db, &key, cost, Instant::now());
             }
-            let stamp = Stamp::new(shared.clock.now(), shared.node_id);
+            let stamp = Stamp::new(shared.clock.tick(wall), shared.node_id);
             if snap.is_some() {
                 st.versions.record_write(db, &key, stamp);
             } else {

@@ -45,7 +45,13 @@ impl HybridClock {
         self.tick(pack_millis(wall_millis()))
     }
 
-    /// `now` with an explicit wall-clock reading (packed), for tests.
+    /// The wall clock, packed: one reading shared by many [`Self::tick`]s.
+    pub fn wall() -> u64 {
+        pack_millis(wall_millis())
+    }
+
+    /// `now` with an explicit wall-clock reading (packed): many stamps in
+    /// a row from one reading of the wall clock.
     pub fn tick(&self, wall: u64) -> u64 {
         let mut prev = self.last.load(Ordering::Relaxed);
         loop {

@@ -103,10 +103,10 @@ impl<'a> Reader<'a> {
                 if !info.exists() {
                     return None;
                 }
-                let started = Instant::now();
                 let (payload, encoding, read_time) = if info.is_string() {
                     (values.next()??, Encoding::RawString, Duration::ZERO)
                 } else {
+                    let started = Instant::now();
                     let payload = self.dump_payload(key)?;
                     (payload, Encoding::Dump, started.elapsed())
                 };
