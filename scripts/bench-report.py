@@ -75,18 +75,23 @@ if rows:
     say("per-round ratios (module and plain run back to back), and their range across rounds.")
     say("`set`, `hset`, `lpush` are redis-benchmark's own tests (-r 100000): hset and lpush write")
     say("ONE key (`myhash`, `mylist`) that grows during the run (run with a fifth of the requests);")
-    say("`*-keys` spread the same command over 100000 small keys.")
+    say("`*-keys` spread the same command over 100000 small keys. For scale, the last two")
+    say("columns run the same load on a plain master with a REPLICAOF replica attached (the")
+    say("replica also shares the 2 cores): what Redis's own replication costs on this host.")
     say("")
-    say("| test | pipeline | module req/s | plain req/s | ratio | range (rounds) |")
-    say("|---|---:|---:|---:|---:|---|")
+    say("| test | pipeline | module req/s | plain req/s | ratio | range (rounds) | REPLICAOF master req/s | REPLICAOF ratio |")
+    say("|---|---:|---:|---:|---:|---|---:|---:|")
     with open(path("plot", "overhead.dat"), "w") as f:
         for (t, pl), by_round in rows.items():
             mod = [v["module"] for v in by_round.values() if "module" in v]
             pla = [v["plain"] for v in by_round.values() if "plain" in v]
-            ratios = [v["module"] / v["plain"] for v in by_round.values() if len(v) == 2]
+            rep = [v["replicaof"] for v in by_round.values() if "replicaof" in v]
+            ratios = [v["module"] / v["plain"] for v in by_round.values() if "module" in v and "plain" in v]
+            rep_ratios = [v["replicaof"] / v["plain"] for v in by_round.values() if "replicaof" in v and "plain" in v]
+            rep_cols = f"{med(rep):,.0f} | {med(rep_ratios):.3f}" if rep_ratios else "- | -"
             say(
                 f"| {t} | {pl} | {med(mod):,.0f} | {med(pla):,.0f} | {med(ratios):.3f} | "
-                f"{min(ratios):.3f}-{max(ratios):.3f} ({len(ratios)}) |"
+                f"{min(ratios):.3f}-{max(ratios):.3f} ({len(ratios)}) | {rep_cols} |"
             )
             f.write(f'"{t} P{pl}" {med(ratios):.4f} {min(ratios):.4f} {max(ratios):.4f}\n')
 

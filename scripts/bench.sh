@@ -142,17 +142,17 @@ bench_one() { # port test pipeline
 for r in $(seq "$ROUNDS"); do
   for pl in 1 16; do
     for t in set hset lpush hset-keys lpush-keys; do
-      order=(module plain); [ $((r % 2)) = 0 ] && order=(plain module)
+      order=(module plain replicaof); [ $((r % 2)) = 0 ] && order=(replicaof plain module)
       for who in "${order[@]}"; do
-        flush $PA $PP
-        port=$PP; [ "$who" = module ] && port=$PA
+        flush $PA $PP $PM
+        case $who in module) port=$PA ;; plain) port=$PP ;; replicaof) port=$PM ;; esac
         rps=$(bench_one $port $t $pl)
         echo "$t,$pl,$r,$who,$rps" | tee -a "$OUT/overhead.csv"
       done
     done
   done
 done
-flush $PA $PP
+flush $PA $PP $PM
 
 # 2. Replication lag, module pair and REPLICAOF pair alternating.
 echo "== replication lag ($PROBES probes at 1000/s; loaded: $BG_RATE bg writes/s)"
