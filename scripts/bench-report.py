@@ -95,6 +95,40 @@ if rows:
             )
             f.write(f'"{t} P{pl}" {med(ratios):.4f} {min(ratios):.4f} {max(ratios):.4f}\n')
 
+# 1b. CPU per request (less noisy than req/s on shared cores).
+cpu = {}
+if os.path.exists(path("cpu.csv")):
+    for line in read("cpu.csv").splitlines()[1:]:
+        try:
+            t, pl, r, who, n, s_ns, p_ns = line.split(",")
+            n = int(n)
+            cpu.setdefault((t, int(pl)), {}).setdefault(who, []).append(
+                (int(s_ns) / n, int(p_ns) / n)
+            )
+        except ValueError:
+            pass
+if cpu:
+    say("")
+    say("### CPU per request (ns on CPU, all threads, median over rounds)")
+    say("")
+    say("The written server and its peer, over the run (for the module, until B applied")
+    say("everything), per request sent. Unlike req/s, this does not depend on how much of")
+    say("the 2 cores the other processes left: it is the work each setup does per write.")
+    say("'A+B / plain' is the module pair's total over the plain server's; 'M+R / plain' the")
+    say("same for the REPLICAOF pair.")
+    say("")
+    say("| test | pipeline | plain | module A | module B | A+B / plain | REPLICAOF M | REPLICAOF R | M+R / plain |")
+    say("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for (t, pl), by in cpu.items():
+        def m(who, i):
+            return med([x[i] for x in by.get(who, [])])
+        plain, a, b = m("plain", 0), m("module", 0), m("module", 1)
+        mm, rr = m("replicaof", 0), m("replicaof", 1)
+        say(
+            f"| {t} | {pl} | {plain:,.0f} | {a:,.0f} | {b:,.0f} | {(a + b) / plain:.2f} | "
+            f"{mm:,.0f} | {rr:,.0f} | {(mm + rr) / plain:.2f} |"
+        )
+
 # 2. Replication lag.
 runs = {}
 sends = {}

@@ -127,11 +127,22 @@ cat "$OUT/idle.txt"
 # 1. Write-path overhead, module node and plain node alternating.
 echo "== write-path overhead (redis-benchmark, 50 clients, $ROUNDS rounds)"
 echo "test,pipeline,round,server,rps" > "$OUT/overhead.csv"
+# CPU cost per request: on-CPU ns of every thread of the written server and of
+# its peer (B, or the REPLICAOF replica) over the run (and, for the module, until
+# B has applied it all), divided by the requests redis-benchmark sent.
+echo "test,pipeline,round,server,requests,server_ns,peer_ns" > "$OUT/cpu.csv"
+proc_ns() { # port -> on-CPU ns of all its threads (0 for no port)
+  [ -n "${1:-}" ] || { echo 0; return; }
+  cat /proc/"$(pid "$1")"/task/*/schedstat 2>/dev/null | awk '{ t += $1 } END { printf "%d\n", t }'; }
+requests() { # test pipeline
+  local n=$N1; [ "$2" = 16 ] && n=$N16
+  # hset and lpush grow ONE key by n elements (a whole-key copy per shipment
+  # for the module): a fifth of the requests keeps the run short.
+  case $1 in hset|lpush) n=$((n / 5)) ;; esac
+  echo "$n"
+}
 bench_one() { # port test pipeline
-  local n=$N1; [ "$3" = 16 ] && n=$N16
-  # hset and lpush grow ONE key by n elements, and the module ships the whole key
-  # every event-loop iteration: a fifth of the requests keeps the run short.
-  case $2 in hset|lpush) n=$((n / 5)) ;; esac
+  local n; n=$(requests "$2" "$3")
   local args=(-t "$2")
   case $2 in
     hset-keys) args=(hset "h:__rand_int__" "f:__rand_int__" v) ;;
@@ -145,9 +156,13 @@ for r in $(seq "$ROUNDS"); do
       order=(module plain replicaof); [ $((r % 2)) = 0 ] && order=(replicaof plain module)
       for who in "${order[@]}"; do
         flush $PA $PP $PM
-        case $who in module) port=$PA ;; plain) port=$PP ;; replicaof) port=$PM ;; esac
+        case $who in module) port=$PA peer=$PB ;; plain) port=$PP peer= ;; replicaof) port=$PM peer=$PR ;; esac
+        s0=$(proc_ns $port) q0=$(proc_ns "$peer")
         rps=$(bench_one $port $t $pl)
+        [ "$who" = module ] && quiet
+        s1=$(proc_ns $port) q1=$(proc_ns "$peer")
         echo "$t,$pl,$r,$who,$rps" | tee -a "$OUT/overhead.csv"
+        echo "$t,$pl,$r,$who,$(requests $t $pl),$((s1 - s0)),$((q1 - q0))" >> "$OUT/cpu.csv"
       done
     done
   done
