@@ -124,6 +124,8 @@ if cpu:
             return med([x[i] for x in by.get(who, [])])
         plain, a, b = m("plain", 0), m("module", 0), m("module", 1)
         mm, rr = m("replicaof", 0), m("replicaof", 1)
+        if not plain > 0:
+            continue
         say(
             f"| {t} | {pl} | {plain:,.0f} | {a:,.0f} | {b:,.0f} | {(a + b) / plain:.2f} | "
             f"{mm:,.0f} | {rr:,.0f} | {(mm + rr) / plain:.2f} |"

@@ -133,7 +133,7 @@ echo "test,pipeline,round,server,rps" > "$OUT/overhead.csv"
 echo "test,pipeline,round,server,requests,server_ns,peer_ns" > "$OUT/cpu.csv"
 proc_ns() { # port -> on-CPU ns of all its threads (0 for no port)
   [ -n "${1:-}" ] || { echo 0; return; }
-  cat /proc/"$(pid "$1")"/task/*/schedstat 2>/dev/null | awk '{ t += $1 } END { printf "%d\n", t }'; }
+  cat /proc/"$(pid "$1")"/task/*/schedstat 2>/dev/null | awk '{ t += $1 } END { printf "%.0f\n", t }'; }
 requests() { # test pipeline
   local n=$N1; [ "$2" = 16 ] && n=$N16
   # hset and lpush grow ONE key by n elements (a whole-key copy per shipment
