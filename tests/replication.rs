@@ -9,6 +9,20 @@ use redis::Commands;
 
 const SETTLE: Duration = Duration::from_secs(20);
 
+/// `args` as one command.
+fn command(args: &[&str]) -> redis::Cmd {
+    let mut cmd = redis::cmd(args[0]);
+    for x in &args[1..] {
+        cmd.arg(*x);
+    }
+    cmd
+}
+
+/// Runs `args` on `c` (an error reply fails the test).
+fn q(c: &mut redis::Connection, args: &[&str]) {
+    command(args).query::<redis::Value>(c).unwrap();
+}
+
 fn get_on(node: &Node, key: &str) -> Option<String> {
     node.conn().get(key).unwrap()
 }
@@ -198,13 +212,6 @@ fn absolute_expiry_is_preserved_and_persist_clears_it() {
 fn generic_commands_and_databases_replicate() {
     let pair = Pair::start();
     let mut a = pair.a.conn();
-    let q = |c: &mut redis::Connection, args: &[&str]| {
-        let mut cmd = redis::cmd(args[0]);
-        for x in &args[1..] {
-            cmd.arg(*x);
-        }
-        cmd.query::<redis::Value>(c).unwrap();
-    };
     q(&mut a, &["SET", "gone", "1"]);
     q(&mut a, &["SET", "old", "2"]);
     q(&mut a, &["SET", "mover", "3"]);
@@ -317,13 +324,6 @@ fn multi_exec_is_applied_atomically() {
 fn a_batch_mixing_strings_with_other_changes_applies_in_order() {
     let pair = Pair::start();
     let mut a = pair.a.conn();
-    let q = |c: &mut redis::Connection, args: &[&str]| {
-        let mut cmd = redis::cmd(args[0]);
-        for x in &args[1..] {
-            cmd.arg(*x);
-        }
-        cmd.query::<redis::Value>(c).unwrap();
-    };
     q(&mut a, &["SET", "before", "x"]);
     wait_value(&pair.b, "before", "x");
     // One transaction: one event-loop iteration, one batch on the wire.
@@ -347,11 +347,7 @@ fn a_batch_mixing_strings_with_other_changes_applies_in_order() {
         &["SWAPDB", "0", "2"],
         &["SET", "after-swap", "g"],
     ] {
-        let mut cmd = redis::cmd(args[0]);
-        for x in &args[1..] {
-            cmd.arg(*x);
-        }
-        p.add_command(cmd).ignore();
+        p.add_command(command(args)).ignore();
     }
     let _: () = p.query(&mut a).unwrap();
     pair.wait_converged(SETTLE);
