@@ -358,10 +358,10 @@ fn apply_entry<'a>(
     if !server::select_db(ctx, e.db) {
         return Err(format!("no database {}", e.db));
     }
-    let reader = Reader::new(ctx);
+    // A key without a version: whether it exists, through the key API.
     let decide = |st: &Replication, key: &[u8]| {
         st.versions
-            .decide(e.db, key, stamp, me, || reader.exists(key))
+            .decide(e.db, key, stamp, me, || server::key_info(ctx, key).exists())
     };
     match &e.op {
         Op::Value {
