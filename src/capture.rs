@@ -139,7 +139,9 @@ impl ReadRun {
                 .map(|s| s.read_time)
                 .filter(|&c| c >= COSTLY_SNAPSHOT)
             {
-                HOT.lock().snapshotted(db, &key, cost, Instant::now());
+                let max_rest = Duration::from_millis(shared.config.hot_key_rest_ms);
+                HOT.lock()
+                    .snapshotted(db, &key, cost, Instant::now(), max_rest);
             }
             let stamp = Stamp::new(shared.clock.tick(wall), shared.node_id);
             if snap.is_some() {

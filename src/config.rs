@@ -26,7 +26,7 @@ pub const MAX_HANDSHAKE_TIMEOUT_MS: u64 = 60_000;
 
 /// Every argument that is also a config, in the order `CONFIG GET
 /// rdmasync.*` lists them.
-pub const ARG_NAMES: [&str; 16] = [
+pub const ARG_NAMES: [&str; 17] = [
     "peer",
     "port",
     "listen-port",
@@ -43,12 +43,18 @@ pub const ARG_NAMES: [&str; 16] = [
     "tls-ca-cert-file",
     "backlog-ops",
     "persist-versions",
+    "hot-key-rest",
 ];
 
 /// Default bound of the catch-up backlog, in changes.
 pub const DEFAULT_BACKLOG_OPS: usize = 1_000_000;
 /// Largest accepted backlog bound.
 pub const MAX_BACKLOG_OPS: usize = 100_000_000;
+
+/// Default longest rest of a key costly to snapshot, in milliseconds.
+pub const DEFAULT_HOT_KEY_REST_MS: u64 = 100;
+/// Largest accepted `hot-key-rest`.
+pub const MAX_HOT_KEY_REST_MS: u64 = 10_000;
 
 /// The one argument that is not a config: `CONFIG GET` must never show it.
 pub const SECRET_ARG: &str = "secret";
@@ -150,6 +156,9 @@ pub struct Config {
     pub backlog_ops: usize,
     /// Keep key versions and tombstones in the RDB (module aux data).
     pub persist_versions: bool,
+    /// Longest rest of a key costly to snapshot, in milliseconds (0: never
+    /// rest, ship every change at the end of its event-loop iteration).
+    pub hot_key_rest_ms: u64,
     /// The shared secret (`secret=` or the contents of `secret-file=`).
     pub secret: Option<Secret>,
     /// Where the secret was read from, if from a file.
@@ -187,6 +196,7 @@ impl Config {
             path_text(self.tls_ca_cert_file.as_deref()),
             self.backlog_ops.to_string(),
             if self.persist_versions { "yes" } else { "no" }.to_owned(),
+            self.hot_key_rest_ms.to_string(),
         ]
     }
 
@@ -326,6 +336,7 @@ pub fn parse_args<S: AsRef<str>>(args: &[S]) -> Result<Config> {
     let mut queue_size = None;
     let mut backlog_ops = None;
     let mut persist_versions = None;
+    let mut hot_key_rest_ms = None;
     let mut secret = None;
     let mut secret_file = None;
     let mut handshake_timeout_ms = None;
@@ -415,6 +426,17 @@ pub fn parse_args<S: AsRef<str>>(args: &[S]) -> Result<Config> {
                     ))
                 }
             },
+            "hot-key-rest" => match value.parse::<u64>() {
+                Ok(n) if n <= MAX_HOT_KEY_REST_MS => hot_key_rest_ms = Some(n),
+                _ => {
+                    return Err(bad(
+                        name,
+                        format!(
+                            "must be an integer 0-{MAX_HOT_KEY_REST_MS} (milliseconds), got '{value}'"
+                        ),
+                    ))
+                }
+            },
             "persist-versions" => {
                 persist_versions = Some(match value {
                     "yes" => true,
@@ -494,6 +516,7 @@ pub fn parse_args<S: AsRef<str>>(args: &[S]) -> Result<Config> {
         queue_size: queue_size.unwrap_or(DEFAULT_QUEUE_SIZE),
         backlog_ops: backlog_ops.unwrap_or(DEFAULT_BACKLOG_OPS),
         persist_versions: persist_versions.unwrap_or(true),
+        hot_key_rest_ms: hot_key_rest_ms.unwrap_or(DEFAULT_HOT_KEY_REST_MS),
         secret,
         secret_file,
         handshake_timeout_ms: handshake_timeout_ms.unwrap_or(DEFAULT_HANDSHAKE_TIMEOUT_MS),
@@ -540,8 +563,10 @@ mod tests {
             "queue-size=8",
             "backlog-ops=10",
             "persist-versions=no",
+            "hot-key-rest=0",
         ])
         .unwrap();
+        assert_eq!(c.hot_key_rest_ms, 0);
         assert_eq!(c.listen_port, 7000);
         assert_eq!(c.transport, TransportChoice::Tcp);
         assert_eq!(c.node_id, Some(42));
@@ -609,6 +634,9 @@ mod tests {
         assert_eq!(with("backlog-ops=0"), "backlog-ops");
         assert_eq!(with("backlog-ops=-1"), "backlog-ops");
         assert_eq!(with("persist-versions=maybe"), "persist-versions");
+        assert_eq!(with("hot-key-rest=-1"), "hot-key-rest");
+        assert_eq!(with("hot-key-rest=10001"), "hot-key-rest");
+        assert_eq!(with("hot-key-rest=soon"), "hot-key-rest");
         assert_eq!(with("colour=blue"), "colour");
         assert_eq!(with("justaword"), "justaword");
         assert_eq!(with("port=2"), "port");

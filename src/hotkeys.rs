@@ -2,6 +2,7 @@
 //! a list that grows with every command): shipping one whole every
 //! event-loop iteration can cost more than the commands that change it.
 //! After such a snapshot the key rests for a while ([`HotKeys::snapshotted`]);
+//! (`hot-key-rest` bounds it; 0 turns resting off);
 //! a flush that finds it dirty during its rest waits as a whole
 //! ([`HotKeys::holds_back`]), so writes still ship in the order they were
 //! made and a transaction still ships as one batch. Pure: time comes in as
@@ -16,8 +17,6 @@ pub const COSTLY_SNAPSHOT: Duration = Duration::from_micros(50);
 /// A resting key's snapshots may take at most this share of the time
 /// (the rest lasts `cost * (1 / SNAPSHOT_SHARE - 1)`).
 pub const SNAPSHOT_SHARE: u32 = 20; // 1/20 = 5 %
-/// Longest rest, whatever the snapshot cost.
-pub const MAX_REST: Duration = Duration::from_millis(100);
 /// A flush is never held back when this many changes wait (the batch it
 /// ships stays bounded).
 pub const MAX_HELD_OPS: usize = 1024;
@@ -39,12 +38,20 @@ impl HotKeys {
         self.until.len()
     }
 
-    /// `key` of `db` was snapshotted at `now` in `cost`: a costly one rests.
-    pub fn snapshotted(&mut self, db: u32, key: &[u8], cost: Duration, now: Instant) {
-        if cost < COSTLY_SNAPSHOT {
+    /// `key` of `db` was snapshotted at `now` in `cost`: a costly one rests,
+    /// at most `max_rest` (zero: never).
+    pub fn snapshotted(
+        &mut self,
+        db: u32,
+        key: &[u8],
+        cost: Duration,
+        now: Instant,
+        max_rest: Duration,
+    ) {
+        if cost < COSTLY_SNAPSHOT || max_rest.is_zero() {
             return;
         }
-        let rest = cost.saturating_mul(SNAPSHOT_SHARE - 1).min(MAX_REST);
+        let rest = cost.saturating_mul(SNAPSHOT_SHARE - 1).min(max_rest);
         self.until.insert((db, key.into()), now + rest);
     }
 
@@ -66,11 +73,13 @@ impl HotKeys {
 mod tests {
     use super::*;
 
+    const MAX_REST: Duration = Duration::from_millis(100);
+
     #[test]
     fn cheap_snapshots_never_rest() {
         let mut h = HotKeys::default();
         let now = Instant::now();
-        h.snapshotted(0, b"k", Duration::from_micros(10), now);
+        h.snapshotted(0, b"k", Duration::from_micros(10), now, MAX_REST);
         assert!(h.is_empty());
         assert!(!h.holds_back(now, 1, |_, _| true));
     }
@@ -79,7 +88,7 @@ mod tests {
     fn a_costly_key_holds_back_flushes_that_include_it_until_its_rest_ends() {
         let mut h = HotKeys::default();
         let t0 = Instant::now();
-        h.snapshotted(0, b"big", Duration::from_millis(1), t0);
+        h.snapshotted(0, b"big", Duration::from_millis(1), t0, MAX_REST);
         let is_big = |db: u32, k: &[u8]| db == 0 && k == b"big";
         // 1 ms snapshot: 19 ms of rest.
         assert!(h.holds_back(t0 + Duration::from_millis(18), 1, is_big));
@@ -96,11 +105,20 @@ mod tests {
     fn the_rest_is_bounded_and_so_is_what_waits() {
         let mut h = HotKeys::default();
         let t0 = Instant::now();
-        h.snapshotted(3, b"huge", Duration::from_secs(1), t0);
+        h.snapshotted(3, b"huge", Duration::from_secs(1), t0, MAX_REST);
         assert!(h.holds_back(t0 + MAX_REST - Duration::from_millis(1), 1, |_, _| true));
         assert!(!h.holds_back(t0 + MAX_REST, 1, |_, _| true));
-        h.snapshotted(3, b"huge", Duration::from_secs(1), t0);
+        h.snapshotted(3, b"huge", Duration::from_secs(1), t0, MAX_REST);
         assert!(!h.holds_back(t0, MAX_HELD_OPS, |_, _| true));
         assert_eq!(h.len(), 1);
+    }
+
+    #[test]
+    fn a_zero_rest_turns_resting_off() {
+        let mut h = HotKeys::default();
+        let t0 = Instant::now();
+        h.snapshotted(0, b"big", Duration::from_secs(1), t0, Duration::ZERO);
+        assert!(h.is_empty());
+        assert!(!h.holds_back(t0, 1, |_, _| true));
     }
 }

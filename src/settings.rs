@@ -74,6 +74,7 @@ pub static SETTINGS: [Setting; ARG_NAMES.len()] = [
     Setting::new(ARG_NAMES[13]),
     Setting::new(ARG_NAMES[14]),
     Setting::new(ARG_NAMES[15]),
+    Setting::new(ARG_NAMES[16]),
 ];
 
 /// Registers the configs, defaulting to the load arguments; `MODULE LOADEX

@@ -7,22 +7,44 @@ mod common;
 use std::time::Duration;
 
 use common::{wait_until, Pair};
+use redis::Connection;
 
 const SETTLE: Duration = Duration::from_secs(20);
 
-#[test]
-fn a_costly_hot_key_rests_and_later_writes_never_overtake_it() {
-    let pair = Pair::start();
-    let mut a = pair.a.conn();
-    // A hash large enough that its DUMP is costly.
+/// A hash large enough that its DUMP is costly (40,000 fields).
+fn fill_big_hash(a: &mut Connection) {
     for chunk in 0..40 {
         let mut cmd = redis::cmd("HSET");
         cmd.arg("big");
         for i in 0..1000 {
             cmd.arg(format!("seed:{chunk}:{i}")).arg("x".repeat(32));
         }
-        let _: i64 = cmd.query(&mut a).unwrap();
+        let _: i64 = cmd.query(a).unwrap();
     }
+}
+
+#[test]
+fn hot_key_rest_zero_ships_every_change_at_once() {
+    let pair = Pair::start_with(&["hot-key-rest=0"], &["hot-key-rest=0"]);
+    let mut a = pair.a.conn();
+    fill_big_hash(&mut a);
+    for i in 0..200u64 {
+        let _: i64 = redis::cmd("HSET")
+            .arg("big")
+            .arg(format!("f:{i}"))
+            .arg(i)
+            .query(&mut a)
+            .unwrap();
+    }
+    pair.wait_converged(SETTLE);
+    assert_eq!(pair.a.stat("flushes_deferred"), 0, "{:?}", pair.a.status());
+}
+
+#[test]
+fn a_costly_hot_key_rests_and_later_writes_never_overtake_it() {
+    let pair = Pair::start();
+    let mut a = pair.a.conn();
+    fill_big_hash(&mut a);
     pair.wait_converged(SETTLE);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let checker = {

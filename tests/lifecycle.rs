@@ -93,6 +93,9 @@ fn bad_module_arguments_refuse_the_load_and_name_the_argument() {
         ("tls-cert-file", vec!["", "/nonexistent.pem", "/"]),
         ("tls-key-file", vec!["", "/nonexistent.pem", "/"]),
         ("tls-ca-cert-file", vec!["", "/nonexistent.pem", "/"]),
+        ("backlog-ops", vec!["", "-1", "0", "100000001", "lots"]),
+        ("persist-versions", vec!["", "-1", "maybe"]),
+        ("hot-key-rest", vec!["", "-1", "10001", "soon"]),
     ];
     let port = free_port().to_string();
     let base = |skip: &str| -> Vec<String> {
