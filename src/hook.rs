@@ -1,7 +1,10 @@
 //! Keyspace and server events -> the dirty set. Runs inside Redis commands:
 //! records `(db, key)` and nothing else; never writes, never blocks.
 
-use hashbrown::{HashMap, HashSet};
+use std::collections::VecDeque;
+use std::hash::BuildHasher;
+
+use hashbrown::{DefaultHashBuilder, HashTable};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::LazyLock;
 
@@ -33,9 +36,28 @@ pub enum PendingOp {
 /// reading values at flush time gives the right result.
 #[derive(Debug, Default)]
 pub struct DirtySet {
-    ops: Vec<PendingOp>,
-    /// The keys in `ops`, per database: a repeat write looks up without allocating.
-    keys: HashMap<u32, HashSet<Vec<u8>>>,
+    /// The ops in order; `ops[i]` is at position `base + i`.
+    ops: VecDeque<PendingOp>,
+    /// Position of `ops[0]` (positions only grow: taking from the front
+    /// moves it on instead of renumbering).
+    base: u64,
+    /// Positions of the `Key` ops, found by `(db, key)`: a repeat write
+    /// looks up without allocating, and each key is stored once (in `ops`).
+    index: HashTable<u64>,
+    hasher: DefaultHashBuilder,
+}
+
+fn hash_key(hasher: &DefaultHashBuilder, db: u32, key: &[u8]) -> u64 {
+    hasher.hash_one((db, key))
+}
+
+/// `(db, key)` of the `Key` op at position `pos`, if that is one.
+fn key_at(ops: &VecDeque<PendingOp>, base: u64, pos: u64) -> Option<(u32, &[u8])> {
+    let i = usize::try_from(pos.checked_sub(base)?).ok()?;
+    match ops.get(i)? {
+        PendingOp::Key { db, key } => Some((*db, key.as_slice())),
+        _ => None,
+    }
 }
 
 impl DirtySet {
@@ -46,7 +68,10 @@ impl DirtySet {
 
     /// Whether `key` of `db` is pending.
     pub fn contains(&self, db: u32, key: &[u8]) -> bool {
-        self.keys.get(&db).is_some_and(|k| k.contains(key))
+        let h = hash_key(&self.hasher, db, key);
+        self.index
+            .find(h, |&p| key_at(&self.ops, self.base, p) == Some((db, key)))
+            .is_some()
     }
 
     /// Ops pending.
@@ -58,14 +83,15 @@ impl DirtySet {
     pub fn take_front(&mut self, n: usize) -> Vec<PendingOp> {
         let n = n.min(self.ops.len());
         let front: Vec<PendingOp> = self.ops.drain(..n).collect();
-        for op in &front {
+        for (pos, op) in (self.base..).zip(&front) {
             if let PendingOp::Key { db, key } = op {
-                // A key appears once in `ops`, so it is no longer pending.
-                if let Some(keys) = self.keys.get_mut(db) {
-                    keys.remove(key.as_slice());
+                let h = hash_key(&self.hasher, *db, key);
+                if let Ok(entry) = self.index.find_entry(h, |&p| p == pos) {
+                    entry.remove();
                 }
             }
         }
+        self.base += n as u64;
         front
     }
 
@@ -83,13 +109,47 @@ impl DirtySet {
 
     /// Records that `key` in `db` changed.
     pub fn mark(&mut self, db: u32, key: &[u8]) {
-        let keys = self.keys.entry(db).or_default();
-        if !keys.contains(key) {
-            keys.insert(key.to_vec());
-            self.ops.push(PendingOp::Key {
-                db,
-                key: key.to_vec(),
-            });
+        if self.contains(db, key) {
+            return;
+        }
+        let pos = self.base + self.ops.len() as u64;
+        self.ops.push_back(PendingOp::Key {
+            db,
+            key: key.to_vec(),
+        });
+        let Self {
+            ops,
+            base,
+            index,
+            hasher,
+        } = self;
+        let h = hash_key(hasher, db, key);
+        index.insert_unique(h, pos, |&p| {
+            key_at(ops, *base, p).map_or(0, |(d, k)| hash_key(hasher, d, k))
+        });
+    }
+
+    /// Indexes every `Key` op again (after ops were removed or reordered).
+    fn reindex(&mut self) {
+        self.index.clear();
+        let Self {
+            ops,
+            base,
+            index,
+            hasher,
+        } = self;
+        for (pos, op) in (*base..).zip(ops.iter()) {
+            if let PendingOp::Key { db, key } = op {
+                let h = hash_key(hasher, *db, key);
+                let seen = index
+                    .find(h, |&p| key_at(ops, *base, p) == Some((*db, key.as_slice())))
+                    .is_some();
+                if !seen {
+                    index.insert_unique(h, pos, |&p| {
+                        key_at(ops, *base, p).map_or(0, |(d, k)| hash_key(hasher, d, k))
+                    });
+                }
+            }
         }
     }
 
@@ -99,11 +159,11 @@ impl DirtySet {
         let hit = |d: u32| db.is_none_or(|f| f == d);
         self.ops
             .retain(|op| !matches!(op, PendingOp::Key { db: d, .. } if hit(*d)));
-        self.keys.retain(|d, _| !hit(*d));
-        self.ops.push(match db {
+        self.ops.push_back(match db {
             Some(d) => PendingOp::FlushDb(d),
             None => PendingOp::FlushAll,
         });
+        self.reindex();
     }
 
     /// Records `SWAPDB a b`: dirty keys of either database now live in the
@@ -117,9 +177,8 @@ impl DirtySet {
             }
             _ => true,
         });
-        self.keys.remove(&a);
-        self.keys.remove(&b);
-        self.ops.push(PendingOp::SwapDb(a, b));
+        self.ops.push_back(PendingOp::SwapDb(a, b));
+        self.reindex();
         for (db, key) in moved {
             self.mark(db, &key);
         }
@@ -127,21 +186,17 @@ impl DirtySet {
 
     /// Takes everything pending.
     pub fn take(&mut self) -> Vec<PendingOp> {
-        self.keys.clear();
-        std::mem::take(&mut self.ops)
+        self.index.clear();
+        self.base += self.ops.len() as u64;
+        Vec::from(std::mem::take(&mut self.ops))
     }
 
     /// Puts back ops taken earlier that could not be queued, ahead of anything
     /// recorded since.
     pub fn restore(&mut self, ops: Vec<PendingOp>) {
-        let newer = std::mem::replace(&mut self.ops, ops);
-        self.keys.clear();
-        for op in &self.ops {
-            if let PendingOp::Key { db, key } = op {
-                self.keys.entry(*db).or_default().insert(key.clone());
-            }
-        }
-        self.extend(newer);
+        let newer = std::mem::replace(&mut self.ops, VecDeque::from(ops));
+        self.reindex();
+        self.extend(Vec::from(newer));
     }
 }
 
@@ -233,6 +288,7 @@ pub fn on_dataset_replaced() -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn key(db: u32, k: &str) -> PendingOp {
         PendingOp::Key {
@@ -284,6 +340,125 @@ mod tests {
                 key(0, "b")
             ]
         );
+    }
+
+    /// The dirty set's rules written the slow, obvious way.
+    #[derive(Default)]
+    struct Model(Vec<PendingOp>);
+
+    impl Model {
+        fn has(&self, db: u32, k: &[u8]) -> bool {
+            self.0
+                .iter()
+                .any(|op| matches!(op, PendingOp::Key { db: d, key } if *d == db && key == k))
+        }
+        fn mark(&mut self, db: u32, k: &[u8]) {
+            if !self.has(db, k) {
+                self.0.push(PendingOp::Key {
+                    db,
+                    key: k.to_vec(),
+                });
+            }
+        }
+        fn flushing(&mut self, db: Option<u32>) {
+            let hit = |d: u32| db.is_none_or(|f| f == d);
+            self.0
+                .retain(|op| !matches!(op, PendingOp::Key { db: d, .. } if hit(*d)));
+            self.0
+                .push(db.map_or(PendingOp::FlushAll, PendingOp::FlushDb));
+        }
+        fn swapped(&mut self, a: u32, b: u32) {
+            let mut moved = Vec::new();
+            self.0.retain(|op| match op {
+                PendingOp::Key { db, key } if *db == a || *db == b => {
+                    moved.push((if *db == a { b } else { a }, key.clone()));
+                    false
+                }
+                _ => true,
+            });
+            self.0.push(PendingOp::SwapDb(a, b));
+            for (db, k) in moved {
+                self.mark(db, &k);
+            }
+        }
+        fn extend(&mut self, ops: Vec<PendingOp>) {
+            for op in ops {
+                match op {
+                    PendingOp::Key { db, key } => self.mark(db, &key),
+                    PendingOp::FlushDb(d) => self.flushing(Some(d)),
+                    PendingOp::FlushAll => self.flushing(None),
+                    PendingOp::SwapDb(a, b) => self.swapped(a, b),
+                }
+            }
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Step {
+        Mark(u32, u8),
+        Flush(Option<u32>),
+        Swap(u32, u32),
+        TakeFront(usize),
+        TakeAndRestore(usize),
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            8 => (0u32..3, 0u8..12).prop_map(|(d, k)| Step::Mark(d, k)),
+            1 => proptest::option::of(0u32..3).prop_map(Step::Flush),
+            1 => (0u32..3, 0u32..3).prop_map(|(a, b)| Step::Swap(a, b)),
+            2 => (0usize..6).prop_map(Step::TakeFront),
+            1 => (0usize..6).prop_map(Step::TakeAndRestore),
+        ]
+    }
+
+    proptest! {
+        /// Any sequence of marks, flushes, swaps, partial takes and restores
+        /// leaves the set holding exactly what the obvious implementation holds.
+        #[test]
+        fn matches_the_obvious_implementation(steps in proptest::collection::vec(step(), 0..200)) {
+            let (mut d, mut m) = (DirtySet::default(), Model::default());
+            for s in steps {
+                match s {
+                    Step::Mark(db, k) => {
+                        d.mark(db, &[k]);
+                        m.mark(db, &[k]);
+                    }
+                    Step::Flush(db) => {
+                        d.flushing(db);
+                        m.flushing(db);
+                    }
+                    Step::Swap(a, b) => {
+                        d.swapped(a, b);
+                        m.swapped(a, b);
+                    }
+                    Step::TakeFront(n) => {
+                        let n2 = n.min(m.0.len());
+                        prop_assert_eq!(d.take_front(n), m.0.drain(..n2).collect::<Vec<_>>());
+                    }
+                    Step::TakeAndRestore(extra) => {
+                        // Taken, more marked meanwhile, then put back in front.
+                        let taken = d.take();
+                        let mtaken = std::mem::take(&mut m.0);
+                        prop_assert_eq!(&taken, &mtaken);
+                        for k in 0..extra as u8 {
+                            d.mark(0, &[k]);
+                            m.mark(0, &[k]);
+                        }
+                        d.restore(taken);
+                        let newer = std::mem::replace(&mut m.0, mtaken);
+                        m.extend(newer);
+                    }
+                }
+                prop_assert_eq!(d.len(), m.0.len());
+                for db in 0..3 {
+                    for k in 0..12u8 {
+                        prop_assert_eq!(d.contains(db, &[k]), m.has(db, &[k]));
+                    }
+                }
+            }
+            prop_assert_eq!(d.take(), m.0);
+        }
     }
 
     #[test]
