@@ -21,7 +21,7 @@ use crate::runtime::{self, Shared};
 use crate::server::{self, ThreadContext};
 use crate::snapshot::Reader;
 use crate::status::{unix_ms, Stats};
-use crate::version::{Decision, Stamp, GC_AT_NEXT_ACK};
+use crate::version::{Decision, KeyVersion, Stamp, GC_AT_NEXT_ACK};
 
 /// Batches decoded but not yet applied, at most.
 const PENDING_BATCHES: usize = 1024;
@@ -239,6 +239,10 @@ struct MsetRun<'a> {
     db: u32,
     /// key, value, key, value, ...
     args: Vec<&'a [u8]>,
+    /// Each key's version before it joined the run (its new version is
+    /// recorded at once, for the rest of the batch to see): put back for a
+    /// key that could not be written.
+    before: Vec<Option<KeyVersion>>,
 }
 
 impl<'a> MsetRun<'a> {
@@ -259,29 +263,53 @@ impl<'a> MsetRun<'a> {
         plain && (self.args.is_empty() || (self.db == e.db && self.args.len() < 2 * Self::MAX_KEYS))
     }
 
-    fn push(&mut self, db: u32, key: &'a [u8], value: &'a [u8]) {
+    fn push(&mut self, db: u32, key: &'a [u8], value: &'a [u8], before: Option<KeyVersion>) {
         self.db = db;
         self.args.push(key);
         self.args.push(value);
+        self.before.push(before);
     }
 
-    /// Writes the run; on failure, how many keys were lost and why.
+    /// Writes the run. If the MSET fails, each key is written with SET;
+    /// a key that still fails gets its previous version back (so a resend
+    /// is not taken for a duplicate). On failure, how many keys were lost
+    /// and why.
     fn write(
         &mut self,
         ctx: &Context,
         opts: &CallOptions,
+        st: &mut Replication,
     ) -> std::result::Result<(), (u64, String)> {
         if self.args.is_empty() {
             return Ok(());
         }
-        let keys = (self.args.len() / 2) as u64;
-        let result = if server::select_db(ctx, self.db) {
-            run(ctx, opts, "MSET", &self.args)
+        let db = self.db;
+        let args = std::mem::take(&mut self.args);
+        let before = std::mem::take(&mut self.before);
+        let db_ok = server::select_db(ctx, db);
+        if db_ok && run(ctx, opts, "MSET", &args).is_ok() {
+            return Ok(());
+        }
+        let (mut lost, mut why) = (0, format!("no database {db}"));
+        for (pair, before) in args.chunks(2).zip(before) {
+            let written = db_ok
+                && match run(ctx, opts, "SET", pair) {
+                    Ok(()) => true,
+                    Err(msg) => {
+                        why = msg;
+                        false
+                    }
+                };
+            if !written {
+                st.versions.reset(db, pair[0], before);
+                lost += 1;
+            }
+        }
+        if lost == 0 {
+            Ok(())
         } else {
-            Err(format!("no database {}", self.db))
-        };
-        self.args.clear();
-        result.map_err(|msg| (keys, msg))
+            Err((lost, why))
+        }
     }
 }
 
@@ -372,7 +400,8 @@ fn apply_entry<'a>(
         } => match decide(st, key) {
             Decision::Apply => {
                 if mset.admits(e) {
-                    mset.push(e.db, key, payload);
+                    let before = st.versions.get(e.db, key);
+                    mset.push(e.db, key, payload, before);
                 } else {
                     restore(ctx, opts, key, payload, *expiry_ms, *encoding)?;
                 }
@@ -436,12 +465,13 @@ fn apply_batch(ctx: &Context, shared: &Shared, batch: &Batch) {
     let mut mset = MsetRun {
         db: 0,
         args: Vec::new(),
+        before: Vec::new(),
     };
     for e in &batch.entries {
         newest = newest.max(e.clock);
         if !mset.admits(e) {
             // Writes stay in batch order: the run goes first.
-            if let Err((keys, msg)) = mset.write(ctx, &opts) {
+            if let Err((keys, msg)) = mset.write(ctx, &opts, &mut st) {
                 failed += keys;
                 shared.stats.set_error(format!("apply: {msg}"));
             }
@@ -456,7 +486,7 @@ fn apply_batch(ctx: &Context, shared: &Shared, batch: &Batch) {
             }
         }
     }
-    if let Err((keys, msg)) = mset.write(ctx, &opts) {
+    if let Err((keys, msg)) = mset.write(ctx, &opts, &mut st) {
         failed += keys;
         shared.stats.set_error(format!("apply: {msg}"));
     }

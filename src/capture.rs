@@ -19,7 +19,7 @@ use crate::hook::{PendingOp, Suppressed, DIRTY, EXPIRED};
 use crate::hotkeys::{HotKeys, COSTLY_SNAPSHOT};
 use crate::runtime::Shared;
 use crate::server;
-use crate::snapshot::{Reader, Snapshot};
+use crate::snapshot::{Read, Reader, Snapshot};
 use crate::status::{LinkState, Stats};
 use crate::version::{KeyVersion, Stamp};
 
@@ -102,8 +102,8 @@ fn push(
     Ok(())
 }
 
-/// Keys resting after a costly snapshot (main thread only; taken after
-/// `DIRTY` when both are held).
+/// Keys resting after a costly snapshot (main thread only). Lock order:
+/// `STATE` before `DIRTY` before `HOT`.
 static HOT: LazyLock<Mutex<HotKeys>> = LazyLock::new(Mutex::default);
 
 /// Keys read together (one MGET for their strings), at most.
@@ -131,9 +131,18 @@ impl ReadRun {
         server::select_db(reader.ctx(), db);
         let keys = std::mem::take(&mut self.keys);
         st.versions.warm(keys.iter().map(|k| (db, k.as_slice())));
-        let snaps = reader.dump_many(&keys);
+        let reads = reader.read_many(&keys);
         let wall = HybridClock::wall();
-        for (key, snap) in keys.into_iter().zip(snaps) {
+        let mut failed = Vec::new();
+        for (key, read) in keys.into_iter().zip(reads) {
+            let snap = match read {
+                Read::Value(snap) => Some(snap),
+                Read::Absent => None,
+                Read::Failed => {
+                    failed.push(key);
+                    continue;
+                }
+            };
             if let Some(cost) = snap
                 .as_ref()
                 .map(|s| s.read_time)
@@ -150,6 +159,18 @@ impl ReadRun {
                 st.versions.record_delete(db, &key, stamp, 0);
             }
             out.push(entry(shared, db, stamp, op_of(key, snap)));
+        }
+        if !failed.is_empty() {
+            // Unread is not deleted: the keys stay dirty and are read again
+            // at the next flush.
+            shared.stats.set_error(format!(
+                "capture: reading {} changed key(s) failed; retrying",
+                failed.len()
+            ));
+            let mut dirty = DIRTY.lock();
+            for key in failed {
+                dirty.mark(db, &key);
+            }
         }
     }
 }
@@ -363,7 +384,23 @@ pub fn flush_now(ctx: &Context, shared: &Shared) {
     flush_changes(ctx, shared, false);
 }
 
+/// Ships every change now, before an RDB or AOF rewrite records the data
+/// (so the versions it saves match the values). Skipped when the module's
+/// own code holds the convergence state (a save inside one of its commands).
+pub fn flush_before_save(ctx: &Context, shared: &Shared) {
+    if STATE.try_lock().is_some() {
+        flush_changes(ctx, shared, false);
+    }
+}
+
 fn flush_changes(ctx: &Context, shared: &Shared, may_wait: bool) {
+    // Only changes that would ship at once may wait: while catching up the
+    // backlog and the full sync read current values, which would overtake
+    // the held changes.
+    let may_wait = may_wait && !HOT.lock().is_empty() && shared.stats.link() == LinkState::Up && {
+        let st = STATE.lock();
+        !st.catching_up() && !st.full_sync_wanted
+    };
     let mut held = false;
     let ops = {
         let mut dirty = DIRTY.lock();

@@ -273,7 +273,8 @@ pub fn on_flush_or_swap(event: server::ServerEvent) {
         server::ServerEvent::Swapped(a, b) => DIRTY.lock().swapped(a, b),
         server::ServerEvent::BeforeSleep
         | server::ServerEvent::DatasetReplaced
-        | server::ServerEvent::BecameMaster => {}
+        | server::ServerEvent::BecameMaster
+        | server::ServerEvent::SavingStarts => {}
     }
 }
 

@@ -86,6 +86,11 @@ fn on_server_event(ctx: &Context, event: ServerEvent) {
             STATE.lock().dataset_replaced();
             runtime::with_shared(|s| s.dataset_replaced(discarded));
         }
+        ServerEvent::SavingStarts => {
+            // Changes still pending (held behind a resting key, or made in
+            // this iteration) get their versions before the file records them.
+            runtime::with_shared(|s| capture::flush_before_save(ctx, s));
+        }
         ServerEvent::BecameMaster => {
             // Its data came from another master: merge both ways.
             STATE.lock().merge_again();

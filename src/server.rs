@@ -49,6 +49,9 @@ pub enum ServerEvent {
     DatasetReplaced,
     /// This server stopped replicating from a master (`REPLICAOF NO ONE`).
     BecameMaster,
+    /// The server process itself starts writing an RDB (SAVE, SHUTDOWN,
+    /// DEBUG RELOAD, FLUSHALL with save points) or an AOF preamble.
+    SavingStarts,
 }
 
 /// Handler the module installs for [`ServerEvent`]s.
@@ -97,6 +100,17 @@ unsafe extern "C" fn on_server_event(
             }
             ServerEvent::DatasetReplaced
         }
+        // Only the saves made by the server process itself: RDB_START and
+        // AOF_START fire in the forked child, where nothing may ship.
+        raw::REDISMODULE_EVENT_PERSISTENCE
+            if matches!(
+                subevent,
+                raw::REDISMODULE_SUBEVENT_PERSISTENCE_SYNC_RDB_START
+                    | raw::REDISMODULE_SUBEVENT_PERSISTENCE_SYNC_AOF_START
+            ) =>
+        {
+            ServerEvent::SavingStarts
+        }
         raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED => {
             let replica = subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA;
             REPLICA.store(replica, std::sync::atomic::Ordering::Relaxed);
@@ -132,6 +146,7 @@ pub fn subscribe_server_events(
         (raw::REDISMODULE_EVENT_SWAPDB, "SwapDB"),
         (raw::REDISMODULE_EVENT_EVENTLOOP, "EventLoop"),
         (raw::REDISMODULE_EVENT_LOADING, "Loading"),
+        (raw::REDISMODULE_EVENT_PERSISTENCE, "Persistence"),
         (
             raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
             "ReplicationRoleChanged",

@@ -34,6 +34,17 @@ impl Snapshot {
     }
 }
 
+/// What reading one key found.
+pub enum Read {
+    /// The key's value.
+    Value(Snapshot),
+    /// The key does not exist (deleted, expired).
+    Absent,
+    /// The key exists but the read failed (an error reply): nothing may be
+    /// concluded about it, least of all that it was deleted.
+    Failed,
+}
+
 /// Keyspace reads in the database currently selected on `ctx`.
 pub struct Reader<'a> {
     ctx: &'a Context,
@@ -85,9 +96,10 @@ impl<'a> Reader<'a> {
         })
     }
 
-    /// [`Self::dump`] of every key in `keys`, in order: the strings among
-    /// them read with one MGET (one command for the lot instead of one each).
-    pub fn dump_many(&self, keys: &[Vec<u8>]) -> Vec<Option<Snapshot>> {
+    /// Every key in `keys`, in order: the strings among them read with one
+    /// MGET (one command for the lot instead of one each; one GET each if
+    /// the MGET fails), the rest with DUMP.
+    pub fn read_many(&self, keys: &[Vec<u8>]) -> Vec<Read> {
         let infos: Vec<server::KeyInfo> =
             keys.iter().map(|k| server::key_info(self.ctx, k)).collect();
         let strings: Vec<&[u8]> = keys
@@ -96,21 +108,30 @@ impl<'a> Reader<'a> {
             .filter(|(_, info)| info.is_string())
             .map(|(k, _)| k.as_slice())
             .collect();
-        let mut values = self.mget(&strings).into_iter();
+        let mut values = match self.mget(&strings) {
+            Some(values) => values,
+            None => strings.iter().map(|k| self.get_payload(k)).collect(),
+        }
+        .into_iter();
         keys.iter()
             .zip(infos)
             .map(|(key, info)| {
                 if !info.exists() {
-                    return None;
+                    return Read::Absent;
                 }
                 let (payload, encoding, read_time) = if info.is_string() {
-                    (values.next()??, Encoding::RawString, Duration::ZERO)
+                    match values.next().flatten() {
+                        Some(v) => (v, Encoding::RawString, Duration::ZERO),
+                        None => return Read::Failed,
+                    }
                 } else {
                     let started = Instant::now();
-                    let payload = self.dump_payload(key)?;
-                    (payload, Encoding::Dump, started.elapsed())
+                    match self.dump_payload(key) {
+                        Some(p) => (p, Encoding::Dump, started.elapsed()),
+                        None => return Read::Failed,
+                    }
                 };
-                Some(Snapshot {
+                Read::Value(Snapshot {
                     payload,
                     expiry_ms: info.expiry_ms,
                     encoding,
@@ -120,23 +141,38 @@ impl<'a> Reader<'a> {
             .collect()
     }
 
-    /// `MGET keys`: one entry per key, `None` for a key that holds no string
-    /// (or all `None` when the reply is not what MGET returns).
-    fn mget(&self, keys: &[&[u8]]) -> Vec<Option<Vec<u8>>> {
+    /// `MGET keys`: one entry per key, `None` for a key that holds no
+    /// string; `None` as a whole when the reply is not what MGET returns
+    /// (an error, e.g. keys of several slots in cluster mode).
+    fn mget(&self, keys: &[&[u8]]) -> Option<Vec<Option<Vec<u8>>>> {
         if keys.is_empty() {
-            return Vec::new();
+            return Some(Vec::new());
         }
         let Ok(CallReply::Array(reply)) =
             self.ctx.call_ext::<_, CallResult>("MGET", &self.opts, keys)
         else {
-            return vec![None; keys.len()];
+            return None;
         };
-        (0..keys.len())
-            .map(|i| match reply.get(i) {
-                Some(Ok(CallReply::String(s))) => Some(s.as_bytes().to_vec()),
-                _ => None,
-            })
-            .collect()
+        Some(
+            (0..keys.len())
+                .map(|i| match reply.get(i) {
+                    Some(Ok(CallReply::String(s))) => Some(s.as_bytes().to_vec()),
+                    _ => None,
+                })
+                .collect(),
+        )
+    }
+
+    /// `GET key`.
+    fn get_payload(&self, key: &[u8]) -> Option<Vec<u8>> {
+        let args: [&[u8]; 1] = [key];
+        match self
+            .ctx
+            .call_ext::<_, CallResult>("GET", &self.opts, &args[..])
+        {
+            Ok(CallReply::String(s)) => Some(s.as_bytes().to_vec()),
+            _ => None,
+        }
     }
 
     /// `DUMP key`.

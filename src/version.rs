@@ -187,6 +187,20 @@ impl VersionStore {
         self.set(db, key, KeyVersion::Live(stamp));
     }
 
+    /// Puts back the version `key` had before (`None`: no version), after
+    /// a write recorded for it did not happen.
+    pub fn reset(&mut self, db: u32, key: &[u8], before: Option<KeyVersion>) {
+        match before {
+            Some(v) => self.set(db, key, v),
+            None => {
+                let removed = self.dbs.get_mut(&db).and_then(|d| d.keys.remove(key));
+                if let Some(KeyVersion::Deleted { .. }) = removed {
+                    self.tombstones -= 1;
+                }
+            }
+        }
+    }
+
     /// Records a delete of `key`: a tombstone, collectable after the peer
     /// acknowledges `gc_after` (0: not yet shipped, keep).
     pub fn record_delete(&mut self, db: u32, key: &[u8], stamp: Stamp, gc_after: u64) {
@@ -568,6 +582,30 @@ mod tests {
         );
         assert!(s.is_empty());
         assert_eq!(s.newest_clock(), 20);
+    }
+
+    #[test]
+    fn reset_puts_back_the_version_before() {
+        let mut s = VersionStore::new();
+        s.record_delete(0, b"gone", Stamp::new(3, A), 0);
+        s.record_write(0, b"gone", Stamp::new(5, B));
+        assert_eq!(s.tombstones(), 0);
+        s.reset(
+            0,
+            b"gone",
+            Some(KeyVersion::Deleted {
+                stamp: Stamp::new(3, A),
+                gc_after: 0,
+            }),
+        );
+        assert_eq!(s.tombstones(), 1);
+        assert_eq!(
+            s.decide(0, b"gone", Stamp::new(5, B), A, || false),
+            Decision::Apply
+        );
+        s.record_write(0, b"new", Stamp::new(5, B));
+        s.reset(0, b"new", None);
+        assert_eq!(s.get(0, b"new"), None);
     }
 
     #[test]

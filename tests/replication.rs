@@ -317,9 +317,11 @@ fn multi_exec_is_applied_atomically() {
     pair.wait_converged(SETTLE);
 }
 
-/// B writes consecutive plain strings of one batch with one MSET; every
-/// other entry (another database, an expiry, another type, SWAPDB, DEL)
-/// must still land in the order A made the changes.
+/// B writes consecutive plain strings of one batch with one MSET, between
+/// entries of other kinds (another database, an expiry, another type,
+/// SWAPDB, DEL): a transaction mixing them all lands whole and equal. (The
+/// capture never puts two entries of one key in a batch, so this checks the
+/// run boundaries and databases, not the order of writes to one key.)
 #[test]
 fn a_batch_mixing_strings_with_other_changes_applies_in_order() {
     let pair = Pair::start();

@@ -632,8 +632,12 @@ pub(crate) fn receive(link: &RdmaLink, delivery: &mut dyn Delivery) -> Result<()
                 .into());
             }
             delivery.idle(last_rx)?;
-            if let Some(head) = delivery.idle_credit() {
-                link.return_credit(head)?;
+            // Held-back credit goes back once the link has been quiet for a
+            // tick (as over tcp), not each time the queue runs dry.
+            if last_rx.elapsed() >= crate::link::IDLE_TICK {
+                if let Some(head) = delivery.idle_credit() {
+                    link.return_credit(head)?;
+                }
             }
             if link.flags.credit_waiting() {
                 if let Some(mut st) = link.send.try_lock() {
