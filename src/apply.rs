@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
+use hashbrown::HashSet;
 use parking_lot::Mutex;
 use redis_module::{CallOptions, CallOptionsBuilder, CallResult, Context, RedisModuleTimerID};
 
@@ -243,6 +244,9 @@ struct MsetRun<'a> {
     /// recorded at once, for the rest of the batch to see): put back for a
     /// key that could not be written.
     before: Vec<Option<KeyVersion>>,
+    /// The keys in the run: a key appears at most once (a repeat starts a
+    /// new run, so each `before` is the version from outside the run).
+    keys: HashSet<&'a [u8]>,
 }
 
 impl<'a> MsetRun<'a> {
@@ -252,15 +256,19 @@ impl<'a> MsetRun<'a> {
     /// Whether `e` may join the run: a plain string value of the run's
     /// database (or any database while the run is empty), with room left.
     fn admits(&self, e: &Entry) -> bool {
-        let plain = matches!(
-            e.op,
-            Op::Value {
-                encoding: Encoding::RawString,
-                expiry_ms: None,
-                ..
-            }
-        );
-        plain && (self.args.is_empty() || (self.db == e.db && self.args.len() < 2 * Self::MAX_KEYS))
+        let Op::Value {
+            key,
+            encoding: Encoding::RawString,
+            expiry_ms: None,
+            ..
+        } = &e.op
+        else {
+            return false;
+        };
+        self.args.is_empty()
+            || (self.db == e.db
+                && self.args.len() < 2 * Self::MAX_KEYS
+                && !self.keys.contains(key.as_slice()))
     }
 
     fn push(&mut self, db: u32, key: &'a [u8], value: &'a [u8], before: Option<KeyVersion>) {
@@ -268,6 +276,7 @@ impl<'a> MsetRun<'a> {
         self.args.push(key);
         self.args.push(value);
         self.before.push(before);
+        self.keys.insert(key);
     }
 
     /// Writes the run. If the MSET fails, each key is written with SET;
@@ -286,6 +295,7 @@ impl<'a> MsetRun<'a> {
         let db = self.db;
         let args = std::mem::take(&mut self.args);
         let before = std::mem::take(&mut self.before);
+        self.keys.clear();
         let db_ok = server::select_db(ctx, db);
         if db_ok && run(ctx, opts, "MSET", &args).is_ok() {
             return Ok(());
@@ -466,6 +476,7 @@ fn apply_batch(ctx: &Context, shared: &Shared, batch: &Batch) {
         db: 0,
         args: Vec::new(),
         before: Vec::new(),
+        keys: HashSet::new(),
     };
     for e in &batch.entries {
         newest = newest.max(e.clock);

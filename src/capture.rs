@@ -163,6 +163,7 @@ impl ReadRun {
         if !failed.is_empty() {
             // Unread is not deleted: the keys stay dirty and are read again
             // at the next flush.
+            Stats::add(&shared.stats.read_failures, failed.len() as u64);
             shared.stats.set_error(format!(
                 "capture: reading {} changed key(s) failed; retrying",
                 failed.len()
@@ -388,6 +389,12 @@ pub fn flush_now(ctx: &Context, shared: &Shared) {
 /// (so the versions it saves match the values). Skipped when the module's
 /// own code holds the convergence state (a save inside one of its commands).
 pub fn flush_before_save(ctx: &Context, shared: &Shared) {
+    // Inside a transaction or script (FLUSHALL with save points, DEBUG
+    // RELOAD in MULTI) it would ship half of it: the lot ships at the end.
+    let atomic = redis_module::ContextFlags::MULTI | redis_module::ContextFlags::LUA;
+    if ctx.get_flags().intersects(atomic) {
+        return;
+    }
     if STATE.try_lock().is_some() {
         flush_changes(ctx, shared, false);
     }
@@ -399,7 +406,12 @@ fn flush_changes(ctx: &Context, shared: &Shared, may_wait: bool) {
     // the held changes.
     let may_wait = may_wait && !HOT.lock().is_empty() && shared.stats.link() == LinkState::Up && {
         let st = STATE.lock();
-        !st.catching_up() && !st.full_sync_wanted
+        let epoch = Stats::get(&shared.stats.links_established);
+        !st.catching_up()
+            && !st.full_sync_wanted
+            && !st.sync_requested
+            && !st.request_sync
+            && !st.is_new_link(epoch)
     };
     let mut held = false;
     let ops = {

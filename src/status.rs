@@ -53,6 +53,8 @@ pub struct Stats {
     pub apply_errors: AtomicU64,
     /// Batches that found the queue full (their keys stay dirty and retry).
     pub queue_overflows: AtomicU64,
+    /// Changed keys whose read failed at a flush (kept dirty, read again).
+    pub read_failures: AtomicU64,
     /// Flushes held back because a costly key was snapshotted too recently.
     pub flushes_deferred: AtomicU64,
     /// Entries not replicated because the link was down (no catch-up yet).
@@ -225,6 +227,7 @@ pub fn status_fields(
         ("queue_depth", Field::Int(queue_depth as i64)),
         ("queue_overflows", c(&stats.queue_overflows)),
         ("flushes_deferred", c(&stats.flushes_deferred)),
+        ("read_failures", c(&stats.read_failures)),
         ("entries_dropped", c(&stats.entries_dropped)),
         ("entries_refused", c(&stats.entries_refused)),
         ("ring_used_bytes", Field::Int(stats.ring_used() as i64)),

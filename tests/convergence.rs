@@ -345,3 +345,62 @@ fn tombstones_sent_in_a_full_sync_are_collected() {
         a.status()
     );
 }
+
+#[test]
+fn a_transaction_with_flushall_and_save_points_ships_whole() {
+    // With save points, FLUSHALL saves on the spot, in the middle of the
+    // transaction; pending changes ship before a save, but never half a
+    // transaction: B must never see the flush without the write after it.
+    let pair = Pair::start();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("save")
+        .arg("3600 1")
+        .query(&mut pair.a.conn())
+        .unwrap();
+    let _: () = pair.a.conn().set("b", 0).unwrap();
+    assert!(wait_until(SETTLE, || exists(&pair.b, "b")));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let checker = {
+        let stop = stop.clone();
+        let mut b = pair.b.conn();
+        std::thread::spawn(move || {
+            let (mut reads, mut torn) = (0u64, 0u64);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let present: bool = b.exists("b").unwrap();
+                reads += 1;
+                torn += u64::from(!present);
+            }
+            (reads, torn)
+        })
+    };
+    let mut a = pair.a.conn();
+    for i in 1..=100 {
+        let _: () = redis::pipe()
+            .atomic()
+            .cmd("SET")
+            .arg("a")
+            .arg(i)
+            .ignore()
+            .cmd("FLUSHALL")
+            .ignore()
+            .cmd("SET")
+            .arg("b")
+            .arg(i)
+            .ignore()
+            .query(&mut a)
+            .unwrap();
+    }
+    let done = wait_until(SETTLE, || {
+        pair.b.conn().get::<_, Option<i64>>("b").unwrap() == Some(100)
+    });
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (reads, torn) = checker.join().unwrap();
+    assert!(done, "B: {:?}", pair.b.status());
+    assert!(reads > 10, "only {reads} reads");
+    assert_eq!(
+        torn, 0,
+        "B saw the FLUSHALL without the SET after it ({reads} reads)"
+    );
+    pair.wait_converged(SETTLE);
+}
