@@ -51,6 +51,20 @@ fn hash_key(hasher: &DefaultHashBuilder, db: u32, key: &[u8]) -> u64 {
     hasher.hash_one((db, key))
 }
 
+/// Indexes the `Key` op at position `pos` (its hash is `h`).
+fn index_position(
+    index: &mut HashTable<u64>,
+    ops: &VecDeque<PendingOp>,
+    base: u64,
+    hasher: &DefaultHashBuilder,
+    h: u64,
+    pos: u64,
+) {
+    index.insert_unique(h, pos, |&p| {
+        key_at(ops, base, p).map_or(0, |(d, k)| hash_key(hasher, d, k))
+    });
+}
+
 /// `(db, key)` of the `Key` op at position `pos`, if that is one.
 fn key_at(ops: &VecDeque<PendingOp>, base: u64, pos: u64) -> Option<(u32, &[u8])> {
     let i = usize::try_from(pos.checked_sub(base)?).ok()?;
@@ -117,37 +131,23 @@ impl DirtySet {
             db,
             key: key.to_vec(),
         });
-        let Self {
-            ops,
-            base,
-            index,
-            hasher,
-        } = self;
-        let h = hash_key(hasher, db, key);
-        index.insert_unique(h, pos, |&p| {
-            key_at(ops, *base, p).map_or(0, |(d, k)| hash_key(hasher, d, k))
-        });
+        let h = hash_key(&self.hasher, db, key);
+        index_position(&mut self.index, &self.ops, self.base, &self.hasher, h, pos);
     }
 
     /// Indexes every `Key` op again (after ops were removed or reordered).
     fn reindex(&mut self) {
         self.index.clear();
-        let Self {
-            ops,
-            base,
-            index,
-            hasher,
-        } = self;
-        for (pos, op) in (*base..).zip(ops.iter()) {
+        let (ops, base, hasher) = (&self.ops, self.base, &self.hasher);
+        for (pos, op) in (base..).zip(ops.iter()) {
             if let PendingOp::Key { db, key } = op {
                 let h = hash_key(hasher, *db, key);
-                let seen = index
-                    .find(h, |&p| key_at(ops, *base, p) == Some((*db, key.as_slice())))
+                let seen = self
+                    .index
+                    .find(h, |&p| key_at(ops, base, p) == Some((*db, key.as_slice())))
                     .is_some();
                 if !seen {
-                    index.insert_unique(h, pos, |&p| {
-                        key_at(ops, *base, p).map_or(0, |(d, k)| hash_key(hasher, d, k))
-                    });
+                    index_position(&mut self.index, ops, base, hasher, h, pos);
                 }
             }
         }

@@ -72,7 +72,6 @@ impl<'a> Reader<'a> {
         if !info.exists() {
             return None;
         }
-        let args: [&[u8]; 1] = [key];
         // Strings travel as their bytes (GET, applied with SET); the rest as
         // DUMP payloads (applied with RESTORE).
         let started = Instant::now();
@@ -81,13 +80,7 @@ impl<'a> Reader<'a> {
         } else {
             ("DUMP", Encoding::Dump)
         };
-        let payload = match self
-            .ctx
-            .call_ext::<_, CallResult>(command, &self.opts, &args[..])
-        {
-            Ok(CallReply::String(s)) => s.as_bytes().to_vec(),
-            _ => return None,
-        };
+        let payload = self.bytes_of(command, key)?;
         Some(Snapshot {
             payload,
             expiry_ms: info.expiry_ms,
@@ -110,7 +103,7 @@ impl<'a> Reader<'a> {
             .collect();
         let mut values = match self.mget(&strings) {
             Some(values) => values,
-            None => strings.iter().map(|k| self.get_payload(k)).collect(),
+            None => strings.iter().map(|k| self.bytes_of("GET", k)).collect(),
         }
         .into_iter();
         keys.iter()
@@ -126,7 +119,7 @@ impl<'a> Reader<'a> {
                     }
                 } else {
                     let started = Instant::now();
-                    match self.dump_payload(key) {
+                    match self.bytes_of("DUMP", key) {
                         Some(p) => (p, Encoding::Dump, started.elapsed()),
                         None => return Read::Failed,
                     }
@@ -163,24 +156,13 @@ impl<'a> Reader<'a> {
         )
     }
 
-    /// `GET key`.
-    fn get_payload(&self, key: &[u8]) -> Option<Vec<u8>> {
+    /// The bulk string `command key` returns (GET, DUMP); `None` for
+    /// anything else (nil, an error).
+    fn bytes_of(&self, command: &str, key: &[u8]) -> Option<Vec<u8>> {
         let args: [&[u8]; 1] = [key];
         match self
             .ctx
-            .call_ext::<_, CallResult>("GET", &self.opts, &args[..])
-        {
-            Ok(CallReply::String(s)) => Some(s.as_bytes().to_vec()),
-            _ => None,
-        }
-    }
-
-    /// `DUMP key`.
-    fn dump_payload(&self, key: &[u8]) -> Option<Vec<u8>> {
-        let args: [&[u8]; 1] = [key];
-        match self
-            .ctx
-            .call_ext::<_, CallResult>("DUMP", &self.opts, &args[..])
+            .call_ext::<_, CallResult>(command, &self.opts, &args[..])
         {
             Ok(CallReply::String(s)) => Some(s.as_bytes().to_vec()),
             _ => None,

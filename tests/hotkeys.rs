@@ -23,6 +23,16 @@ fn fill_hash(a: &mut Connection, chunks: usize) {
     }
 }
 
+/// `HSET big f:<i> <i>` on `a`.
+fn set_field(a: &mut Connection, i: u64) {
+    let _: i64 = redis::cmd("HSET")
+        .arg("big")
+        .arg(format!("f:{i}"))
+        .arg(i)
+        .query(a)
+        .unwrap();
+}
+
 /// A hash whose DUMP is costly (40,000 fields).
 fn fill_big_hash(a: &mut Connection) {
     fill_hash(a, 40);
@@ -41,18 +51,8 @@ fn a_save_records_the_versions_of_held_changes() {
     fill_hash(&mut a, 300);
     pair.wait_converged(SETTLE);
     // Ships the hash and puts it to rest; the next two changes are held.
-    let _: i64 = redis::cmd("HSET")
-        .arg("big")
-        .arg("f:0")
-        .arg(0)
-        .query(&mut a)
-        .unwrap();
-    let _: i64 = redis::cmd("HSET")
-        .arg("big")
-        .arg("f:1")
-        .arg(1)
-        .query(&mut a)
-        .unwrap();
+    set_field(&mut a, 0);
+    set_field(&mut a, 1);
     let _: () = redis::cmd("SET").arg("k").arg("v2").query(&mut a).unwrap();
     let _: () = redis::cmd("SAVE").query(&mut a).unwrap();
     pair.a.restart();
@@ -71,12 +71,7 @@ fn hot_key_rest_zero_ships_every_change_at_once() {
     let mut a = pair.a.conn();
     fill_big_hash(&mut a);
     for i in 0..200u64 {
-        let _: i64 = redis::cmd("HSET")
-            .arg("big")
-            .arg(format!("f:{i}"))
-            .arg(i)
-            .query(&mut a)
-            .unwrap();
+        set_field(&mut a, i);
     }
     pair.wait_converged(SETTLE);
     assert_eq!(pair.a.stat("flushes_deferred"), 0, "{:?}", pair.a.status());
@@ -112,12 +107,7 @@ fn a_costly_hot_key_rests_and_later_writes_never_overtake_it() {
         })
     };
     for i in 0..3000u64 {
-        let _: i64 = redis::cmd("HSET")
-            .arg("big")
-            .arg(format!("f:{i}"))
-            .arg(i)
-            .query(&mut a)
-            .unwrap();
+        set_field(&mut a, i);
         let _: () = redis::cmd("SET")
             .arg("marker")
             .arg(i)
