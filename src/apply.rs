@@ -255,20 +255,25 @@ impl<'a> MsetRun<'a> {
 
     /// Whether `e` may join the run: a plain string value of the run's
     /// database (or any database while the run is empty), with room left.
+    /// A string value without expiry: what a run can carry.
+    fn is_plain(e: &Entry) -> Option<&[u8]> {
+        match &e.op {
+            Op::Value {
+                key,
+                encoding: Encoding::RawString,
+                expiry_ms: None,
+                ..
+            } => Some(key),
+            _ => None,
+        }
+    }
+
     fn admits(&self, e: &Entry) -> bool {
-        let Op::Value {
-            key,
-            encoding: Encoding::RawString,
-            expiry_ms: None,
-            ..
-        } = &e.op
-        else {
+        let Some(key) = Self::is_plain(e) else {
             return false;
         };
         self.args.is_empty()
-            || (self.db == e.db
-                && self.args.len() < 2 * Self::MAX_KEYS
-                && !self.keys.contains(key.as_slice()))
+            || (self.db == e.db && self.args.len() < 2 * Self::MAX_KEYS && !self.keys.contains(key))
     }
 
     fn push(&mut self, db: u32, key: &'a [u8], value: &'a [u8], before: Option<KeyVersion>) {
@@ -409,7 +414,8 @@ fn apply_entry<'a>(
             encoding,
         } => match decide(st, key) {
             Decision::Apply => {
-                if mset.admits(e) {
+                // The batch loop wrote the run first if `e` could not join it.
+                if MsetRun::is_plain(e).is_some() {
                     let before = st.versions.get(e.db, key);
                     mset.push(e.db, key, payload, before);
                 } else {

@@ -82,7 +82,10 @@ impl DirtySet {
 
     /// Whether `key` of `db` is pending.
     pub fn contains(&self, db: u32, key: &[u8]) -> bool {
-        let h = hash_key(&self.hasher, db, key);
+        self.contains_hashed(hash_key(&self.hasher, db, key), db, key)
+    }
+
+    fn contains_hashed(&self, h: u64, db: u32, key: &[u8]) -> bool {
         self.index
             .find(h, |&p| key_at(&self.ops, self.base, p) == Some((db, key)))
             .is_some()
@@ -123,7 +126,9 @@ impl DirtySet {
 
     /// Records that `key` in `db` changed.
     pub fn mark(&mut self, db: u32, key: &[u8]) {
-        if self.contains(db, key) {
+        // One hash for the lookup and the insert: this runs for every write.
+        let h = hash_key(&self.hasher, db, key);
+        if self.contains_hashed(h, db, key) {
             return;
         }
         let pos = self.base + self.ops.len() as u64;
@@ -131,7 +136,6 @@ impl DirtySet {
             db,
             key: key.to_vec(),
         });
-        let h = hash_key(&self.hasher, db, key);
         index_position(&mut self.index, &self.ops, self.base, &self.hasher, h, pos);
     }
 

@@ -415,7 +415,10 @@ impl Delivery for Inbound<'_> {
         Ok(())
     }
 
-    fn idle_credit(&mut self) -> Option<u64> {
+    fn idle_credit(&mut self, last_rx: Instant) -> Option<u64> {
+        if last_rx.elapsed() < IDLE_TICK {
+            return None;
+        }
         let due = self.credit.leftover(self.poller.head());
         if let Some(h) = due {
             self.credit.returned(h);

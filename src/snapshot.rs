@@ -65,41 +65,28 @@ impl<'a> Reader<'a> {
         self.ctx
     }
 
-    /// The key's value and expiry, or `None` when it does not exist.
+    /// The key's value and expiry, or `None` when it does not exist (or
+    /// cannot be read).
     pub fn dump(&self, key: &[u8]) -> Option<Snapshot> {
-        // Type and expiry through the key API: one command (DUMP) per key.
-        let info = server::key_info(self.ctx, key);
-        if !info.exists() {
-            return None;
+        match self.read_many(&[key]).pop() {
+            Some(Read::Value(snap)) => Some(snap),
+            _ => None,
         }
-        // Strings travel as their bytes (GET, applied with SET); the rest as
-        // DUMP payloads (applied with RESTORE).
-        let started = Instant::now();
-        let (command, encoding) = if info.is_string() {
-            ("GET", Encoding::RawString)
-        } else {
-            ("DUMP", Encoding::Dump)
-        };
-        let payload = self.bytes_of(command, key)?;
-        Some(Snapshot {
-            payload,
-            expiry_ms: info.expiry_ms,
-            encoding,
-            read_time: started.elapsed(),
-        })
     }
 
     /// Every key in `keys`, in order: the strings among them read with one
     /// MGET (one command for the lot instead of one each; one GET each if
     /// the MGET fails), the rest with DUMP.
-    pub fn read_many(&self, keys: &[Vec<u8>]) -> Vec<Read> {
-        let infos: Vec<server::KeyInfo> =
-            keys.iter().map(|k| server::key_info(self.ctx, k)).collect();
+    pub fn read_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<Read> {
+        let infos: Vec<server::KeyInfo> = keys
+            .iter()
+            .map(|k| server::key_info(self.ctx, k.as_ref()))
+            .collect();
         let strings: Vec<&[u8]> = keys
             .iter()
             .zip(&infos)
             .filter(|(_, info)| info.is_string())
-            .map(|(k, _)| k.as_slice())
+            .map(|(k, _)| k.as_ref())
             .collect();
         let mut values = match self.mget(&strings) {
             Some(values) => values,
@@ -119,7 +106,7 @@ impl<'a> Reader<'a> {
                     }
                 } else {
                     let started = Instant::now();
-                    match self.bytes_of("DUMP", key) {
+                    match self.bytes_of("DUMP", key.as_ref()) {
                         Some(p) => (p, Encoding::Dump, started.elapsed()),
                         None => return Read::Failed,
                     }

@@ -89,9 +89,10 @@ pub trait Delivery {
     /// # Errors
     /// Why the link must end.
     fn idle(&mut self, last_rx: Instant) -> Result<()>;
-    /// The link is quiet: a head to return as credit, if any consumption
-    /// was held back (see [`crate::ring::CreditPolicy`]).
-    fn idle_credit(&mut self) -> Option<u64>;
+    /// Nothing arrived since `last_rx`: once that is a tick ago, a head to
+    /// return as credit, if any consumption was held back (see
+    /// [`crate::ring::CreditPolicy`]).
+    fn idle_credit(&mut self, last_rx: Instant) -> Option<u64>;
     /// The peer returned credit up to `head`.
     fn credit(&mut self, head: u64);
     /// Position up to which the ring has been consumed.

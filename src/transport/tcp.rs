@@ -326,7 +326,7 @@ fn idle(link: &TcpLink, delivery: &mut dyn Delivery, last_rx: Instant) -> Result
         return Err(Error::LinkClosed);
     }
     delivery.idle(last_rx)?;
-    if let Some(head) = delivery.idle_credit() {
+    if let Some(head) = delivery.idle_credit(last_rx) {
         return link.return_credit(head);
     }
     link.retry_credit()

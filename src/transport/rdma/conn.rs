@@ -632,12 +632,8 @@ pub(crate) fn receive(link: &RdmaLink, delivery: &mut dyn Delivery) -> Result<()
                 .into());
             }
             delivery.idle(last_rx)?;
-            // Held-back credit goes back once the link has been quiet for a
-            // tick (as over tcp), not each time the queue runs dry.
-            if last_rx.elapsed() >= crate::link::IDLE_TICK {
-                if let Some(head) = delivery.idle_credit() {
-                    link.return_credit(head)?;
-                }
+            if let Some(head) = delivery.idle_credit(last_rx) {
+                link.return_credit(head)?;
             }
             if link.flags.credit_waiting() {
                 if let Some(mut st) = link.send.try_lock() {
