@@ -5,7 +5,7 @@
 //! ever waits for the GIL, so a busy server cannot starve the apply path and
 //! unload cannot deadlock with it.
 
-use std::io::{Read, Write};
+use std::io::{Read as _, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::hook::Suppressed;
 use crate::runtime::{self, Shared};
 use crate::server::{self, ThreadContext};
-use crate::snapshot::Reader;
+use crate::snapshot::{Read, Reader};
 use crate::status::{unix_ms, Stats};
 use crate::version::{Decision, KeyVersion, Stamp, GC_AT_NEXT_ACK};
 
@@ -334,6 +334,7 @@ fn apply_flush(
     ctx: &Context,
     opts: &CallOptions,
     st: &mut Replication,
+    shared: &Shared,
     db: Option<u32>,
     stamp: Stamp,
 ) -> std::result::Result<Outcome, String> {
@@ -343,10 +344,15 @@ fn apply_flush(
     let survivors = st.versions.flush(db, stamp);
     let reader = Reader::new(ctx);
     let mut saved = Vec::with_capacity(survivors.len());
+    let mut unread = Vec::new();
     for (d, key) in survivors {
         server::select_db(ctx, d);
-        if let Some(snap) = reader.dump(&key) {
-            saved.push((d, key, snap));
+        match reader.read_one(&key) {
+            Read::Value(snap) => saved.push((d, key, snap)),
+            Read::Absent => {}
+            // It cannot be kept across the flush; marked dirty, its
+            // deletion ships with a new version, so both nodes agree.
+            Read::Failed => unread.push((d, key.into_vec())),
         }
     }
     // FLUSHALL as one FLUSHDB per database: with save points configured,
@@ -359,6 +365,9 @@ fn apply_flush(
     for d in dbs {
         server::select_db(ctx, d);
         run(ctx, opts, "FLUSHDB", &[])?;
+    }
+    for (d, key) in unread {
+        crate::capture::read_again_later(shared, d, vec![key]);
     }
     for (d, key, snap) in saved {
         server::select_db(ctx, d);
@@ -378,7 +387,7 @@ fn apply_entry<'a>(
     ctx: &Context,
     opts: &CallOptions,
     st: &mut Replication,
-    me: u64,
+    shared: &Shared,
     e: &'a Entry,
     mset: &mut MsetRun<'a>,
 ) -> std::result::Result<Outcome, String> {
@@ -403,8 +412,9 @@ fn apply_entry<'a>(
     }
     // A key without a version: whether it exists, through the key API.
     let decide = |st: &Replication, key: &[u8]| {
-        st.versions
-            .decide(e.db, key, stamp, me, || server::key_info(ctx, key).exists())
+        st.versions.decide(e.db, key, stamp, shared.node_id, || {
+            server::key_info(ctx, key).exists()
+        })
     };
     match &e.op {
         Op::Value {
@@ -442,8 +452,8 @@ fn apply_entry<'a>(
             Decision::Stale => Ok(Outcome::Discarded),
             Decision::Duplicate => Ok(Outcome::Duplicate),
         },
-        Op::FlushDb => apply_flush(ctx, opts, st, Some(e.db), stamp),
-        Op::FlushAll => apply_flush(ctx, opts, st, None, stamp),
+        Op::FlushDb => apply_flush(ctx, opts, st, shared, Some(e.db), stamp),
+        Op::FlushAll => apply_flush(ctx, opts, st, shared, None, stamp),
         Op::SwapDb { other } => {
             let a = e.db.to_string();
             let b = other.to_string();
@@ -493,7 +503,7 @@ fn apply_batch(ctx: &Context, shared: &Shared, batch: &Batch) {
                 shared.stats.set_error(format!("apply: {msg}"));
             }
         }
-        match apply_entry(ctx, &opts, &mut st, shared.node_id, e, &mut mset) {
+        match apply_entry(ctx, &opts, &mut st, shared, e, &mut mset) {
             Ok(Outcome::Discarded) => discarded += 1,
             Ok(Outcome::Duplicate) => duplicates += 1,
             Ok(Outcome::Applied | Outcome::Notice) => {}

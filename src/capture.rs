@@ -160,19 +160,25 @@ impl ReadRun {
             }
             out.push(entry(shared, db, stamp, op_of(key, snap)));
         }
-        if !failed.is_empty() {
-            // Unread is not deleted: the keys stay dirty and are read again
-            // at the next flush.
-            Stats::add(&shared.stats.read_failures, failed.len() as u64);
-            shared.stats.set_error(format!(
-                "capture: reading {} changed key(s) failed; retrying",
-                failed.len()
-            ));
-            let mut dirty = DIRTY.lock();
-            for key in failed {
-                dirty.mark(db, &key);
-            }
-        }
+        read_again_later(shared, db, failed);
+    }
+}
+
+/// Keys of `db` that could not be read: unread is not deleted, so nothing
+/// ships for them now; they are marked dirty and read again at the next
+/// flush (and counted). Lock order: `STATE` before `DIRTY`.
+pub fn read_again_later(shared: &Shared, db: u32, keys: Vec<Vec<u8>>) {
+    if keys.is_empty() {
+        return;
+    }
+    Stats::add(&shared.stats.read_failures, keys.len() as u64);
+    shared.stats.set_error(format!(
+        "capture: reading {} changed key(s) failed; retrying",
+        keys.len()
+    ));
+    let mut dirty = DIRTY.lock();
+    for key in keys {
+        dirty.mark(db, &key);
     }
 }
 
@@ -261,11 +267,18 @@ fn backlog_entry(
         PendingOp::Key { db, key } => match st.versions.get(db, &key)? {
             KeyVersion::Live(stamp) if stamp.node == me => {
                 server::select_db(reader.ctx(), db);
-                let snap = reader.dump(&key);
-                if snap.is_none() {
-                    // Expired or evicted since: its last version, deleted.
-                    st.versions.record_delete(db, &key, stamp, 0);
-                }
+                let snap = match reader.read_one(&key) {
+                    Read::Value(snap) => Some(snap),
+                    Read::Absent => {
+                        // Expired or evicted since: its last version, deleted.
+                        st.versions.record_delete(db, &key, stamp, 0);
+                        None
+                    }
+                    Read::Failed => {
+                        read_again_later(shared, db, vec![key]);
+                        return None;
+                    }
+                };
                 let op = op_of(key, snap);
                 Some(entry(shared, db, stamp, op))
             }
@@ -317,6 +330,9 @@ fn advance_full_sync(reader: &Reader, shared: &Shared, st: &mut Replication, dea
             .into_iter()
             .map(|(db, stamp, op)| entry(shared, db, stamp, op))
             .collect();
+        for (db, key) in sync.take_unread() {
+            read_again_later(shared, db, vec![key]);
+        }
         if push(shared, st, entries, false).is_err() {
             // Cannot happen after `is_full` said no (single producer); start over.
             st.full_sync_wanted = true;

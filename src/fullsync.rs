@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use crate::entry::Op;
 use crate::server;
-use crate::snapshot::Reader;
+use crate::snapshot::{Read, Reader};
 use crate::version::{KeyVersion, Stamp, VersionStore};
 
 /// Keys asked of one SCAN call.
@@ -40,6 +40,8 @@ pub struct FullSync {
     pub sent: u64,
     /// When it started.
     pub started: Instant,
+    /// Keys found but not read (a read error), to read again later.
+    unread: Vec<(u32, Vec<u8>)>,
 }
 
 impl FullSync {
@@ -50,12 +52,19 @@ impl FullSync {
             databases: databases.max(1),
             sent: 0,
             started: Instant::now(),
+            unread: Vec::new(),
         }
     }
 
     /// Whether everything has been handed out.
     pub fn is_done(&self) -> bool {
         matches!(self.phase, Phase::Done)
+    }
+
+    /// Keys the last steps found but could not read (none is shipped as
+    /// deleted: the caller has them read again).
+    pub fn take_unread(&mut self) -> Vec<(u32, Vec<u8>)> {
+        std::mem::take(&mut self.unread)
     }
 
     /// The next slice: at least one SCAN page (or the floors, or up to
@@ -85,15 +94,19 @@ impl FullSync {
                 server::select_db(reader.ctx(), *db);
                 let page = reader.scan(*cursor, SCAN_COUNT);
                 let (next, keys) = page.unwrap_or((0, Vec::new()));
-                for key in keys {
+                let reads = reader.read_many(&keys);
+                for (key, read) in keys.into_iter().zip(reads) {
                     let stamp = match versions.get(*db, &key) {
                         Some(KeyVersion::Live(s)) => s,
                         // Present without a version (or a stale tombstone):
                         // written at clock 0 here.
                         _ => Stamp::new(0, me),
                     };
-                    if let Some(snap) = reader.dump(&key) {
-                        out.push((*db, stamp, snap.into_op(key)));
+                    match read {
+                        Read::Value(snap) => out.push((*db, stamp, snap.into_op(key))),
+                        // Gone since the SCAN: its delete ships by itself.
+                        Read::Absent => {}
+                        Read::Failed => self.unread.push((*db, key)),
                     }
                 }
                 server::select_db(reader.ctx(), original);

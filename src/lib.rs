@@ -14,7 +14,7 @@
 //!
 //! # Threads
 //! Redis' main thread runs the hook, the capture, the apply (woken through a
-//! pipe, run in a 0 ms timer) and `RDMASYNC.STATUS`. The module adds three
+//! pipe, run in a 0 ms timer), `RDMASYNC.STATUS` and `RDMASYNC.DEBUG` (`faults`). The module adds three
 //! threads: `rdmasync-send` (queue -> ring), `rdmasync-link` (dial, handshake,
 //! then receive and decode) and `rdmasync-accept` (incoming connections),
 //! plus one short-lived `rdmasync-hs` per incoming handshake (at most
@@ -43,6 +43,7 @@ pub mod config;
 pub mod control;
 pub mod entry;
 pub mod error;
+pub(crate) mod faults;
 pub(crate) mod fullsync;
 pub mod handshake;
 pub(crate) mod hook;

@@ -1,4 +1,5 @@
-//! Redis wiring: load/unload, the `RDMASYNC.STATUS` command, event handlers.
+//! Redis wiring: load/unload, the `RDMASYNC.STATUS` and `RDMASYNC.DEBUG`
+//! commands, event handlers.
 
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -10,7 +11,7 @@ use redis_module::{
 use crate::catchup::{Replication, STATE};
 use crate::server::{self, ServerEvent};
 use crate::status::{status_fields, Field};
-use crate::{capture, config, hook, persist, runtime, settings};
+use crate::{capture, config, faults, hook, persist, runtime, settings};
 
 fn init(ctx: &Context, args: &[RedisString]) -> Status {
     // A panic in module code is caught; say so in Redis' own log.
@@ -34,7 +35,8 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         return Status::Err;
     }
     raw::register_info_function(ctx.ctx, Some(info_func));
-    if !server::set_command_docs(ctx, &STATUS_DOCS) {
+    if !(server::set_command_docs(ctx, &STATUS_DOCS) && server::set_command_docs(ctx, &DEBUG_DOCS))
+    {
         ctx.log_notice("rdmasync: COMMAND DOCS not set (RedisModule_SetCommandInfo refused)");
     }
     let apis = server::detect_newer_apis();
@@ -107,6 +109,14 @@ const STATUS_DOCS: server::CommandDocs = server::CommandDocs {
     arity: 1,
 };
 
+const DEBUG_DOCS: server::CommandDocs = server::CommandDocs {
+    name: c"rdmasync.debug",
+    summary: c"Fault injection for tests: FAIL-READS SET <key-prefix> makes reads of those keys fail; FAIL-READS CLEAR stops it. Refused where DEBUG is.",
+    complexity: c"O(1)",
+    since: c"0.1.0",
+    arity: -1,
+};
+
 /// `INFO rdmasync`: the status figures as `rdmasync_<name>:<value>` lines.
 extern "C" fn info_func(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: i32) {
     let _ = catch_unwind(AssertUnwindSafe(|| {
@@ -175,6 +185,31 @@ fn status_reply(argc: usize) -> RedisResult {
     Ok(RedisValue::OrderedMap(map))
 }
 
+fn debug_command(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    catch_unwind(AssertUnwindSafe(|| debug_reply(ctx, &args))).unwrap_or(Err(RedisError::Str(
+        "ERR rdmasync internal error (see the log)",
+    )))
+}
+
+fn debug_reply(ctx: &Context, args: &[RedisString]) -> RedisResult {
+    let words: Vec<&[u8]> = args.iter().skip(1).map(|a| a.as_slice()).collect();
+    let request = faults::parse(&words).map_err(RedisError::Str)?;
+    // The same switch as Redis's own DEBUG command.
+    let allowed = match ctx.call("CONFIG", &["GET", "enable-debug-command"]) {
+        Ok(RedisValue::Array(kv)) => {
+            !matches!(kv.get(1), Some(RedisValue::SimpleString(v) | RedisValue::BulkString(v)) if v == "no")
+        }
+        _ => false,
+    };
+    if !allowed {
+        return Err(RedisError::Str(
+            "ERR RDMASYNC.DEBUG is refused: enable-debug-command is 'no'",
+        ));
+    }
+    faults::apply(request);
+    Ok(RedisValue::SimpleStringStatic("OK"))
+}
+
 redis_module! {
     name: "rdmasync",
     version: 1,
@@ -186,5 +221,7 @@ redis_module! {
         // admin: the status exposes topology and internals; a user needs
         // +rdmasync.status or +@admin to read it.
         ["rdmasync.status", status_command, "readonly fast admin allow-loading allow-stale", 0, 0, 0, ""],
+        // Fault injection for tests; gated like DEBUG.
+        ["rdmasync.debug", debug_command, "admin", 0, 0, 0, ""],
     ],
 }

@@ -65,13 +65,9 @@ impl<'a> Reader<'a> {
         self.ctx
     }
 
-    /// The key's value and expiry, or `None` when it does not exist (or
-    /// cannot be read).
-    pub fn dump(&self, key: &[u8]) -> Option<Snapshot> {
-        match self.read_many(&[key]).pop() {
-            Some(Read::Value(snap)) => Some(snap),
-            _ => None,
-        }
+    /// One key's value and expiry: [`Reader::read_many`] of one key.
+    pub fn read_one(&self, key: &[u8]) -> Read {
+        self.read_many(&[key]).pop().unwrap_or(Read::Failed)
     }
 
     /// Every key in `keys`, in order: the strings among them read with one
@@ -98,6 +94,13 @@ impl<'a> Reader<'a> {
             .map(|(key, info)| {
                 if !info.exists() {
                     return Read::Absent;
+                }
+                if crate::faults::read_fails(key.as_ref()) {
+                    // Its string value (if any) is still taken, in order.
+                    if info.is_string() {
+                        values.next();
+                    }
+                    return Read::Failed;
                 }
                 let (payload, encoding, read_time) = if info.is_string() {
                     match values.next().flatten() {

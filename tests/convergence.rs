@@ -404,3 +404,47 @@ fn a_transaction_with_flushall_and_save_points_ships_whole() {
     );
     pair.wait_converged(SETTLE);
 }
+
+fn fail_reads(node: &Node, prefix: Option<&str>) {
+    let mut cmd = redis::cmd("RDMASYNC.DEBUG");
+    match prefix {
+        Some(p) => cmd.arg("FAIL-READS").arg("SET").arg(p),
+        None => cmd.arg("FAIL-READS").arg("CLEAR"),
+    };
+    let _: () = cmd.query(&mut node.conn()).unwrap();
+}
+
+#[test]
+fn a_key_that_cannot_be_read_is_never_shipped_as_deleted() {
+    let pair = Pair::start();
+    let mut a = pair.a.conn();
+    let _: () = a.set("f:live", "v1").unwrap();
+    let _: () = a.set("f:back", "old").unwrap();
+    pair.wait_converged(SETTLE);
+    fail_reads(&pair.a, Some("f:"));
+    // Live path: the change cannot be read, so nothing ships for it.
+    let _: () = a.set("f:live", "v2").unwrap();
+    assert!(wait_until(SETTLE, || pair.a.stat("read_failures") >= 1));
+    // Backlog path: a change made while the link is down, resent at the heal.
+    cut(&pair);
+    let _: () = pair.a.conn().set("f:back", "new").unwrap();
+    let _: () = pair.a.conn().set("sentinel", "1").unwrap();
+    heal(&pair);
+    assert!(wait_until(SETTLE, || exists(&pair.b, "sentinel")));
+    std::thread::sleep(Duration::from_millis(300));
+    for (key, old) in [("f:live", "v1"), ("f:back", "old")] {
+        let v: Option<String> = pair.b.conn().get(key).unwrap();
+        assert_eq!(v.as_deref(), Some(old), "{key} on b: unread became deleted");
+        let v: Option<String> = pair.a.conn().get(key).unwrap();
+        assert!(v.is_some(), "{key} on a");
+    }
+    let failures = pair.a.stat("read_failures");
+    assert!(failures >= 2, "{:?}", pair.a.status());
+    // Readable again: both changes ship and the pair converges.
+    fail_reads(&pair.a, None);
+    pair.wait_converged(SETTLE);
+    let v: String = pair.b.conn().get("f:live").unwrap();
+    assert_eq!(v, "v2");
+    let v: String = pair.b.conn().get("f:back").unwrap();
+    assert_eq!(v, "new");
+}

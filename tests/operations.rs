@@ -4,7 +4,7 @@ mod common;
 
 use std::collections::HashMap;
 
-use common::{free_port, module_path, test_ip, Node, Pair};
+use common::{free_port, module_args, module_path, test_ip, Node, Pair};
 
 fn info_rdmasync(node: &Node, section: &str) -> HashMap<String, String> {
     let info: String = redis::cmd("INFO")
@@ -215,4 +215,37 @@ fn status_needs_permission_and_is_documented() {
         wrong.to_string().contains("wrong number of arguments"),
         "{wrong}"
     );
+}
+
+#[test]
+fn debug_command_checks_its_arguments_and_the_debug_switch() {
+    let node = Node::start("dbg", module_args(free_port(), free_port(), &[]));
+    let mut c = node.conn();
+    for args in [
+        vec![],
+        vec!["FAIL-READS"],
+        vec!["FAIL-READS", "SET"],
+        vec!["NOPE", "CLEAR"],
+    ] {
+        let r: redis::RedisResult<()> = redis::cmd("RDMASYNC.DEBUG").arg(&args).query(&mut c);
+        let e = r.expect_err("bad arguments accepted");
+        assert!(e.to_string().contains("usage"), "{args:?}: {e}");
+    }
+    let ok: String = redis::cmd("RDMASYNC.DEBUG")
+        .arg(&["FAIL-READS", "CLEAR"])
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(ok, "OK");
+}
+
+#[test]
+fn debug_command_is_refused_where_debug_is() {
+    let mut args = vec!["--enable-debug-command".to_string(), "no".to_string()];
+    args.extend(module_args(free_port(), free_port(), &[]));
+    let node = Node::start("nodbg", args);
+    let r: redis::RedisResult<()> = redis::cmd("RDMASYNC.DEBUG")
+        .arg(&["FAIL-READS", "SET", "k"])
+        .query(&mut node.conn());
+    let e = r.expect_err("fault injection allowed with enable-debug-command no");
+    assert!(e.to_string().contains("enable-debug-command"), "{e}");
 }
