@@ -795,3 +795,39 @@ fn applied_writes_reach_the_nodes_own_aof() {
     assert!(aof_text().contains("from-a"), "{}", aof_text());
     assert!(aof_text().to_uppercase().contains("SET"));
 }
+
+#[test]
+fn collections_ship_uncompressed_and_rdbcompression_is_left_as_it_was() {
+    let pair = Pair::start();
+    let mut a = pair.a.conn();
+    let rdbcompression = |node: &Node| -> String {
+        let kv: Vec<String> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("rdbcompression")
+            .query(&mut node.conn())
+            .unwrap();
+        kv[1].clone()
+    };
+    assert_eq!(rdbcompression(&pair.a), "yes");
+    // 100 fields of 60 repeated bytes: a listpack of about 7 KB that LZF
+    // squeezes to a few hundred bytes.
+    let before = pair.b.stat("bytes_received");
+    let fields: Vec<(String, String)> = (0..100)
+        .map(|i| (format!("f{i:03}"), "a".repeat(60)))
+        .collect();
+    let _: () = a.hset_multiple("h", &fields).unwrap();
+    let _: () = a.set("marker", "1").unwrap();
+    wait_value(&pair.b, "marker", "1");
+    let n: usize = pair.b.conn().hlen("h").unwrap();
+    assert_eq!(n, 100);
+    let shipped = pair.b.stat("bytes_received") - before;
+    assert!(shipped > 6000, "{shipped} bytes: the DUMP was compressed");
+    // Switched back at once; a setting of "no" is left alone.
+    assert_eq!(rdbcompression(&pair.a), "yes");
+    q(&mut a, &["CONFIG", "SET", "rdbcompression", "no"]);
+    let _: () = a.hset("h", "f000", "b").unwrap();
+    let _: () = a.set("marker", "2").unwrap();
+    wait_value(&pair.b, "marker", "2");
+    assert_eq!(rdbcompression(&pair.a), "no");
+    pair.wait_converged(SETTLE);
+}
