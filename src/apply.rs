@@ -334,27 +334,17 @@ fn apply_flush(
     ctx: &Context,
     opts: &CallOptions,
     st: &mut Replication,
-    shared: &Shared,
     db: Option<u32>,
     stamp: Stamp,
 ) -> std::result::Result<Outcome, String> {
     if !st.versions.flush_is_new(db, stamp) {
         return Ok(Outcome::Discarded);
     }
-    let survivors = st.versions.flush(db, stamp);
-    let reader = Reader::new(ctx);
-    let mut saved = Vec::with_capacity(survivors.len());
-    let mut unread = Vec::new();
-    for (d, key) in survivors {
-        server::select_db(ctx, d);
-        match reader.read_one(&key) {
-            Read::Value(snap) => saved.push((d, key, snap)),
-            Read::Absent => {}
-            // It cannot be kept across the flush; marked dirty, its
-            // deletion ships with a new version, so both nodes agree.
-            Read::Failed => unread.push((d, key.into_vec())),
-        }
+    let mut survivors: hashbrown::HashMap<u32, Vec<Box<[u8]>>> = hashbrown::HashMap::new();
+    for (d, key) in st.versions.flush(db, stamp) {
+        survivors.entry(d).or_default().push(key);
     }
+    let reader = Reader::new(ctx);
     // FLUSHALL as one FLUSHDB per database: with save points configured,
     // FLUSHALL also writes an RDB on the spot, whose aux data needs the
     // convergence state this thread holds.
@@ -364,23 +354,64 @@ fn apply_flush(
     };
     for d in dbs {
         server::select_db(ctx, d);
-        run(ctx, opts, "FLUSHDB", &[])?;
-    }
-    for (d, key) in unread {
-        crate::capture::read_again_later(shared, d, vec![key]);
-    }
-    for (d, key, snap) in saved {
-        server::select_db(ctx, d);
-        restore(
-            ctx,
-            opts,
-            &key,
-            &snap.payload,
-            snap.expiry_ms,
-            snap.encoding,
-        )?;
+        let keep = survivors.remove(&d).unwrap_or_default();
+        flush_keeping(ctx, opts, &reader, &keep)?;
     }
     Ok(Outcome::Applied)
+}
+
+/// Empties the selected database but for the keys in `keep`: FLUSHDB, then
+/// each survivor restored from its DUMP. When a survivor cannot be read it
+/// could not be restored, so then every other key is unlinked instead
+/// (slower, and rare: nothing is lost).
+fn flush_keeping(
+    ctx: &Context,
+    opts: &CallOptions,
+    reader: &Reader,
+    keep: &[Box<[u8]>],
+) -> std::result::Result<(), String> {
+    let mut saved = Vec::with_capacity(keep.len());
+    for key in keep {
+        match reader.read_one(key) {
+            Read::Value(snap) => saved.push((key, snap)),
+            Read::Absent => {}
+            Read::Failed => return unlink_all_but(ctx, opts, reader, keep),
+        }
+    }
+    run(ctx, opts, "FLUSHDB", &[])?;
+    for (key, snap) in saved {
+        restore(ctx, opts, key, &snap.payload, snap.expiry_ms, snap.encoding)?;
+    }
+    Ok(())
+}
+
+/// UNLINKs every key of the selected database not in `keep`, a SCAN page at
+/// a time.
+fn unlink_all_but(
+    ctx: &Context,
+    opts: &CallOptions,
+    reader: &Reader,
+    keep: &[Box<[u8]>],
+) -> std::result::Result<(), String> {
+    let keep: HashSet<&[u8]> = keep.iter().map(|k| &**k).collect();
+    let mut cursor = 0;
+    loop {
+        let (next, keys) = reader
+            .scan(cursor, 1000)
+            .ok_or_else(|| "SCAN failed while flushing around an unreadable key".to_owned())?;
+        let doomed: Vec<&[u8]> = keys
+            .iter()
+            .map(Vec::as_slice)
+            .filter(|k| !keep.contains(k))
+            .collect();
+        if !doomed.is_empty() {
+            run(ctx, opts, "UNLINK", &doomed)?;
+        }
+        if next == 0 {
+            return Ok(());
+        }
+        cursor = next;
+    }
 }
 
 fn apply_entry<'a>(
@@ -452,8 +483,8 @@ fn apply_entry<'a>(
             Decision::Stale => Ok(Outcome::Discarded),
             Decision::Duplicate => Ok(Outcome::Duplicate),
         },
-        Op::FlushDb => apply_flush(ctx, opts, st, shared, Some(e.db), stamp),
-        Op::FlushAll => apply_flush(ctx, opts, st, shared, None, stamp),
+        Op::FlushDb => apply_flush(ctx, opts, st, Some(e.db), stamp),
+        Op::FlushAll => apply_flush(ctx, opts, st, None, stamp),
         Op::SwapDb { other } => {
             let a = e.db.to_string();
             let b = other.to_string();

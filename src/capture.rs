@@ -164,21 +164,61 @@ impl ReadRun {
     }
 }
 
-/// Keys of `db` that could not be read: unread is not deleted, so nothing
-/// ships for them now; they are marked dirty and read again at the next
-/// flush (and counted). Lock order: `STATE` before `DIRTY`.
-pub fn read_again_later(shared: &Shared, db: u32, keys: Vec<Vec<u8>>) {
+/// New changes of `db` whose keys could not be read: unread is not
+/// deleted, so nothing ships for them now; they stay dirty and are read
+/// (and stamped) at the next flush. Lock order: `STATE` before `DIRTY`.
+fn read_again_later(shared: &Shared, db: u32, keys: Vec<Vec<u8>>) {
     if keys.is_empty() {
         return;
     }
-    Stats::add(&shared.stats.read_failures, keys.len() as u64);
-    shared.stats.set_error(format!(
-        "capture: reading {} changed key(s) failed; retrying",
-        keys.len()
-    ));
+    count_read_failures(shared, keys.len());
     let mut dirty = DIRTY.lock();
     for key in keys {
         dirty.mark(db, &key);
+    }
+}
+
+fn count_read_failures(shared: &Shared, n: usize) {
+    Stats::add(&shared.stats.read_failures, n as u64);
+    shared.stats.set_error(format!(
+        "capture: reading {n} changed key(s) failed; retrying"
+    ));
+}
+
+/// Reads again, once per flush, the changes a resend or full sync could not
+/// read, and ships those now readable at the version recorded for them.
+fn retry_unread(reader: &Reader, shared: &Shared, st: &mut Replication) {
+    if st.unread.is_empty() || shared.queue.is_full() {
+        return;
+    }
+    let mut entries = Vec::new();
+    let mut failed = 0;
+    for ((db, key), stamp) in std::mem::take(&mut st.unread) {
+        if st.versions.get(db, &key).is_some_and(|v| v.stamp() > stamp) {
+            // Written or deleted here since: that newer version shipped.
+            continue;
+        }
+        server::select_db(reader.ctx(), db);
+        match reader.read_one(&key) {
+            Read::Value(snap) => entries.push(entry(shared, db, stamp, snap.into_op(key.into()))),
+            // Deleted or expired since: the hook marked it, its delete ships.
+            Read::Absent => {}
+            Read::Failed => {
+                failed += 1;
+                st.unread.insert((db, key), stamp);
+            }
+        }
+    }
+    if failed > 0 {
+        count_read_failures(shared, failed);
+    }
+    if let Err(entries) = push(shared, st, entries, true) {
+        for e in entries {
+            if let Op::Value { key, .. } = e.op {
+                st.unread
+                    .insert((e.db, key.into()), Stamp::new(e.clock, e.origin));
+            }
+        }
     }
 }
 
@@ -275,7 +315,9 @@ fn backlog_entry(
                         None
                     }
                     Read::Failed => {
-                        read_again_later(shared, db, vec![key]);
+                        // Retried at this version, not restamped as new.
+                        count_read_failures(shared, 1);
+                        st.unread.insert((db, key.into()), stamp);
                         return None;
                     }
                 };
@@ -330,8 +372,12 @@ fn advance_full_sync(reader: &Reader, shared: &Shared, st: &mut Replication, dea
             .into_iter()
             .map(|(db, stamp, op)| entry(shared, db, stamp, op))
             .collect();
-        for (db, key) in sync.take_unread() {
-            read_again_later(shared, db, vec![key]);
+        let unread = sync.take_unread();
+        if !unread.is_empty() {
+            count_read_failures(shared, unread.len());
+        }
+        for (db, key, stamp) in unread {
+            st.unread.insert((db, key.into()), stamp);
         }
         if push(shared, st, entries, false).is_err() {
             // Cannot happen after `is_full` said no (single producer); start over.
@@ -463,7 +509,8 @@ fn flush_changes(ctx: &Context, shared: &Shared, may_wait: bool) {
             || st.full_sync_wanted
             || st.sync_requested
             || st.ack_due()
-            || st.collection_due());
+            || st.collection_due()
+            || !st.unread.is_empty());
     if ops.is_empty() && expired.is_empty() && !new_link && !busy && !held {
         return;
     }
@@ -499,6 +546,7 @@ fn flush_changes(ctx: &Context, shared: &Shared, may_wait: bool) {
     if link_up {
         let deadline = Instant::now() + CATCH_UP_SLICE;
         drain_backlog(&reader, shared, &mut st, deadline);
+        retry_unread(&reader, shared, &mut st);
         advance_full_sync(&reader, shared, &mut st, deadline);
         let mut acked = false;
         if let Some(applied) = st.take_ack() {

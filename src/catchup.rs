@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 use crate::fullsync::FullSync;
 use crate::hook::{DirtySet, PendingOp};
 use crate::status::Convergence;
-use crate::version::VersionStore;
+use crate::version::{Stamp, VersionStore};
 
 use crate::config::DEFAULT_BACKLOG_OPS;
 
@@ -52,6 +52,10 @@ pub struct Replication {
     pub full_sync_wanted: bool,
     /// The full sync running now, if any.
     pub full_sync: Option<FullSync>,
+    /// Changes a resend or full sync could not read (a read error), with the
+    /// version they are to ship at; retried once per flush, never shipped
+    /// as deleted and never restamped as a new write.
+    pub unread: hashbrown::HashMap<(u32, Box<[u8]>), Stamp>,
     /// A full sync started since the current link came up.
     full_sync_on_link: bool,
     /// The peer asked for a full sync (it lost state).
@@ -98,6 +102,7 @@ impl Replication {
             inflight: VecDeque::new(),
             full_sync_wanted: true,
             full_sync: None,
+            unread: hashbrown::HashMap::new(),
             full_sync_on_link: false,
             sync_requested: false,
             request_sync: true,
@@ -294,6 +299,7 @@ impl Replication {
     pub fn convergence(&self) -> Convergence {
         Convergence {
             versioned_keys: self.versions.len() as u64,
+            unread_keys: self.unread.len() as u64,
             tombstones: self.versions.tombstones() as u64,
             backlog: self.backlog.len() as u64,
             lag_entries: self.lag_ops() as u64,

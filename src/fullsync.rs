@@ -40,8 +40,9 @@ pub struct FullSync {
     pub sent: u64,
     /// When it started.
     pub started: Instant,
-    /// Keys found but not read (a read error), to read again later.
-    unread: Vec<(u32, Vec<u8>)>,
+    /// Keys found but not read (a read error), with the version they ship
+    /// at, to read again later.
+    unread: Vec<(u32, Vec<u8>, Stamp)>,
 }
 
 impl FullSync {
@@ -63,7 +64,7 @@ impl FullSync {
 
     /// Keys the last steps found but could not read (none is shipped as
     /// deleted: the caller has them read again).
-    pub fn take_unread(&mut self) -> Vec<(u32, Vec<u8>)> {
+    pub fn take_unread(&mut self) -> Vec<(u32, Vec<u8>, Stamp)> {
         std::mem::take(&mut self.unread)
     }
 
@@ -106,7 +107,7 @@ impl FullSync {
                         Read::Value(snap) => out.push((*db, stamp, snap.into_op(key))),
                         // Gone since the SCAN: its delete ships by itself.
                         Read::Absent => {}
-                        Read::Failed => self.unread.push((*db, key)),
+                        Read::Failed => self.unread.push((*db, key, stamp)),
                     }
                 }
                 server::select_db(reader.ctx(), original);

@@ -194,16 +194,17 @@ fn debug_command(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 fn debug_reply(ctx: &Context, args: &[RedisString]) -> RedisResult {
     let words: Vec<&[u8]> = args.iter().skip(1).map(|a| a.as_slice()).collect();
     let request = faults::parse(&words).map_err(RedisError::Str)?;
-    // The same switch as Redis's own DEBUG command.
+    // Behind Redis's own DEBUG switch, fully open only ('local' would need
+    // the caller's address checked, as Redis does for DEBUG).
     let allowed = match ctx.call("CONFIG", &["GET", "enable-debug-command"]) {
         Ok(RedisValue::Array(kv)) => {
-            !matches!(kv.get(1), Some(RedisValue::SimpleString(v) | RedisValue::BulkString(v)) if v == "no")
+            matches!(kv.get(1), Some(RedisValue::SimpleString(v) | RedisValue::BulkString(v)) if v == "yes")
         }
         _ => false,
     };
     if !allowed {
         return Err(RedisError::Str(
-            "ERR RDMASYNC.DEBUG is refused: enable-debug-command is 'no'",
+            "ERR RDMASYNC.DEBUG is refused: it needs enable-debug-command yes",
         ));
     }
     faults::apply(request);

@@ -72,8 +72,11 @@ pub struct Reader<'a> {
 
 impl Drop for Reader<'_> {
     fn drop(&mut self) {
-        if self.compression.get() == Compression::SwitchedOff {
-            self.set_rdbcompression(b"yes");
+        if self.compression.get() == Compression::SwitchedOff && !self.set_rdbcompression(b"yes") {
+            redis_module::logging::log_warning(
+                "rdmasync: could not switch rdbcompression back on after reading keys; \
+                 CONFIG SET rdbcompression yes to restore it",
+            );
         }
     }
 }

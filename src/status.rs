@@ -193,6 +193,8 @@ pub struct Convergence {
     pub partial_syncs: u64,
     /// A full sync or backlog drain is running.
     pub sync_in_progress: bool,
+    /// Resent or full-sync changes waiting for a read that failed to succeed.
+    pub unread_keys: u64,
 }
 
 /// The ordered `(name, value)` pairs of `RDMASYNC.STATUS`.
@@ -238,6 +240,7 @@ pub fn status_fields(
         ("conflicts_discarded", c(&stats.conflicts_discarded)),
         ("entries_duplicate", c(&stats.entries_duplicate)),
         ("versioned_keys", n(conv.versioned_keys)),
+        ("unread_keys", n(conv.unread_keys)),
         ("tombstones", n(conv.tombstones)),
         ("backlog", n(conv.backlog)),
         ("lag_entries", n(conv.lag_entries)),

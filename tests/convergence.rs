@@ -448,3 +448,58 @@ fn a_key_that_cannot_be_read_is_never_shipped_as_deleted() {
     let v: String = pair.b.conn().get("f:back").unwrap();
     assert_eq!(v, "new");
 }
+
+#[test]
+fn an_unreadable_resend_ships_later_at_its_own_version() {
+    let pair = Pair::start();
+    cut(&pair);
+    // A writes first, B later: B's write is the newer one.
+    let _: () = pair.a.conn().set("f:k", "a-older").unwrap();
+    std::thread::sleep(Duration::from_millis(5));
+    let _: () = pair.b.conn().set("f:k", "b-newer").unwrap();
+    // Neither side can read its change when the link heals.
+    fail_reads(&pair.a, Some("f:"));
+    fail_reads(&pair.b, Some("f:"));
+    heal(&pair);
+    assert!(wait_until(SETTLE, || pair.a.stat("unread_keys") == 1
+        && pair.b.stat("unread_keys") == 1));
+    // A reads again first: its change must ship at its own (older)
+    // version, not as a new write that would beat B's.
+    fail_reads(&pair.a, None);
+    assert!(wait_until(SETTLE, || pair.a.stat("unread_keys") == 0));
+    std::thread::sleep(Duration::from_millis(200));
+    let v: String = pair.b.conn().get("f:k").unwrap();
+    assert_eq!(v, "b-newer", "an older write restamped as new won on b");
+    fail_reads(&pair.b, None);
+    pair.wait_converged(SETTLE);
+    for n in [&pair.a, &pair.b] {
+        let v: String = n.conn().get("f:k").unwrap();
+        assert_eq!(v, "b-newer", "{}", n.name);
+    }
+}
+
+#[test]
+fn a_remote_flush_keeps_a_newer_key_it_cannot_read() {
+    let pair = Pair::start();
+    let _: () = pair.a.conn().set("old", "1").unwrap();
+    pair.wait_converged(SETTLE);
+    cut(&pair);
+    let _: () = redis::cmd("FLUSHDB").query(&mut pair.b.conn()).unwrap();
+    std::thread::sleep(Duration::from_millis(5));
+    let _: () = pair.a.conn().set("f:new", "after-flush").unwrap();
+    // A cannot read its newer key when B's flush arrives.
+    fail_reads(&pair.a, Some("f:"));
+    heal(&pair);
+    assert!(wait_until(SETTLE, || !exists(&pair.a, "old")));
+    let v: Option<String> = pair.a.conn().get("f:new").unwrap();
+    assert_eq!(
+        v.as_deref(),
+        Some("after-flush"),
+        "the flush lost a newer key"
+    );
+    fail_reads(&pair.a, None);
+    pair.wait_converged(SETTLE);
+    let v: String = pair.b.conn().get("f:new").unwrap();
+    assert_eq!(v, "after-flush");
+    assert!(!exists(&pair.b, "old"));
+}

@@ -239,13 +239,18 @@ fn debug_command_checks_its_arguments_and_the_debug_switch() {
 }
 
 #[test]
-fn debug_command_is_refused_where_debug_is() {
-    let mut args = vec!["--enable-debug-command".to_string(), "no".to_string()];
-    args.extend(module_args(free_port(), free_port(), &[]));
-    let node = Node::start("nodbg", args);
-    let r: redis::RedisResult<()> = redis::cmd("RDMASYNC.DEBUG")
-        .arg(&["FAIL-READS", "SET", "k"])
-        .query(&mut node.conn());
-    let e = r.expect_err("fault injection allowed with enable-debug-command no");
-    assert!(e.to_string().contains("enable-debug-command"), "{e}");
+fn debug_command_is_refused_unless_debug_is_fully_enabled() {
+    for setting in ["no", "local"] {
+        let mut args = vec!["--enable-debug-command".to_string(), setting.to_string()];
+        args.extend(module_args(free_port(), free_port(), &[]));
+        let node = Node::start("nodbg", args);
+        let r: redis::RedisResult<()> = redis::cmd("RDMASYNC.DEBUG")
+            .arg(&["FAIL-READS", "SET", "k"])
+            .query(&mut node.conn());
+        let e = r.expect_err("fault injection allowed");
+        assert!(
+            e.to_string().contains("enable-debug-command yes"),
+            "{setting}: {e}"
+        );
+    }
 }
