@@ -489,7 +489,7 @@ fn apply_entry<'a>(
             let a = e.db.to_string();
             let b = other.to_string();
             run(ctx, opts, "SWAPDB", &[a.as_bytes(), b.as_bytes()])?;
-            st.versions.swap(e.db, *other);
+            st.swap_dbs(e.db, *other);
             Ok(Outcome::Applied)
         }
         Op::Ack { .. } | Op::SyncRequest => Ok(Outcome::Notice),

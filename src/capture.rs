@@ -278,7 +278,7 @@ fn record_local(
                 }
             }
             PendingOp::SwapDb(a, b) => {
-                st.versions.swap(a, b);
+                st.swap_dbs(a, b);
                 if direct {
                     entries.push(entry(shared, a, stamp, Op::SwapDb { other: b }));
                 } else {

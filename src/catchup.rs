@@ -119,6 +119,27 @@ impl Replication {
         }
     }
 
+    /// `SWAPDB a b`: versions and unread changes move with the data.
+    pub fn swap_dbs(&mut self, a: u32, b: u32) {
+        self.versions.swap(a, b);
+        if self.unread.is_empty() {
+            return;
+        }
+        self.unread = std::mem::take(&mut self.unread)
+            .into_iter()
+            .map(|((db, key), stamp)| {
+                let db = if db == a {
+                    b
+                } else if db == b {
+                    a
+                } else {
+                    db
+                };
+                ((db, key), stamp)
+            })
+            .collect();
+    }
+
     /// Whether `epoch` (the count of links established) is a link not yet seen.
     pub fn is_new_link(&self, epoch: u64) -> bool {
         epoch != self.link_epoch
@@ -342,6 +363,18 @@ mod tests {
             db: 0,
             key: k.as_bytes().to_vec(),
         }
+    }
+
+    #[test]
+    fn unread_changes_move_with_swapdb() {
+        let mut r = Replication::new(10);
+        let s = Stamp::new(5, 1);
+        r.unread.insert((0, Box::from(&b"k"[..])), s);
+        r.unread.insert((2, Box::from(&b"j"[..])), s);
+        r.swap_dbs(0, 1);
+        assert_eq!(r.unread.get(&(1, Box::from(&b"k"[..]))), Some(&s));
+        assert_eq!(r.unread.get(&(2, Box::from(&b"j"[..]))), Some(&s));
+        assert_eq!(r.unread.len(), 2);
     }
 
     #[test]
