@@ -405,15 +405,6 @@ fn a_transaction_with_flushall_and_save_points_ships_whole() {
     pair.wait_converged(SETTLE);
 }
 
-fn fail_reads(node: &Node, prefix: Option<&str>) {
-    let mut cmd = redis::cmd("RDMASYNC.DEBUG");
-    match prefix {
-        Some(p) => cmd.arg("FAIL-READS").arg("SET").arg(p),
-        None => cmd.arg("FAIL-READS").arg("CLEAR"),
-    };
-    let _: () = cmd.query(&mut node.conn()).unwrap();
-}
-
 #[test]
 fn a_key_that_cannot_be_read_is_never_shipped_as_deleted() {
     let pair = Pair::start();
@@ -421,7 +412,7 @@ fn a_key_that_cannot_be_read_is_never_shipped_as_deleted() {
     let _: () = a.set("f:live", "v1").unwrap();
     let _: () = a.set("f:back", "old").unwrap();
     pair.wait_converged(SETTLE);
-    fail_reads(&pair.a, Some("f:"));
+    pair.a.fail_reads(Some("f:"));
     // Live path: the change cannot be read, so nothing ships for it.
     let _: () = a.set("f:live", "v2").unwrap();
     assert!(wait_until(SETTLE, || pair.a.stat("read_failures") >= 1));
@@ -441,7 +432,7 @@ fn a_key_that_cannot_be_read_is_never_shipped_as_deleted() {
     let failures = pair.a.stat("read_failures");
     assert!(failures >= 2, "{:?}", pair.a.status());
     // Readable again: both changes ship and the pair converges.
-    fail_reads(&pair.a, None);
+    pair.a.fail_reads(None);
     pair.wait_converged(SETTLE);
     let v: String = pair.b.conn().get("f:live").unwrap();
     assert_eq!(v, "v2");
@@ -458,19 +449,19 @@ fn an_unreadable_resend_ships_later_at_its_own_version() {
     std::thread::sleep(Duration::from_millis(5));
     let _: () = pair.b.conn().set("f:k", "b-newer").unwrap();
     // Neither side can read its change when the link heals.
-    fail_reads(&pair.a, Some("f:"));
-    fail_reads(&pair.b, Some("f:"));
+    pair.a.fail_reads(Some("f:"));
+    pair.b.fail_reads(Some("f:"));
     heal(&pair);
     assert!(wait_until(SETTLE, || pair.a.stat("unread_keys") == 1
         && pair.b.stat("unread_keys") == 1));
     // A reads again first: its change must ship at its own (older)
     // version, not as a new write that would beat B's.
-    fail_reads(&pair.a, None);
+    pair.a.fail_reads(None);
     assert!(wait_until(SETTLE, || pair.a.stat("unread_keys") == 0));
     std::thread::sleep(Duration::from_millis(200));
     let v: String = pair.b.conn().get("f:k").unwrap();
     assert_eq!(v, "b-newer", "an older write restamped as new won on b");
-    fail_reads(&pair.b, None);
+    pair.b.fail_reads(None);
     pair.wait_converged(SETTLE);
     for n in [&pair.a, &pair.b] {
         let v: String = n.conn().get("f:k").unwrap();
@@ -488,7 +479,7 @@ fn a_remote_flush_keeps_a_newer_key_it_cannot_read() {
     std::thread::sleep(Duration::from_millis(5));
     let _: () = pair.a.conn().set("f:new", "after-flush").unwrap();
     // A cannot read its newer key when B's flush arrives.
-    fail_reads(&pair.a, Some("f:"));
+    pair.a.fail_reads(Some("f:"));
     heal(&pair);
     assert!(wait_until(SETTLE, || !exists(&pair.a, "old")));
     let v: Option<String> = pair.a.conn().get("f:new").unwrap();
@@ -497,7 +488,7 @@ fn a_remote_flush_keeps_a_newer_key_it_cannot_read() {
         Some("after-flush"),
         "the flush lost a newer key"
     );
-    fail_reads(&pair.a, None);
+    pair.a.fail_reads(None);
     pair.wait_converged(SETTLE);
     let v: String = pair.b.conn().get("f:new").unwrap();
     assert_eq!(v, "after-flush");

@@ -201,3 +201,36 @@ fn a_full_sync_cut_off_by_a_link_drop_is_started_over() {
     );
     assert!(wait_until(SETTLE, || a.digest() == b.digest()));
 }
+
+#[test]
+fn a_key_the_full_sync_cannot_read_ships_once_readable() {
+    // A's key predates the module: only the full sync can ship it.
+    let a = Node::start("a", vec![]);
+    let _: () = redis::cmd("SET")
+        .arg("f:old")
+        .arg("v")
+        .query(&mut a.conn())
+        .unwrap();
+    let (pa, pb) = (free_port(), free_port());
+    let mut load = redis::cmd("MODULE");
+    load.arg("LOAD");
+    // No peer yet: port 1 has no listener.
+    for arg in &module_args(pa, 1, &[])[1..] {
+        load.arg(arg);
+    }
+    let _: () = load.query(&mut a.conn()).unwrap();
+    let b = Node::start("b", module_args(pb, 1, &[]));
+    a.fail_reads(Some("f:"));
+    a.set_peer_port(&pb.to_string());
+    b.set_peer_port(&pa.to_string());
+    assert!(wait_until(Duration::from_secs(30), || a
+        .stat("unread_keys")
+        == 1
+        && a.stat("full_syncs") >= 1));
+    assert_eq!(dbsize(&b), 0, "an unreadable key reached b");
+    a.fail_reads(None);
+    assert!(wait_until(Duration::from_secs(30), || dbsize(&b) == 1));
+    let v: String = redis::cmd("GET").arg("f:old").query(&mut b.conn()).unwrap();
+    assert_eq!(v, "v");
+    assert_eq!(a.stat("unread_keys"), 0);
+}

@@ -285,6 +285,17 @@ impl Node {
             .unwrap();
     }
 
+    /// Makes the module's reads of keys starting with `prefix` fail
+    /// (`RDMASYNC.DEBUG FAIL-READS`); `None` ends it.
+    pub fn fail_reads(&self, prefix: Option<&str>) {
+        let mut cmd = redis::cmd("RDMASYNC.DEBUG");
+        match prefix {
+            Some(p) => cmd.arg("FAIL-READS").arg("SET").arg(p),
+            None => cmd.arg("FAIL-READS").arg("CLEAR"),
+        };
+        let _: () = cmd.query(&mut self.conn()).unwrap();
+    }
+
     /// `DEBUG DIGEST`.
     pub fn digest(&self) -> String {
         redis::cmd("DEBUG")
