@@ -3,7 +3,7 @@
 //! expiry, or "deleted") and queue the lot as one batch. A transaction or
 //! script runs inside one iteration, so it ships as one atomic batch. When
 //! the change cannot ship now (link down, queue full, catching up) it joins
-//! the backlog, which drains in time slices, as does a full sync.
+//! the backlog, which `resend` drains in time slices, as it does a full sync.
 
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
@@ -14,22 +14,21 @@ use redis_module::Context;
 use crate::catchup::{CatchUp, Replication, STATE};
 use crate::clock::HybridClock;
 use crate::entry::{Batch, Entry, Op};
-use crate::fullsync::{FullSync, Shipment};
+use crate::fullsync::FullSync;
 use crate::hook::{PendingOp, Suppressed, DIRTY, EXPIRED};
 use crate::hotkeys::{HotKeys, COSTLY_SNAPSHOT};
+use crate::resend;
 use crate::runtime::Shared;
 use crate::server;
 use crate::snapshot::{Read, Reader, Snapshot};
 use crate::status::{LinkState, Stats};
-use crate::version::{KeyVersion, Stamp};
+use crate::version::Stamp;
 
 /// Longest a flush spends on backlog and full sync before Redis serves
 /// clients again.
 const CATCH_UP_SLICE: Duration = Duration::from_millis(1);
-/// Entries per catch-up batch.
-const CATCH_UP_BATCH: usize = 256;
 
-fn entry(shared: &Shared, db: u32, stamp: Stamp, op: Op) -> Entry {
+pub(crate) fn entry(shared: &Shared, db: u32, stamp: Stamp, op: Op) -> Entry {
     Entry {
         origin: stamp.node,
         seq: shared.next_seq(),
@@ -40,7 +39,7 @@ fn entry(shared: &Shared, db: u32, stamp: Stamp, op: Op) -> Entry {
 }
 
 /// The key's value as read, or its deletion.
-fn op_of(key: Vec<u8>, snap: Option<Snapshot>) -> Op {
+pub(crate) fn op_of(key: Vec<u8>, snap: Option<Snapshot>) -> Op {
     match snap {
         Some(snap) => snap.into_op(key),
         None => Op::Delete { key },
@@ -48,7 +47,7 @@ fn op_of(key: Vec<u8>, snap: Option<Snapshot>) -> Op {
 }
 
 /// The pending op an entry was made from (to resend it).
-fn pending_of(e: &Entry) -> Option<PendingOp> {
+pub(crate) fn pending_of(e: &Entry) -> Option<PendingOp> {
     Some(match &e.op {
         Op::Value { key, .. } | Op::Delete { key } => PendingOp::Key {
             db: e.db,
@@ -64,7 +63,7 @@ fn pending_of(e: &Entry) -> Option<PendingOp> {
 /// Queues `entries` as one batch. On success tombstones are marked shipped
 /// and, when `resend`, the changes are kept until the peer acknowledges
 /// them. On failure the entries come back.
-fn push(
+pub(crate) fn push(
     shared: &Shared,
     st: &mut Replication,
     entries: Vec<Entry>,
@@ -178,48 +177,11 @@ fn read_again_later(shared: &Shared, db: u32, keys: Vec<Vec<u8>>) {
     }
 }
 
-fn count_read_failures(shared: &Shared, n: usize) {
+pub(crate) fn count_read_failures(shared: &Shared, n: usize) {
     Stats::add(&shared.stats.read_failures, n as u64);
     shared.stats.set_error(format!(
         "capture: reading {n} changed key(s) failed; retrying"
     ));
-}
-
-/// Reads again, once per flush, the changes a resend or full sync could not
-/// read, and ships those now readable at the version recorded for them.
-fn retry_unread(reader: &Reader, shared: &Shared, st: &mut Replication) {
-    if st.unread.is_empty() || shared.queue.is_full() {
-        return;
-    }
-    let mut entries = Vec::new();
-    let mut failed = 0;
-    for ((db, key), stamp) in std::mem::take(&mut st.unread) {
-        if st.versions.get(db, &key).is_some_and(|v| v.stamp() > stamp) {
-            // Written or deleted here since: that newer version shipped.
-            continue;
-        }
-        server::select_db(reader.ctx(), db);
-        match reader.read_one(&key) {
-            Read::Value(snap) => entries.push(entry(shared, db, stamp, snap.into_op(key.into()))),
-            // Deleted or expired since: the hook marked it, its delete ships.
-            Read::Absent => {}
-            Read::Failed => {
-                failed += 1;
-                st.unread.insert((db, key), stamp);
-            }
-        }
-    }
-    if failed > 0 {
-        count_read_failures(shared, failed);
-    }
-    if let Err(entries) = push(shared, st, entries, true) {
-        for e in entries {
-            if let Op::Value { key, .. } = e.op {
-                st.unread
-                    .insert((e.db, key.into()), Stamp::new(e.clock, e.origin));
-            }
-        }
-    }
 }
 
 /// Stamps new local changes and records their versions; returns the
@@ -292,109 +254,6 @@ fn record_local(
         st.defer(deferred);
     }
     entries
-}
-
-/// The entries that resend a backlog op with its recorded version; nothing
-/// when the key's last version came from the peer (it has it already).
-fn backlog_entry(
-    reader: &Reader,
-    shared: &Shared,
-    st: &mut Replication,
-    op: PendingOp,
-) -> Option<Entry> {
-    let me = shared.node_id;
-    match op {
-        PendingOp::Key { db, key } => match st.versions.get(db, &key)? {
-            KeyVersion::Live(stamp) if stamp.node == me => {
-                server::select_db(reader.ctx(), db);
-                let snap = match reader.read_one(&key) {
-                    Read::Value(snap) => Some(snap),
-                    Read::Absent => {
-                        // Expired or evicted since: its last version, deleted.
-                        st.versions.record_delete(db, &key, stamp, 0);
-                        None
-                    }
-                    Read::Failed => {
-                        // Retried at this version, not restamped as new.
-                        count_read_failures(shared, 1);
-                        st.unread.insert((db, key.into()), stamp);
-                        return None;
-                    }
-                };
-                let op = op_of(key, snap);
-                Some(entry(shared, db, stamp, op))
-            }
-            KeyVersion::Deleted { stamp, .. } if stamp.node == me => {
-                Some(entry(shared, db, stamp, Op::Delete { key }))
-            }
-            _ => None,
-        },
-        PendingOp::FlushDb(db) => {
-            let floor = st.versions.floor(db);
-            (floor.node == me).then(|| entry(shared, db, floor, Op::FlushDb))
-        }
-        PendingOp::FlushAll => {
-            let floor = st.versions.floor_all();
-            (floor.node == me).then(|| entry(shared, 0, floor, Op::FlushAll))
-        }
-        PendingOp::SwapDb(a, b) => {
-            let stamp = Stamp::new(shared.clock.now(), me);
-            Some(entry(shared, a, stamp, Op::SwapDb { other: b }))
-        }
-    }
-}
-
-/// Ships the backlog for at most the rest of the slice.
-fn drain_backlog(reader: &Reader, shared: &Shared, st: &mut Replication, deadline: Instant) {
-    while !st.backlog.is_empty() && !shared.queue.is_full() && Instant::now() < deadline {
-        let ops = st.backlog.take_front(CATCH_UP_BATCH);
-        let entries: Vec<Entry> = ops
-            .into_iter()
-            .filter_map(|op| backlog_entry(reader, shared, st, op))
-            .collect();
-        if let Err(entries) = push(shared, st, entries, true) {
-            let ops = entries.iter().filter_map(pending_of).collect();
-            st.backlog.restore(ops);
-            break;
-        }
-    }
-}
-
-/// Advances the full sync for at most the rest of the slice.
-fn advance_full_sync(reader: &Reader, shared: &Shared, st: &mut Replication, deadline: Instant) {
-    let Some(mut sync) = st.full_sync.take() else {
-        return;
-    };
-    while !shared.queue.is_full() && Instant::now() < deadline && !sync.is_done() {
-        let shipments: Vec<Shipment> =
-            sync.step(reader, &st.versions, shared.node_id, CATCH_UP_BATCH);
-        let entries = shipments
-            .into_iter()
-            .map(|(db, stamp, op)| entry(shared, db, stamp, op))
-            .collect();
-        let unread = sync.take_unread();
-        if !unread.is_empty() {
-            count_read_failures(shared, unread.len());
-        }
-        for (db, key, stamp) in unread {
-            st.unread.insert((db, key.into()), stamp);
-        }
-        if push(shared, st, entries, false).is_err() {
-            // Cannot happen after `is_full` said no (single producer); start over.
-            st.full_sync_wanted = true;
-            return;
-        }
-    }
-    if sync.is_done() {
-        redis_module::logging::log_notice(format!(
-            "rdmasync: full sync sent: {} keys and tombstones in {} ms",
-            sync.sent,
-            sync.started.elapsed().as_millis()
-        ));
-        st.full_sync_sent();
-    } else {
-        st.full_sync = Some(sync);
-    }
 }
 
 fn on_wake_timer(_ctx: &Context, (): ()) {
@@ -545,9 +404,9 @@ fn flush_changes(ctx: &Context, shared: &Shared, may_wait: bool) {
     }
     if link_up {
         let deadline = Instant::now() + CATCH_UP_SLICE;
-        drain_backlog(&reader, shared, &mut st, deadline);
-        retry_unread(&reader, shared, &mut st);
-        advance_full_sync(&reader, shared, &mut st, deadline);
+        resend::drain_backlog(&reader, shared, &mut st, deadline);
+        resend::retry_unread(&reader, shared, &mut st);
+        resend::advance_full_sync(&reader, shared, &mut st, deadline);
         let mut acked = false;
         if let Some(applied) = st.take_ack() {
             let me = shared.node_id;

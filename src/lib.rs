@@ -52,6 +52,7 @@ pub(crate) mod link;
 pub(crate) mod persist;
 pub mod poller;
 pub mod queue;
+pub(crate) mod resend;
 pub mod ring;
 pub(crate) mod runtime;
 pub(crate) mod sender;
