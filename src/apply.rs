@@ -418,7 +418,7 @@ fn apply_entry<'a>(
     ctx: &Context,
     opts: &CallOptions,
     st: &mut Replication,
-    shared: &Shared,
+    me: u64,
     e: &'a Entry,
     mset: &mut MsetRun<'a>,
 ) -> std::result::Result<Outcome, String> {
@@ -443,9 +443,8 @@ fn apply_entry<'a>(
     }
     // A key without a version: whether it exists, through the key API.
     let decide = |st: &Replication, key: &[u8]| {
-        st.versions.decide(e.db, key, stamp, shared.node_id, || {
-            server::key_info(ctx, key).exists()
-        })
+        st.versions
+            .decide(e.db, key, stamp, me, || server::key_info(ctx, key).exists())
     };
     match &e.op {
         Op::Value {
@@ -534,7 +533,7 @@ fn apply_batch(ctx: &Context, shared: &Shared, batch: &Batch) {
                 shared.stats.set_error(format!("apply: {msg}"));
             }
         }
-        match apply_entry(ctx, &opts, &mut st, shared, e, &mut mset) {
+        match apply_entry(ctx, &opts, &mut st, shared.node_id, e, &mut mset) {
             Ok(Outcome::Discarded) => discarded += 1,
             Ok(Outcome::Duplicate) => duplicates += 1,
             Ok(Outcome::Applied | Outcome::Notice) => {}

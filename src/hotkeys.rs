@@ -1,8 +1,8 @@
 //! Keys that are costly to snapshot and written again and again (a hash or
 //! a list that grows with every command): shipping one whole every
 //! event-loop iteration can cost more than the commands that change it.
-//! After such a snapshot the key rests for a while ([`HotKeys::snapshotted`]);
-//! (`hot-key-rest` bounds it; 0 turns resting off);
+//! After such a snapshot the key rests for a while ([`HotKeys::snapshotted`];
+//! `hot-key-rest` bounds it, 0 turns resting off);
 //! a flush that finds it dirty during its rest waits as a whole
 //! ([`HotKeys::holds_back`]), so writes still ship in the order they were
 //! made and a transaction still ships as one batch. Pure: time comes in as

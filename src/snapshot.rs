@@ -59,8 +59,8 @@ enum Compression {
 /// Keyspace reads in the database currently selected on `ctx`.
 ///
 /// DUMP compresses with LZF when `rdbcompression` is on, and RESTORE on the
-/// peer decompresses: on a local or RDMA link that is CPU for nothing (a
-/// quarter of both main threads for small hashes). So the first DUMP of a
+/// peer decompresses: on a local or RDMA link that is CPU for nothing (11 %
+/// of A's and 15 % of B's main thread in a profile of small hashes). So the first DUMP of a
 /// reader switches the setting off and dropping the reader switches it back,
 /// all on the main thread within one callback: no client, save or fork can
 /// see the change.
