@@ -92,9 +92,11 @@ pub(crate) fn push(
     for (db, key, stamp, seq) in tombstones {
         st.versions.mark_shipped(db, &key, stamp, seq);
     }
+    // One clock reading for the batch: the entries went out together.
+    let sent = Instant::now();
     for (seq, op) in marks {
         match op {
-            Some(op) => st.shipped(seq, op),
+            Some(op) => st.shipped(seq, op, sent),
             None => st.pushed(seq),
         }
     }

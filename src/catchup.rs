@@ -238,13 +238,9 @@ impl Replication {
         false
     }
 
-    /// A change went out with sequence number `seq`.
-    pub fn shipped(&mut self, seq: u64, op: PendingOp) {
-        self.inflight.push_back(InFlight {
-            seq,
-            sent: Instant::now(),
-            op,
-        });
+    /// A change went out with sequence number `seq` at `sent`.
+    pub fn shipped(&mut self, seq: u64, op: PendingOp, sent: Instant) {
+        self.inflight.push_back(InFlight { seq, sent, op });
         self.last_pushed = self.last_pushed.max(seq);
         // A peer that never acknowledges (it is a replica, or stuck) must
         // not grow this without bound: a full sync replaces it.
@@ -398,9 +394,9 @@ mod tests {
         r.link_up(1);
         r.start_full_sync(FullSync::new(16));
         r.full_sync_sent();
-        r.shipped(1, key("a"));
-        r.shipped(2, key("b"));
-        r.shipped(3, key("c"));
+        r.shipped(1, key("a"), Instant::now());
+        r.shipped(2, key("b"), Instant::now());
+        r.shipped(3, key("c"), Instant::now());
         r.acknowledged(1);
         assert_eq!(r.lag_ops(), 2);
         r.defer(vec![key("d")]);

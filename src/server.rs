@@ -456,6 +456,15 @@ impl KeyInfo {
 /// Type and absolute expiry of `key` in the selected database (an expired
 /// key is reclaimed by the lookup, as a command would).
 pub fn key_info(ctx: &Context, key: &[u8]) -> KeyInfo {
+    key_info_of(
+        ctx,
+        &redis_module::RedisString::create_from_slice(std::ptr::null_mut(), key),
+    )
+}
+
+/// [`key_info`] of a name already made into a Redis string (a caller that
+/// also passes the name to a command makes it once).
+pub fn key_info_of(ctx: &Context, name: &redis_module::RedisString) -> KeyInfo {
     let absent = KeyInfo {
         kind: raw::REDISMODULE_KEYTYPE_EMPTY as i32,
         expiry_ms: None,
@@ -463,39 +472,30 @@ pub fn key_info(ctx: &Context, key: &[u8]) -> KeyInfo {
     // SAFETY: the API table is filled by RedisModule_Init; reading pointers.
     let api = unsafe {
         (
-            raw::RedisModule_CreateString,
             raw::RedisModule_OpenKey,
             raw::RedisModule_KeyType,
             raw::RedisModule_GetAbsExpire,
             raw::RedisModule_CloseKey,
-            raw::RedisModule_FreeString,
         )
     };
-    let (Some(create), Some(open), Some(kind_of), Some(expire_of), Some(close), Some(free)) = api
-    else {
+    let (Some(open), Some(kind_of), Some(expire_of), Some(close)) = api else {
         return absent;
     };
     let mode = (raw::REDISMODULE_READ | raw::REDISMODULE_OPEN_KEY_NOTOUCH) as i32;
-    // SAFETY: main thread with a valid context; the name is created from a
-    // live slice and freed below; the key handle is checked for null before
-    // use and closed before the name is freed.
+    // SAFETY: main thread with a valid context; `name` is a live Redis
+    // string borrowed for the call; the key handle is checked for null
+    // before use and closed here.
     unsafe {
-        let name = create(ctx.ctx, key.as_ptr().cast(), key.len());
-        if name.is_null() {
+        let handle = open(ctx.ctx, name.inner, mode);
+        if handle.is_null() {
             return absent;
         }
-        let handle = open(ctx.ctx, name, mode);
-        let info = if handle.is_null() {
-            absent
-        } else {
-            let expiry = expire_of(handle);
-            KeyInfo {
-                kind: kind_of(handle),
-                expiry_ms: u64::try_from(expiry).ok().filter(|&at| at > 0),
-            }
+        let expiry = expire_of(handle);
+        let info = KeyInfo {
+            kind: kind_of(handle),
+            expiry_ms: u64::try_from(expiry).ok().filter(|&at| at > 0),
         };
         close(handle);
-        free(ctx.ctx, name);
         info
     }
 }

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use redis_module::{CallOptions, CallOptionsBuilder, CallReply, CallResult, Context};
+use redis_module::{CallOptions, CallOptionsBuilder, CallReply, CallResult, Context, RedisString};
 
 use crate::entry::{Encoding, Op};
 use crate::server;
@@ -135,17 +135,22 @@ impl<'a> Reader<'a> {
 
     /// Every key in `keys`, in order: the strings among them read with one
     /// MGET (one command for the lot instead of one each; one GET each if
-    /// the MGET fails), the rest with DUMP.
+    /// the MGET fails), the rest with DUMP. Each name is made into a Redis
+    /// string once, for the type lookup and the command alike.
     pub fn read_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<Read> {
-        let infos: Vec<server::KeyInfo> = keys
+        let names: Vec<RedisString> = keys
             .iter()
-            .map(|k| server::key_info(self.ctx, k.as_ref()))
+            .map(|k| RedisString::create_from_slice(std::ptr::null_mut(), k.as_ref()))
             .collect();
-        let strings: Vec<&[u8]> = keys
+        let infos: Vec<server::KeyInfo> = names
+            .iter()
+            .map(|name| server::key_info_of(self.ctx, name))
+            .collect();
+        let strings: Vec<&RedisString> = names
             .iter()
             .zip(&infos)
             .filter(|(_, info)| info.is_string())
-            .map(|(k, _)| k.as_ref())
+            .map(|(name, _)| name)
             .collect();
         let mut values = match self.mget(&strings) {
             Some(values) => values,
@@ -153,8 +158,8 @@ impl<'a> Reader<'a> {
         }
         .into_iter();
         keys.iter()
-            .zip(infos)
-            .map(|(key, info)| {
+            .zip(names.iter().zip(infos))
+            .map(|(key, (name, info))| {
                 if !info.exists() {
                     return Read::Absent;
                 }
@@ -173,7 +178,7 @@ impl<'a> Reader<'a> {
                 } else {
                     self.uncompressed_dumps();
                     let started = Instant::now();
-                    match self.bytes_of("DUMP", key.as_ref()) {
+                    match self.bytes_of("DUMP", name) {
                         Some(p) => (p, Encoding::Dump, started.elapsed()),
                         None => return Read::Failed,
                     }
@@ -191,7 +196,7 @@ impl<'a> Reader<'a> {
     /// `MGET keys`: one entry per key, `None` for a key that holds no
     /// string; `None` as a whole when the reply is not what MGET returns
     /// (an error, e.g. keys of several slots in cluster mode).
-    fn mget(&self, keys: &[&[u8]]) -> Option<Vec<Option<Vec<u8>>>> {
+    fn mget(&self, keys: &[&RedisString]) -> Option<Vec<Option<Vec<u8>>>> {
         if keys.is_empty() {
             return Some(Vec::new());
         }
@@ -212,8 +217,8 @@ impl<'a> Reader<'a> {
 
     /// The bulk string `command key` returns (GET, DUMP); `None` for
     /// anything else (nil, an error).
-    fn bytes_of(&self, command: &str, key: &[u8]) -> Option<Vec<u8>> {
-        let args: [&[u8]; 1] = [key];
+    fn bytes_of(&self, command: &str, key: &RedisString) -> Option<Vec<u8>> {
+        let args: [&RedisString; 1] = [key];
         match self
             .ctx
             .call_ext::<_, CallResult>(command, &self.opts, &args[..])
