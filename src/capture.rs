@@ -17,6 +17,7 @@ use crate::entry::{Batch, Entry, Op};
 use crate::fullsync::FullSync;
 use crate::hook::{PendingOp, Suppressed, DIRTY, EXPIRED};
 use crate::hotkeys::{HotKeys, COSTLY_SNAPSHOT};
+use crate::inflight::SentBatch;
 use crate::resend;
 use crate::runtime::Shared;
 use crate::server;
@@ -72,10 +73,14 @@ pub(crate) fn push(
     if entries.is_empty() {
         return Ok(());
     }
-    let marks: Vec<(u64, Option<PendingOp>)> = entries
-        .iter()
-        .map(|e| (e.seq, if resend { pending_of(e) } else { None }))
-        .collect();
+    let last_seq = entries.iter().map(|e| e.seq).max().unwrap_or(0);
+    // One clock reading for the batch: the entries go out together.
+    let mut sent = resend.then(|| SentBatch::new(Instant::now()));
+    if let Some(sent) = sent.as_mut() {
+        for e in &entries {
+            sent.record(e.seq, e.db, &e.op);
+        }
+    }
     let tombstones: Vec<(u32, Vec<u8>, Stamp, u64)> = entries
         .iter()
         .filter_map(|e| match &e.op {
@@ -92,13 +97,9 @@ pub(crate) fn push(
     for (db, key, stamp, seq) in tombstones {
         st.versions.mark_shipped(db, &key, stamp, seq);
     }
-    // One clock reading for the batch: the entries went out together.
-    let sent = Instant::now();
-    for (seq, op) in marks {
-        match op {
-            Some(op) => st.shipped(seq, op, sent),
-            None => st.pushed(seq),
-        }
+    match sent {
+        Some(sent) => st.shipped(sent, last_seq),
+        None => st.pushed(last_seq),
     }
     Ok(())
 }

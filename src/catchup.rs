@@ -3,7 +3,6 @@
 //! acknowledged (resent after a reconnect), acknowledgements both ways, and
 //! when a full sync is due. Main thread only; no Redis calls here.
 
-use std::collections::VecDeque;
 use std::sync::LazyLock;
 use std::time::Instant;
 
@@ -11,6 +10,7 @@ use parking_lot::Mutex;
 
 use crate::fullsync::FullSync;
 use crate::hook::{DirtySet, PendingOp};
+use crate::inflight::{InFlight, SentBatch};
 use crate::status::Convergence;
 use crate::version::{Stamp, VersionStore};
 
@@ -18,14 +18,6 @@ use crate::config::DEFAULT_BACKLOG_OPS;
 
 /// Shortest time between two acks.
 pub const ACK_INTERVAL: std::time::Duration = std::time::Duration::from_millis(5);
-
-/// A change shipped and not yet acknowledged.
-#[derive(Debug)]
-struct InFlight {
-    seq: u64,
-    sent: Instant,
-    op: PendingOp,
-}
 
 /// How the pair catches up after the link comes back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,7 +38,7 @@ pub struct Replication {
     pub backlog: DirtySet,
     backlog_limit: usize,
     /// Shipped and not acknowledged, in sequence order.
-    inflight: VecDeque<InFlight>,
+    inflight: InFlight,
     /// A full sync is due at the next link-up (first contact, overflow,
     /// the peer asked, the dataset was replaced).
     pub full_sync_wanted: bool,
@@ -99,7 +91,7 @@ impl Replication {
             versions: VersionStore::new(),
             backlog: DirtySet::default(),
             backlog_limit: backlog_limit.max(1),
-            inflight: VecDeque::new(),
+            inflight: InFlight::default(),
             full_sync_wanted: true,
             full_sync: None,
             unread: hashbrown::HashMap::new(),
@@ -169,7 +161,7 @@ impl Replication {
     /// the link, so they stay until shipped again.
     fn requeue_unacked(&mut self) -> Vec<PendingOp> {
         let acked = self.peer_acked;
-        let ops: Vec<PendingOp> = self.inflight.drain(..).map(|f| f.op).collect();
+        let ops = self.inflight.drain();
         for op in &ops {
             if let PendingOp::Key { db, key } = op {
                 self.versions.unship(*db, key, acked);
@@ -238,10 +230,11 @@ impl Replication {
         false
     }
 
-    /// A change went out with sequence number `seq` at `sent`.
-    pub fn shipped(&mut self, seq: u64, op: PendingOp, sent: Instant) {
-        self.inflight.push_back(InFlight { seq, sent, op });
-        self.last_pushed = self.last_pushed.max(seq);
+    /// A batch went out whose last sequence number is `last_seq`; its
+    /// changes are kept until the peer acknowledges them.
+    pub fn shipped(&mut self, batch: SentBatch, last_seq: u64) {
+        self.inflight.push(batch);
+        self.last_pushed = self.last_pushed.max(last_seq);
         // A peer that never acknowledges (it is a replica, or stuck) must
         // not grow this without bound: a full sync replaces it.
         if self.inflight.len() > self.backlog_limit {
@@ -257,9 +250,7 @@ impl Replication {
     /// The peer applied our entries up to `applied`.
     pub fn acknowledged(&mut self, applied: u64) {
         self.peer_acked = self.peer_acked.max(applied);
-        while self.inflight.front().is_some_and(|f| f.seq <= applied) {
-            self.inflight.pop_front();
-        }
+        self.inflight.acknowledged(applied);
     }
 
     /// A data entry with the peer's sequence number `seq` was applied here.
@@ -303,8 +294,8 @@ impl Replication {
     /// Age of the oldest unacknowledged change, in milliseconds.
     pub fn lag_ms(&self) -> u64 {
         self.inflight
-            .front()
-            .map_or(0, |f| f.sent.elapsed().as_millis() as u64)
+            .oldest_sent()
+            .map_or(0, |sent| sent.elapsed().as_millis() as u64)
     }
 
     /// Whether shipping is still catching up (backlog or full sync).
@@ -394,9 +385,12 @@ mod tests {
         r.link_up(1);
         r.start_full_sync(FullSync::new(16));
         r.full_sync_sent();
-        r.shipped(1, key("a"), Instant::now());
-        r.shipped(2, key("b"), Instant::now());
-        r.shipped(3, key("c"), Instant::now());
+        for (seq, k) in [(1, "a"), (2, "b"), (3, "c")] {
+            let mut batch = SentBatch::new(Instant::now());
+            let key = k.as_bytes().to_vec();
+            batch.record(seq, 0, &crate::entry::Op::Delete { key });
+            r.shipped(batch, seq);
+        }
         r.acknowledged(1);
         assert_eq!(r.lag_ops(), 2);
         r.defer(vec![key("d")]);

@@ -48,6 +48,7 @@ pub(crate) mod fullsync;
 pub mod handshake;
 pub(crate) mod hook;
 pub mod hotkeys;
+pub(crate) mod inflight;
 pub(crate) mod link;
 pub(crate) mod persist;
 pub mod poller;
