@@ -162,12 +162,18 @@ fn on_timer(ctx: &Context, (): ()) {
 fn apply_pending(ctx: &Context, shared: &Shared) {
     let queue = &shared.apply;
     *queue.timer.lock() = None;
-    // Local changes made earlier in this event-loop iteration are stamped
-    // (and shipped) before any remote entry is applied: a stamp taken after
-    // applying would be newer than writes it did not see.
-    crate::capture::flush_now(ctx, shared);
     let started = Instant::now();
+    let mut flushed = false;
     while let Some(batch) = queue.pop() {
+        // Local changes made earlier in this event-loop iteration are
+        // stamped (and shipped) before any remote entry is applied: a stamp
+        // taken after applying would be newer than writes it did not see.
+        // Acks and sync requests write nothing, so they need no flush (one
+        // would ship a resting hot key at every ack; see `hotkeys`).
+        if !flushed && batch.entries.iter().any(Entry::is_data) {
+            crate::capture::flush_now(ctx, shared);
+            flushed = true;
+        }
         apply_batch(ctx, shared, &batch);
         if started.elapsed() > APPLY_SLICE {
             break;

@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::{wait_until, Pair};
 use redis::Connection;
@@ -139,4 +139,60 @@ fn a_costly_hot_key_rests_and_later_writes_never_overtake_it() {
         pair.a.status()
     );
     pair.wait_converged(SETTLE);
+}
+
+/// DUMPs run since the last `CONFIG RESETSTAT` and their mean time in
+/// microseconds (the module's own reads count in commandstats, see
+/// docs/operations.md).
+fn dump_stats(a: &mut Connection) -> (u64, f64) {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(a).unwrap();
+    let Some(line) = info.lines().find_map(|l| l.strip_prefix("cmdstat_dump:")) else {
+        return (0, 0.0);
+    };
+    let field = |name: &str| {
+        line.split(',')
+            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    (
+        field("calls").parse().unwrap(),
+        field("usec_per_call").parse().unwrap(),
+    )
+}
+
+/// An ack from the peer writes nothing here, so it must not end a rest.
+/// (Each ack used to flush at once, holding nothing: the hot hash was
+/// dumped again after every apply on the peer, not 19 DUMP-times apart.)
+#[test]
+fn acks_from_the_peer_do_not_end_a_rest() {
+    // No cap on the rest below 19x the DUMP's time.
+    let pair = Pair::start_with(&["hot-key-rest=10000"], &[]);
+    let mut a = pair.a.conn();
+    fill_big_hash(&mut a);
+    pair.wait_converged(SETTLE);
+    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut a).unwrap();
+    let started = Instant::now();
+    let mut writes = 0;
+    while started.elapsed() < Duration::from_secs(3) {
+        set_field(&mut a, writes);
+        writes += 1;
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let elapsed_us = started.elapsed().as_secs_f64() * 1e6;
+    let (dumps, dump_us) = dump_stats(&mut a);
+    pair.wait_converged(SETTLE);
+    assert!(dumps >= 1, "the hash never shipped");
+    // Each DUMP starts a rest of 19x its time: about one per 20 DUMP times.
+    // Allowed: twice that (timing noise), plus two. Acks ending the rest
+    // gave one per 3-4 DUMP times (the peer's RESTORE, then its ack).
+    let most = elapsed_us / (10.0 * dump_us) + 2.0;
+    eprintln!("{writes} writes, {dumps} DUMPs of {dump_us} us, at most {most:.1} expected");
+    assert!(
+        dumps as f64 <= most,
+        "{dumps} DUMPs of {dump_us} us each in 3 s ({writes} writes), at most {most:.1} \
+         expected: something ends the hash's rest early; {:?}",
+        pair.a.status()
+    );
 }
