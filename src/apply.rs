@@ -166,11 +166,11 @@ fn apply_pending(ctx: &Context, shared: &Shared) {
     let mut flushed = false;
     while let Some(batch) = queue.pop() {
         // Local changes made earlier in this event-loop iteration are
-        // stamped (and shipped) before any remote entry is applied: a stamp
-        // taken after applying would be newer than writes it did not see.
-        // Acks and sync requests write nothing, so they need no flush (one
-        // would ship a resting hot key at every ack; see `hotkeys`).
-        if !flushed && batch.entries.iter().any(Entry::is_data) {
+        // stamped (and shipped) before a remote entry that could overwrite
+        // or move them is applied: a stamp taken after applying would be
+        // newer than the write it did not see. A batch that touches none of
+        // them lets them wait (a resting hot key stays held; see `hotkeys`).
+        if !flushed && crate::capture::local_changes_go_before(&batch) {
             crate::capture::flush_now(ctx, shared);
             flushed = true;
         }

@@ -104,6 +104,18 @@ pub(crate) fn push(
     Ok(())
 }
 
+/// Whether this node's changes not stamped yet must be flushed before the
+/// peer's `batch` applies: when the batch could overwrite or move one of
+/// them (see [`DirtySet::touched_by`]), or when expired keys wait for their
+/// tombstones. Otherwise they keep their place: a resting hot key stays
+/// held (acks and sync requests write nothing at all).
+pub(crate) fn local_changes_go_before(batch: &Batch) -> bool {
+    if !batch.entries.iter().any(Entry::is_data) {
+        return false;
+    }
+    !EXPIRED.lock().is_empty() || DIRTY.lock().touched_by(batch)
+}
+
 /// Keys resting after a costly snapshot (main thread only). Lock order:
 /// `STATE` before `DIRTY` before `HOT`.
 static HOT: LazyLock<Mutex<HotKeys>> = LazyLock::new(Mutex::default);

@@ -11,6 +11,7 @@ use std::sync::LazyLock;
 use parking_lot::Mutex;
 use redis_module::{Context, NotifyEvent};
 
+use crate::entry::{Batch, Op};
 use crate::server;
 
 /// Something to ship at the next flush, in the order it happened.
@@ -94,6 +95,29 @@ impl DirtySet {
     /// Ops pending.
     pub fn len(&self) -> usize {
         self.ops.len()
+    }
+
+    /// Whether a FLUSHDB, FLUSHALL or SWAPDB is pending (every other op is
+    /// a key, indexed once).
+    pub fn has_flush_or_swap(&self) -> bool {
+        self.ops.len() > self.index.len()
+    }
+
+    /// Whether applying the peer's `batch` now could overwrite or move a
+    /// pending change, which must then be stamped first: the batch writes
+    /// a pending key (the remote write would be judged against the key's
+    /// older version), or a flush or swap on either side moves or drops
+    /// keys under the other side's changes.
+    pub fn touched_by(&self, batch: &Batch) -> bool {
+        if self.is_empty() {
+            return false;
+        }
+        let flush_or_swap = self.has_flush_or_swap();
+        batch.entries.iter().any(|e| match &e.op {
+            Op::Value { key, .. } | Op::Delete { key } => flush_or_swap || self.contains(e.db, key),
+            Op::FlushDb | Op::FlushAll | Op::SwapDb { .. } => true,
+            Op::Ack { .. } | Op::SyncRequest => false,
+        })
     }
 
     /// Takes up to `n` of the oldest ops.
@@ -302,6 +326,47 @@ mod tests {
         }
     }
 
+    fn remote(db: u32, op: Op) -> Batch {
+        Batch {
+            entries: vec![crate::entry::Entry {
+                origin: 2,
+                seq: 1,
+                clock: 1,
+                db,
+                op,
+            }],
+        }
+    }
+
+    fn delete(k: &str) -> Op {
+        Op::Delete {
+            key: k.as_bytes().to_vec(),
+        }
+    }
+
+    #[test]
+    fn a_remote_batch_touches_pending_changes_only_through_their_keys_or_a_flush_or_swap() {
+        let mut d = DirtySet::default();
+        assert!(!d.touched_by(&remote(0, delete("a"))), "nothing pending");
+        d.mark(0, b"a");
+        assert!(d.touched_by(&remote(0, delete("a"))));
+        assert!(!d.touched_by(&remote(0, delete("b"))));
+        assert!(!d.touched_by(&remote(1, delete("a"))), "another database");
+        assert!(!d.touched_by(&remote(0, Op::Ack { applied: 3 })));
+        assert!(!d.touched_by(&remote(0, Op::SyncRequest)));
+        assert!(d.touched_by(&remote(5, Op::FlushDb)));
+        assert!(d.touched_by(&remote(0, Op::FlushAll)));
+        assert!(d.touched_by(&remote(2, Op::SwapDb { other: 3 })));
+        assert!(!d.has_flush_or_swap());
+        d.swapped(4, 5);
+        assert!(d.has_flush_or_swap());
+        assert!(d.touched_by(&remote(0, delete("b"))), "a swap waits here");
+        let _ = d.take();
+        d.flushing(Some(7));
+        assert!(d.has_flush_or_swap());
+        assert!(d.touched_by(&remote(0, delete("b"))), "a flush waits here");
+    }
+
     #[test]
     fn hot_key_ships_once() {
         let mut d = DirtySet::default();
@@ -456,6 +521,10 @@ mod tests {
                     }
                 }
                 prop_assert_eq!(d.len(), m.0.len());
+                prop_assert_eq!(
+                    d.has_flush_or_swap(),
+                    m.0.iter().any(|op| !matches!(op, PendingOp::Key { .. }))
+                );
                 for db in 0..3 {
                     for k in 0..12u8 {
                         prop_assert_eq!(d.contains(db, &[k]), m.has(db, &[k]));
