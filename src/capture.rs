@@ -338,12 +338,13 @@ pub fn flush_before_save(ctx: &Context, shared: &Shared) {
 
 fn flush_changes(ctx: &Context, shared: &Shared, may_wait: bool) {
     // Only changes that would ship at once may wait: while catching up the
-    // backlog and the full sync read current values, which would overtake
-    // the held changes.
+    // backlog, the full sync and the retries of unread keys read current
+    // values, which would overtake the held changes.
     let may_wait = may_wait && !HOT.lock().is_empty() && shared.stats.link() == LinkState::Up && {
         let st = STATE.lock();
         let epoch = Stats::get(&shared.stats.links_established);
         !st.catching_up()
+            && st.unread.is_empty()
             && !st.full_sync_wanted
             && !st.sync_requested
             && !st.request_sync

@@ -46,6 +46,8 @@ pub struct DirtySet {
     /// looks up without allocating, and each key is stored once (in `ops`).
     index: HashTable<u64>,
     hasher: DefaultHashBuilder,
+    /// How many of `ops` are flushes or swaps.
+    flushes_and_swaps: usize,
 }
 
 fn hash_key(hasher: &DefaultHashBuilder, db: u32, key: &[u8]) -> u64 {
@@ -97,10 +99,9 @@ impl DirtySet {
         self.ops.len()
     }
 
-    /// Whether a FLUSHDB, FLUSHALL or SWAPDB is pending (every other op is
-    /// a key, indexed once).
+    /// Whether a FLUSHDB, FLUSHALL or SWAPDB is pending.
     pub fn has_flush_or_swap(&self) -> bool {
-        self.ops.len() > self.index.len()
+        self.flushes_and_swaps > 0
     }
 
     /// Whether applying the peer's `batch` now could overwrite or move a
@@ -133,6 +134,10 @@ impl DirtySet {
             }
         }
         self.base += n as u64;
+        self.flushes_and_swaps -= front
+            .iter()
+            .filter(|op| !matches!(op, PendingOp::Key { .. }))
+            .count();
         front
     }
 
@@ -166,6 +171,11 @@ impl DirtySet {
     /// Indexes every `Key` op again (after ops were removed or reordered).
     fn reindex(&mut self) {
         self.index.clear();
+        self.flushes_and_swaps = self
+            .ops
+            .iter()
+            .filter(|op| !matches!(op, PendingOp::Key { .. }))
+            .count();
         let (ops, base, hasher) = (&self.ops, self.base, &self.hasher);
         for (pos, op) in (base..).zip(ops.iter()) {
             if let PendingOp::Key { db, key } = op {
@@ -215,16 +225,20 @@ impl DirtySet {
     /// Takes everything pending.
     pub fn take(&mut self) -> Vec<PendingOp> {
         self.index.clear();
+        self.flushes_and_swaps = 0;
         self.base += self.ops.len() as u64;
         Vec::from(std::mem::take(&mut self.ops))
     }
 
-    /// Puts back ops taken earlier that could not be queued, ahead of anything
-    /// recorded since.
+    /// Puts back ops taken earlier that could not be queued (or were shipped
+    /// and not acknowledged), ahead of anything recorded since. They go in
+    /// as if recorded again: a key named twice (in two unacknowledged
+    /// batches) is held once, and a key before a SWAPDB of its database
+    /// moves after it, to the database its value now lives in.
     pub fn restore(&mut self, ops: Vec<PendingOp>) {
-        let newer = std::mem::replace(&mut self.ops, VecDeque::from(ops));
-        self.reindex();
-        self.extend(Vec::from(newer));
+        let newer = self.take();
+        self.extend(ops);
+        self.extend(newer);
     }
 }
 
@@ -365,6 +379,24 @@ mod tests {
         d.flushing(Some(7));
         assert!(d.has_flush_or_swap());
         assert!(d.touched_by(&remote(0, delete("b"))), "a flush waits here");
+    }
+
+    #[test]
+    fn restored_ops_are_recorded_again_so_keys_stay_unique_and_follow_swaps() {
+        let mut d = DirtySet::default();
+        d.mark(2, b"new");
+        // Two unacknowledged batches: k in db 0, a swap of 0 and 1, k again.
+        d.restore(vec![
+            key(0, "k"),
+            PendingOp::SwapDb(0, 1),
+            key(0, "k"),
+            key(0, "k"),
+        ]);
+        assert!(d.has_flush_or_swap());
+        assert!(d.contains(1, b"k") && d.contains(0, b"k"));
+        assert_eq!(d.take_front(2), vec![PendingOp::SwapDb(0, 1), key(1, "k")]);
+        assert!(!d.has_flush_or_swap());
+        assert_eq!(d.take(), vec![key(0, "k"), key(2, "new")]);
     }
 
     #[test]
