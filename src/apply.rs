@@ -431,7 +431,9 @@ fn apply_entry<'a>(
     let stamp = Stamp::new(e.clock, e.origin);
     match &e.op {
         Op::Ack { applied } => {
-            st.acknowledged(*applied);
+            if !crate::faults::acks_dropped() {
+                st.acknowledged(*applied);
+            }
             return Ok(Outcome::Notice);
         }
         Op::SyncRequest => {
@@ -439,6 +441,9 @@ fn apply_entry<'a>(
                 "rdmasync: the peer lost state (restart or reload) and asks for a full sync",
             );
             st.sync_requested = true;
+            // It lost its state, the swaps it had in flight with it: its next
+            // swaps may carry any stamp its clock gives them.
+            st.last_peer_swap = Stamp::default();
             return Ok(Outcome::Notice);
         }
         _ => {}
@@ -491,10 +496,16 @@ fn apply_entry<'a>(
         Op::FlushDb => apply_flush(ctx, opts, st, Some(e.db), stamp),
         Op::FlushAll => apply_flush(ctx, opts, st, None, stamp),
         Op::SwapDb { other } => {
+            // A swap resent after a reconnect keeps its stamp: one applied
+            // here before the link broke must not swap the databases back.
+            if stamp <= st.last_peer_swap {
+                return Ok(Outcome::Duplicate);
+            }
             let a = e.db.to_string();
             let b = other.to_string();
             run(ctx, opts, "SWAPDB", &[a.as_bytes(), b.as_bytes()])?;
             st.swap_dbs(e.db, *other);
+            st.last_peer_swap = stamp;
             Ok(Outcome::Applied)
         }
         Op::Ack { .. } | Op::SyncRequest => Ok(Outcome::Notice),

@@ -56,7 +56,9 @@ pub(crate) fn pending_of(e: &Entry) -> Option<PendingOp> {
         },
         Op::FlushDb => PendingOp::FlushDb(e.db),
         Op::FlushAll => PendingOp::FlushAll,
-        Op::SwapDb { other } => PendingOp::SwapDb(e.db, *other),
+        Op::SwapDb { other } => {
+            PendingOp::SwapDb(e.db, *other, Some(Stamp::new(e.clock, e.origin)))
+        }
         Op::Ack { .. } | Op::SyncRequest => return None,
     })
 }
@@ -78,7 +80,7 @@ pub(crate) fn push(
     let mut sent = resend.then(|| SentBatch::new(Instant::now()));
     if let Some(sent) = sent.as_mut() {
         for e in &entries {
-            sent.record(e.seq, e.db, &e.op);
+            sent.record(e);
         }
     }
     let tombstones: Vec<(u32, Vec<u8>, Stamp, u64)> = entries
@@ -254,7 +256,7 @@ fn record_local(
                     deferred.push(op);
                 }
             }
-            PendingOp::SwapDb(a, b) => {
+            PendingOp::SwapDb(a, b, _) => {
                 st.swap_dbs(a, b);
                 if direct {
                     entries.push(entry(shared, a, stamp, Op::SwapDb { other: b }));

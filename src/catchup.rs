@@ -59,6 +59,9 @@ pub struct Replication {
     link_epoch: u64,
     /// Our highest sequence number the peer has applied.
     pub peer_acked: u64,
+    /// Stamp of the newest SWAPDB from the peer applied here (a resent
+    /// swap at or below it was applied already).
+    pub last_peer_swap: Stamp,
     /// The peer's sequence number of the last data entry applied here.
     applied_from_peer: u64,
     /// What our last ack said.
@@ -100,6 +103,7 @@ impl Replication {
             request_sync: true,
             link_epoch: 0,
             peer_acked: 0,
+            last_peer_swap: Stamp::default(),
             applied_from_peer: 0,
             ack_sent: 0,
             last_ack_at: None,
@@ -388,7 +392,13 @@ mod tests {
         for (seq, k) in [(1, "a"), (2, "b"), (3, "c")] {
             let mut batch = SentBatch::new(Instant::now());
             let key = k.as_bytes().to_vec();
-            batch.record(seq, 0, &crate::entry::Op::Delete { key });
+            batch.record(&crate::entry::Entry {
+                origin: 1,
+                seq,
+                clock: seq,
+                db: 0,
+                op: crate::entry::Op::Delete { key },
+            });
             r.shipped(batch, seq);
         }
         r.acknowledged(1);

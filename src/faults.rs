@@ -1,8 +1,12 @@
-//! Fault injection for tests of the error paths, through
-//! `RDMASYNC.DEBUG FAIL-READS SET <prefix>` / `RDMASYNC.DEBUG FAIL-READS CLEAR`:
-//! while set, every read of an existing key whose name starts with the
-//! prefix fails as an error reply from Redis would. Refused unless Redis's
-//! own `enable-debug-command` allows `DEBUG`.
+//! Fault injection for tests of the error paths, through `RDMASYNC.DEBUG`:
+//! - `FAIL-READS SET <prefix>` / `FAIL-READS CLEAR`: while set, every read
+//!   of an existing key whose name starts with the prefix fails as an error
+//!   reply from Redis would;
+//! - `DROP-ACKS ON` / `DROP-ACKS OFF`: while on, acks from the peer are
+//!   ignored, so what was shipped stays unacknowledged (and is resent after
+//!   a reconnect) although the peer applied it.
+//!
+//! Refused unless Redis's own `enable-debug-command` allows `DEBUG`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -12,6 +16,14 @@ use parking_lot::RwLock;
 static ACTIVE: AtomicBool = AtomicBool::new(false);
 /// Keys starting with it fail to read.
 static FAIL_READS: RwLock<Vec<u8>> = RwLock::new(Vec::new());
+
+/// Acks from the peer are ignored.
+static DROP_ACKS: AtomicBool = AtomicBool::new(false);
+
+/// Whether an ack from the peer must be ignored now.
+pub fn acks_dropped() -> bool {
+    DROP_ACKS.load(Ordering::Acquire)
+}
 
 /// Whether reading `key` must fail now.
 pub fn read_fails(key: &[u8]) -> bool {
@@ -25,6 +37,8 @@ pub enum DebugRequest {
     FailReads(Vec<u8>),
     /// Stop failing reads.
     ClearFaults,
+    /// Ignore acks from the peer (`true`) or stop ignoring them.
+    DropAcks(bool),
 }
 
 /// Parses the arguments after the command name.
@@ -32,8 +46,8 @@ pub enum DebugRequest {
 /// # Errors
 /// The usage line, for anything else.
 pub fn parse(args: &[&[u8]]) -> Result<DebugRequest, &'static str> {
-    const USAGE: &str =
-        "ERR usage: RDMASYNC.DEBUG FAIL-READS SET <key-prefix> | RDMASYNC.DEBUG FAIL-READS CLEAR";
+    const USAGE: &str = "ERR usage: RDMASYNC.DEBUG FAIL-READS SET <key-prefix> | \
+                         RDMASYNC.DEBUG FAIL-READS CLEAR | RDMASYNC.DEBUG DROP-ACKS ON|OFF";
     let upper = |a: &[u8]| a.to_ascii_uppercase();
     match args {
         [what, set, prefix] if upper(what) == b"FAIL-READS" && upper(set) == b"SET" => {
@@ -41,6 +55,12 @@ pub fn parse(args: &[&[u8]]) -> Result<DebugRequest, &'static str> {
         }
         [what, clear] if upper(what) == b"FAIL-READS" && upper(clear) == b"CLEAR" => {
             Ok(DebugRequest::ClearFaults)
+        }
+        [what, on] if upper(what) == b"DROP-ACKS" && upper(on) == b"ON" => {
+            Ok(DebugRequest::DropAcks(true))
+        }
+        [what, off] if upper(what) == b"DROP-ACKS" && upper(off) == b"OFF" => {
+            Ok(DebugRequest::DropAcks(false))
         }
         _ => Err(USAGE),
     }
@@ -57,6 +77,7 @@ pub fn apply(request: DebugRequest) {
             ACTIVE.store(false, Ordering::Release);
             FAIL_READS.write().clear();
         }
+        DebugRequest::DropAcks(on) => DROP_ACKS.store(on, Ordering::Release),
     }
 }
 
@@ -74,6 +95,14 @@ mod tests {
             parse(&[b"FAIL-READS", b"CLEAR"]),
             Ok(DebugRequest::ClearFaults)
         );
+        assert_eq!(
+            parse(&[b"drop-acks", b"on"]),
+            Ok(DebugRequest::DropAcks(true))
+        );
+        assert_eq!(
+            parse(&[b"DROP-ACKS", b"OFF"]),
+            Ok(DebugRequest::DropAcks(false))
+        );
     }
 
     #[test]
@@ -84,6 +113,8 @@ mod tests {
             &[&b"FAIL-READS"[..], b"SET"][..],
             &[&b"FAIL-READS"[..], b"CLEAR", b"x"][..],
             &[&b"FAIL-WRITES"[..], b"SET", b"x"][..],
+            &[&b"DROP-ACKS"[..]][..],
+            &[&b"DROP-ACKS"[..], b"maybe"][..],
         ] {
             assert!(parse(args).is_err(), "{args:?}");
         }

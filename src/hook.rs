@@ -13,6 +13,7 @@ use redis_module::{Context, NotifyEvent};
 
 use crate::entry::{Batch, Op};
 use crate::server;
+use crate::version::Stamp;
 
 /// Something to ship at the next flush, in the order it happened.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,8 +29,9 @@ pub enum PendingOp {
     FlushDb(u32),
     /// `FLUSHALL`.
     FlushAll,
-    /// `SWAPDB a b`.
-    SwapDb(u32, u32),
+    /// `SWAPDB a b`, with the stamp it already shipped with, if it did (a
+    /// resend keeps it, so the peer can tell it applied that swap already).
+    SwapDb(u32, u32, Option<Stamp>),
 }
 
 /// Keys changed since the last flush plus the flushes and swaps between them.
@@ -148,7 +150,7 @@ impl DirtySet {
                 PendingOp::Key { db, key } => self.mark(db, &key),
                 PendingOp::FlushDb(d) => self.flushing(Some(d)),
                 PendingOp::FlushAll => self.flushing(None),
-                PendingOp::SwapDb(a, b) => self.swapped(a, b),
+                PendingOp::SwapDb(a, b, shipped) => self.swap_op(a, b, shipped),
             }
         }
     }
@@ -207,6 +209,10 @@ impl DirtySet {
     /// Records `SWAPDB a b`: dirty keys of either database now live in the
     /// other one, and ship after the swap.
     pub fn swapped(&mut self, a: u32, b: u32) {
+        self.swap_op(a, b, None);
+    }
+
+    fn swap_op(&mut self, a: u32, b: u32, shipped: Option<Stamp>) {
         let mut moved = Vec::new();
         self.ops.retain(|op| match op {
             PendingOp::Key { db, key } if *db == a || *db == b => {
@@ -215,7 +221,7 @@ impl DirtySet {
             }
             _ => true,
         });
-        self.ops.push_back(PendingOp::SwapDb(a, b));
+        self.ops.push_back(PendingOp::SwapDb(a, b, shipped));
         self.reindex();
         for (db, key) in moved {
             self.mark(db, &key);
@@ -388,13 +394,16 @@ mod tests {
         // Two unacknowledged batches: k in db 0, a swap of 0 and 1, k again.
         d.restore(vec![
             key(0, "k"),
-            PendingOp::SwapDb(0, 1),
+            PendingOp::SwapDb(0, 1, None),
             key(0, "k"),
             key(0, "k"),
         ]);
         assert!(d.has_flush_or_swap());
         assert!(d.contains(1, b"k") && d.contains(0, b"k"));
-        assert_eq!(d.take_front(2), vec![PendingOp::SwapDb(0, 1), key(1, "k")]);
+        assert_eq!(
+            d.take_front(2),
+            vec![PendingOp::SwapDb(0, 1, None), key(1, "k")]
+        );
         assert!(!d.has_flush_or_swap());
         assert_eq!(d.take(), vec![key(0, "k"), key(2, "new")]);
     }
@@ -437,7 +446,7 @@ mod tests {
             d.take(),
             vec![
                 key(2, "c"),
-                PendingOp::SwapDb(0, 1),
+                PendingOp::SwapDb(0, 1, None),
                 key(1, "a"),
                 key(0, "b")
             ]
@@ -478,7 +487,7 @@ mod tests {
                 }
                 _ => true,
             });
-            self.0.push(PendingOp::SwapDb(a, b));
+            self.0.push(PendingOp::SwapDb(a, b, None));
             for (db, k) in moved {
                 self.mark(db, &k);
             }
@@ -489,7 +498,7 @@ mod tests {
                     PendingOp::Key { db, key } => self.mark(db, &key),
                     PendingOp::FlushDb(d) => self.flushing(Some(d)),
                     PendingOp::FlushAll => self.flushing(None),
-                    PendingOp::SwapDb(a, b) => self.swapped(a, b),
+                    PendingOp::SwapDb(a, b, _) => self.swapped(a, b),
                 }
             }
         }

@@ -6,8 +6,9 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use crate::entry::Op;
+use crate::entry::{Entry, Op};
 use crate::hook::PendingOp;
+use crate::version::Stamp;
 
 /// One shipped change; a key name is `names[start..end]` of its batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,7 +16,7 @@ enum Change {
     Key { db: u32, start: usize, end: usize },
     FlushDb(u32),
     FlushAll,
-    SwapDb(u32, u32),
+    SwapDb(u32, u32, Stamp),
 }
 
 /// The changes of one pushed batch, in sequence order.
@@ -39,10 +40,11 @@ impl SentBatch {
         }
     }
 
-    /// Records the entry `seq` of database `db` carrying `op`; acks and
-    /// sync requests are not changes and are not recorded.
-    pub fn record(&mut self, seq: u64, db: u32, op: &Op) {
-        let change = match op {
+    /// Records the change `e` carries; acks and sync requests are not
+    /// changes and are not recorded.
+    pub fn record(&mut self, e: &Entry) {
+        let (seq, db) = (e.seq, e.db);
+        let change = match &e.op {
             Op::Value { key, .. } | Op::Delete { key } => {
                 let start = self.names.len();
                 self.names.extend_from_slice(key);
@@ -54,7 +56,7 @@ impl SentBatch {
             }
             Op::FlushDb => Change::FlushDb(db),
             Op::FlushAll => Change::FlushAll,
-            Op::SwapDb { other } => Change::SwapDb(db, *other),
+            Op::SwapDb { other } => Change::SwapDb(db, *other, Stamp::new(e.clock, e.origin)),
             Op::Ack { .. } | Op::SyncRequest => return,
         };
         self.changes.push((seq, change));
@@ -72,7 +74,7 @@ impl SentBatch {
             },
             Change::FlushDb(db) => PendingOp::FlushDb(db),
             Change::FlushAll => PendingOp::FlushAll,
-            Change::SwapDb(a, b) => PendingOp::SwapDb(a, b),
+            Change::SwapDb(a, b, stamp) => PendingOp::SwapDb(a, b, Some(stamp)),
         }
     }
 }
@@ -143,6 +145,17 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// The entry `seq` of `db` carrying `op` (its clock is 10 x `seq`).
+    fn at(seq: u64, db: u32, op: Op) -> Entry {
+        Entry {
+            origin: 1,
+            seq,
+            clock: seq * 10,
+            db,
+            op,
+        }
+    }
+
     fn delete(key: &str) -> Op {
         Op::Delete {
             key: key.as_bytes().to_vec(),
@@ -159,21 +172,21 @@ mod tests {
     #[test]
     fn every_kind_of_change_comes_back_in_order_and_acks_are_skipped() {
         let mut b = SentBatch::new(Instant::now());
-        b.record(1, 3, &delete("a"));
-        b.record(2, 0, &Op::Ack { applied: 9 });
-        b.record(3, 2, &Op::FlushDb);
-        b.record(4, 0, &Op::FlushAll);
-        b.record(5, 1, &Op::SwapDb { other: 4 });
-        b.record(
+        b.record(&at(1, 3, delete("a")));
+        b.record(&at(2, 0, Op::Ack { applied: 9 }));
+        b.record(&at(3, 2, Op::FlushDb));
+        b.record(&at(4, 0, Op::FlushAll));
+        b.record(&at(5, 1, Op::SwapDb { other: 4 }));
+        b.record(&at(
             6,
             5,
-            &Op::Value {
+            Op::Value {
                 key: b"bb".to_vec(),
                 payload: vec![1, 2],
                 expiry_ms: None,
                 encoding: crate::entry::Encoding::RawString,
             },
-        );
+        ));
         let mut log = InFlight::default();
         log.push(b);
         assert_eq!(log.len(), 5);
@@ -183,7 +196,7 @@ mod tests {
                 key(3, "a"),
                 PendingOp::FlushDb(2),
                 PendingOp::FlushAll,
-                PendingOp::SwapDb(1, 4),
+                PendingOp::SwapDb(1, 4, Some(Stamp::new(50, 1))),
                 key(5, "bb"),
             ]
         );
@@ -197,11 +210,11 @@ mod tests {
         let mut log = InFlight::default();
         let mut b = SentBatch::new(t0);
         for (seq, k) in [(1, "a"), (2, "b"), (3, "c")] {
-            b.record(seq, 0, &delete(k));
+            b.record(&at(seq, 0, delete(k)));
         }
         log.push(b);
         let mut b = SentBatch::new(Instant::now());
-        b.record(4, 0, &delete("d"));
+        b.record(&at(4, 0, delete("d")));
         log.push(b);
         log.acknowledged(2);
         assert_eq!(log.len(), 2);
@@ -216,7 +229,7 @@ mod tests {
     fn a_batch_of_acks_only_holds_nothing() {
         let mut log = InFlight::default();
         let mut b = SentBatch::new(Instant::now());
-        b.record(7, 0, &Op::Ack { applied: 1 });
+        b.record(&at(7, 0, Op::Ack { applied: 1 }));
         log.push(b);
         assert_eq!(log.len(), 0);
         assert!(log.oldest_sent().is_none());
@@ -238,7 +251,7 @@ mod tests {
                 let mut b = SentBatch::new(Instant::now());
                 for k in keys {
                     seq += 1;
-                    b.record(seq, 0, &delete(k));
+                    b.record(&at(seq, 0, delete(k)));
                     model.push_back((seq, key(0, k)));
                 }
                 log.push(b);

@@ -98,8 +98,10 @@ fn backlog_entry(
             let floor = st.versions.floor_all();
             (floor.node == me).then(|| entry(shared, 0, floor, Op::FlushAll))
         }
-        PendingOp::SwapDb(a, b) => {
-            let stamp = Stamp::new(shared.clock.now(), me);
+        PendingOp::SwapDb(a, b, shipped) => {
+            // One that already went out keeps its stamp: the peer skips a
+            // swap it applied before the link broke.
+            let stamp = shipped.unwrap_or_else(|| Stamp::new(shared.clock.now(), me));
             Some(entry(shared, a, stamp, Op::SwapDb { other: b }))
         }
     }

@@ -233,6 +233,51 @@ fn in_db(node: &Node, db: i64) -> redis::Connection {
     c
 }
 
+/// A SWAPDB the peer applied but never acknowledged (acks dropped here) is
+/// resent after a reconnect and must not swap the peer's databases back.
+/// (Resent with a new stamp, it was applied a second time.)
+#[test]
+fn a_swap_resent_after_a_reconnect_is_not_applied_twice() {
+    let pair = Pair::start();
+    let _: () = in_db(&pair.a, 0).set("k", "was-0").unwrap();
+    let _: () = in_db(&pair.a, 1).set("k", "was-1").unwrap();
+    pair.wait_converged(SETTLE);
+    let drop_acks = |on: &str| {
+        let _: () = redis::cmd("RDMASYNC.DEBUG")
+            .arg("DROP-ACKS")
+            .arg(on)
+            .query(&mut pair.a.conn())
+            .unwrap();
+    };
+    drop_acks("ON");
+    let _: () = redis::cmd("SWAPDB")
+        .arg(0)
+        .arg(1)
+        .query(&mut pair.a.conn())
+        .unwrap();
+    let get = |node: &Node, db: i64| -> Option<String> { in_db(node, db).get("k").unwrap() };
+    assert!(
+        wait_until(SETTLE, || get(&pair.b, 0).as_deref() == Some("was-1")),
+        "B never applied the swap: {:?}",
+        pair.b.status()
+    );
+    assert!(pair.a.stat("lag_entries") >= 1, "the swap was acknowledged");
+    cut(&pair);
+    heal(&pair);
+    drop_acks("OFF");
+    pair.wait_converged(SETTLE);
+    for node in [&pair.a, &pair.b] {
+        assert_eq!(get(node, 0).as_deref(), Some("was-1"), "{}", node.name);
+        assert_eq!(get(node, 1).as_deref(), Some("was-0"), "{}", node.name);
+    }
+    assert!(pair.a.stat("partial_syncs") >= 1, "{:?}", pair.a.status());
+    assert!(
+        pair.b.stat("entries_duplicate") >= 1,
+        "{:?}",
+        pair.b.status()
+    );
+}
+
 #[test]
 fn crashed_node_restarted_from_its_rdb_converges_without_resurrection() {
     let mut pair = Pair::start();
