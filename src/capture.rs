@@ -90,13 +90,9 @@ pub(crate) fn push(
             _ => None,
         })
         .collect();
-    // Kept changes are requeued when a new link comes up, so they go out
-    // on the link they were queued for or not at all (in order, later);
-    // the rest (acks, full-sync entries) may go out on any link.
-    let link_epoch = if resend { st.link_epoch() } else { 0 };
     shared
         .queue
-        .push_for_link(Batch { entries }, link_epoch)
+        .push(Batch { entries })
         .map_err(|b| b.entries)?;
     // Every tombstone shipped (live, resent or in a full sync) becomes
     // collectable once the peer acknowledges the entry that carried it.

@@ -136,11 +136,6 @@ impl Replication {
             .collect();
     }
 
-    /// `links_established` of the link this state last caught up with.
-    pub fn link_epoch(&self) -> u64 {
-        self.link_epoch
-    }
-
     /// Whether `epoch` (the count of links established) is a link not yet seen.
     pub fn is_new_link(&self, epoch: u64) -> bool {
         epoch != self.link_epoch
@@ -150,9 +145,6 @@ impl Replication {
     /// so it goes back to the front of the backlog. Returns how to catch up.
     pub fn link_up(&mut self, epoch: u64) -> CatchUp {
         self.link_epoch = epoch;
-        // An ack queued for the old link may never go out (see
-        // `queue::Queued`): say again where we are.
-        self.ack_sent = 0;
         let unacked = self.requeue_unacked();
         self.backlog.restore(unacked);
         if self.full_sync.take().is_some() {

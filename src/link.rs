@@ -313,10 +313,8 @@ fn run_connection(shared: &Shared, offer: Offer, offers: &Receiver<Offer>) -> Re
     shared.stats.ring_tail.store(0, Ordering::Relaxed);
     shared.stats.ring_credit.store(0, Ordering::Relaxed);
     *shared.device.lock() = device.clone();
-    // Counted before it is published: the sender never sees the new link
-    // with the old count (and sends a batch queued for the old one on it).
-    Stats::add(&shared.stats.links_established, 1);
     *shared.link.lock() = Some(writer.clone());
+    Stats::add(&shared.stats.links_established, 1);
     Stats::add(&shared.stats.rings_registered, 1);
     if Stats::get(&shared.stats.links_established) > 1 {
         Stats::add(&shared.stats.reconnects, 1);

@@ -47,23 +47,10 @@ impl SenderWake {
 /// like a full queue, so a stalled peer cannot grow memory without bound.
 pub const MAX_QUEUED_BYTES: usize = 256 << 20;
 
-/// A queued batch and the link it was queued for.
-#[derive(Debug)]
-pub struct Queued {
-    /// The entries.
-    pub batch: Batch,
-    /// `links_established` when the capture side queued it (0: any link).
-    /// A batch of kept changes queued for an earlier link is not sent on a
-    /// later one: its changes were requeued when that link came up and go
-    /// out again in order, so nothing queued before the reconnect (a second
-    /// SWAPDB) overtakes them.
-    pub link_epoch: u64,
-}
-
 /// Capture -> sender queue.
 #[derive(Debug)]
 pub struct BatchQueue {
-    batches: ArrayQueue<Queued>,
+    batches: ArrayQueue<Batch>,
     /// Payload bytes of the queued batches.
     bytes: AtomicUsize,
     /// Wakes the sender on push and on credit.
@@ -85,21 +72,11 @@ impl BatchQueue {
     /// # Errors
     /// The batch itself when the queue is full.
     pub fn push(&self, batch: Batch) -> Result<(), Batch> {
-        self.push_for_link(batch, 0)
-    }
-
-    /// [`BatchQueue::push`] of a batch for the link `link_epoch` only.
-    ///
-    /// # Errors
-    /// The batch itself when the queue is full.
-    pub fn push_for_link(&self, batch: Batch, link_epoch: u64) -> Result<(), Batch> {
         let size = batch.payload_len();
         if self.is_full() {
             return Err(batch);
         }
-        self.batches
-            .push(Queued { batch, link_epoch })
-            .map_err(|q| q.batch)?;
+        self.batches.push(batch)?;
         self.bytes.fetch_add(size, Ordering::AcqRel);
         self.wake.wake();
         Ok(())
@@ -113,11 +90,10 @@ impl BatchQueue {
     }
 
     /// The oldest batch, if any.
-    pub fn pop(&self) -> Option<Queued> {
-        let queued = self.batches.pop()?;
-        self.bytes
-            .fetch_sub(queued.batch.payload_len(), Ordering::AcqRel);
-        Some(queued)
+    pub fn pop(&self) -> Option<Batch> {
+        let batch = self.batches.pop()?;
+        self.bytes.fetch_sub(batch.payload_len(), Ordering::AcqRel);
+        Some(batch)
     }
 
     /// Batches waiting.

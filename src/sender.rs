@@ -155,7 +155,7 @@ pub fn run(shared: Arc<Shared>) {
     shared.queue.wake.register_current();
     let mut cursor: Option<RingCursor> = None;
     while !shared.stopping() {
-        let Some(queued) = shared.queue.pop() else {
+        let Some(batch) = shared.queue.pop() else {
             // A dead link's memory (its registered ring included) must go now,
             // not when the next write comes.
             if cursor.as_ref().is_some_and(|c| !c.link.is_alive()) {
@@ -171,19 +171,11 @@ pub fn run(shared: Arc<Shared>) {
                 .wait(Duration::from_millis(KEEPALIVE_MS / 2), || !q.is_empty());
             continue;
         };
-        let batch = queued.batch;
         let Some(link) = shared.current_link() else {
             cursor = None;
             Stats::add(&shared.stats.entries_dropped, batch.entries.len() as u64);
             continue;
         };
-        // Read after the link: a link is counted before it is published.
-        let epoch = Stats::get(&shared.stats.links_established);
-        if queued.link_epoch != 0 && queued.link_epoch < epoch {
-            // Queued for a link that is gone: the capture side requeues its
-            // changes when it sees the new link, in order (see `Queued`).
-            continue;
-        }
         if cursor.as_ref().is_none_or(|c| !Arc::ptr_eq(&c.link, &link)) {
             cursor = Some(RingCursor::new(link));
         }
