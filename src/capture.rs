@@ -112,10 +112,8 @@ pub(crate) fn push(
 /// tombstones. Otherwise they keep their place: a resting hot key stays
 /// held (acks and sync requests write nothing at all).
 pub(crate) fn local_changes_go_before(batch: &Batch) -> bool {
-    if !batch.entries.iter().any(Entry::is_data) {
-        return false;
-    }
-    !EXPIRED.lock().is_empty() || DIRTY.lock().touched_by(batch)
+    DIRTY.lock().touched_by(batch)
+        || (!EXPIRED.lock().is_empty() && batch.entries.iter().any(Entry::is_data))
 }
 
 /// Keys resting after a costly snapshot (main thread only). Lock order:

@@ -147,7 +147,7 @@ impl DirtySet {
     pub fn extend(&mut self, ops: Vec<PendingOp>) {
         for op in ops {
             match op {
-                PendingOp::Key { db, key } => self.mark(db, &key),
+                PendingOp::Key { db, key } => self.mark_owned(db, key),
                 PendingOp::FlushDb(d) => self.flushing(Some(d)),
                 PendingOp::FlushAll => self.flushing(None),
                 PendingOp::SwapDb(a, b, shipped) => self.swap_op(a, b, shipped),
@@ -159,14 +159,23 @@ impl DirtySet {
     pub fn mark(&mut self, db: u32, key: &[u8]) {
         // One hash for the lookup and the insert: this runs for every write.
         let h = hash_key(&self.hasher, db, key);
-        if self.contains_hashed(h, db, key) {
-            return;
+        if !self.contains_hashed(h, db, key) {
+            self.push_key(h, db, key.to_vec());
         }
+    }
+
+    /// [`DirtySet::mark`] of a name already owned (kept, not copied).
+    fn mark_owned(&mut self, db: u32, key: Vec<u8>) {
+        let h = hash_key(&self.hasher, db, &key);
+        if !self.contains_hashed(h, db, &key) {
+            self.push_key(h, db, key);
+        }
+    }
+
+    /// Appends a key not pending yet (its hash is `h`).
+    fn push_key(&mut self, h: u64, db: u32, key: Vec<u8>) {
         let pos = self.base + self.ops.len() as u64;
-        self.ops.push_back(PendingOp::Key {
-            db,
-            key: key.to_vec(),
-        });
+        self.ops.push_back(PendingOp::Key { db, key });
         index_position(&mut self.index, &self.ops, self.base, &self.hasher, h, pos);
     }
 
@@ -224,7 +233,7 @@ impl DirtySet {
         self.ops.push_back(PendingOp::SwapDb(a, b, shipped));
         self.reindex();
         for (db, key) in moved {
-            self.mark(db, &key);
+            self.mark_owned(db, key);
         }
     }
 
