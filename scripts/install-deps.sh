@@ -26,8 +26,10 @@ if ! command -v valkey-server >/dev/null; then
   mkdir -p "$d/parts" "$d/lists/partial"
   cp /etc/apt/sources.list.d/*.sources "$d/parts/" 2>/dev/null || true
   [ -s /etc/apt/sources.list ] && cp /etc/apt/sources.list "$d/parts/main.list"
-  uri=$(grep -h -E '^(URIs:|deb )' /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null \
-    | grep -v -- -security | grep -o -E 'https?://[^ ]+' | head -1)
+  # (no /etc/apt/sources.list on some images: grep's status 2 must not end the script)
+  uri=$(cat /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null \
+    | grep -h -E '^(URIs:|deb )' | grep -v -- -security | grep -o -E 'https?://[^ ]+' | head -1 || true)
+  uri=${uri:-http://deb.debian.org/debian}
   printf 'Types: deb\nURIs: %s\nSuites: bookworm-backports\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
     "$uri" > "$d/parts/bpo.sources"
   o=(-o "Dir::Etc::SourceList=/dev/null" -o "Dir::Etc::SourceParts=$d/parts" -o "Dir::State::Lists=$d/lists")
