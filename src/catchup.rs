@@ -44,6 +44,11 @@ pub struct Replication {
     pub full_sync_wanted: bool,
     /// The full sync running now, if any.
     pub full_sync: Option<FullSync>,
+    /// The sequence number of the last entry of the latest full sync, until
+    /// the peer acknowledges it: its entries are not kept for a resend, so a
+    /// link drop before then (its tail still queued, or lost in flight)
+    /// starts the full sync over.
+    full_sync_unacked: Option<u64>,
     /// Changes a resend or full sync could not read (a read error), with the
     /// version they are to ship at; retried once per flush, never shipped
     /// as deleted and never restamped as a new write.
@@ -97,6 +102,7 @@ impl Replication {
             inflight: InFlight::default(),
             full_sync_wanted: true,
             full_sync: None,
+            full_sync_unacked: None,
             unread: hashbrown::HashMap::new(),
             full_sync_on_link: false,
             sync_requested: false,
@@ -147,8 +153,9 @@ impl Replication {
         self.link_epoch = epoch;
         let unacked = self.requeue_unacked();
         self.backlog.restore(unacked);
-        if self.full_sync.take().is_some() {
-            // Cut off by the link drop: start it over.
+        if self.full_sync.take().is_some() || self.full_sync_unacked.take().is_some() {
+            // Cut off by the link drop, or all handed out but not known to
+            // have arrived: start it over.
             self.full_sync_wanted = true;
         }
         self.full_sync_on_link = false;
@@ -180,6 +187,7 @@ impl Replication {
         self.full_sync_wanted = false;
         let _ = self.backlog.take();
         self.full_sync = Some(sync);
+        self.full_sync_unacked = None;
         self.full_sync_on_link = true;
     }
 
@@ -192,10 +200,12 @@ impl Replication {
         }
     }
 
-    /// The full sync handed out its last entry.
-    pub fn full_sync_sent(&mut self) {
+    /// The full sync handed out its last entry, sequence number `last_seq`
+    /// (0: it shipped nothing).
+    pub fn full_sync_sent(&mut self, last_seq: u64) {
         self.full_sync = None;
         self.full_syncs += 1;
+        self.full_sync_unacked = (last_seq > self.peer_acked).then_some(last_seq);
     }
 
     /// Whether an ack is due (something applied since the last one).
@@ -255,6 +265,12 @@ impl Replication {
     pub fn acknowledged(&mut self, applied: u64) {
         self.peer_acked = self.peer_acked.max(applied);
         self.inflight.acknowledged(applied);
+        if self
+            .full_sync_unacked
+            .is_some_and(|last| last <= self.peer_acked)
+        {
+            self.full_sync_unacked = None;
+        }
     }
 
     /// A data entry with the peer's sequence number `seq` was applied here.
@@ -318,7 +334,8 @@ impl Replication {
             lag_ms: self.lag_ms(),
             full_syncs: self.full_syncs,
             partial_syncs: self.partial_syncs,
-            sync_in_progress: self.catching_up(),
+            // A full sync handed out but not yet acknowledged may still start over.
+            sync_in_progress: self.catching_up() || self.full_sync_unacked.is_some(),
         }
     }
 
@@ -375,7 +392,7 @@ mod tests {
         assert_eq!(r.link_up(1), CatchUp::Full);
         r.start_full_sync(FullSync::new(16));
         assert!(!r.full_sync_wanted);
-        r.full_sync_sent();
+        r.full_sync_sent(0);
         assert_eq!(r.full_syncs, 1);
         assert!(!r.is_new_link(1));
         assert!(r.is_new_link(2));
@@ -384,11 +401,37 @@ mod tests {
     }
 
     #[test]
+    fn a_full_sync_not_acknowledged_when_the_link_drops_starts_over() {
+        let mut r = Replication::new(10);
+        assert_eq!(r.link_up(1), CatchUp::Full);
+        r.start_full_sync(FullSync::new(16));
+        r.pushed(7);
+        r.full_sync_sent(7);
+        // Its tail may still be queued (or lost in flight) when the link goes.
+        r.acknowledged(6);
+        assert_eq!(r.link_up(2), CatchUp::Full);
+        assert!(r.full_sync_wanted);
+        r.start_full_sync(FullSync::new(16));
+        r.pushed(9);
+        r.full_sync_sent(8);
+        r.acknowledged(9);
+        assert_eq!(r.link_up(3), CatchUp::Partial);
+        // A full sync that shipped nothing has nothing to wait for, whatever
+        // else went out unacknowledged (a sync request is never acknowledged).
+        r.full_sync_wanted = true;
+        assert_eq!(r.link_up(4), CatchUp::Full);
+        r.start_full_sync(FullSync::new(16));
+        r.pushed(10);
+        r.full_sync_sent(0);
+        assert_eq!(r.link_up(5), CatchUp::Partial);
+    }
+
+    #[test]
     fn unacknowledged_changes_are_resent_first() {
         let mut r = Replication::new(10);
         r.link_up(1);
         r.start_full_sync(FullSync::new(16));
-        r.full_sync_sent();
+        r.full_sync_sent(0);
         for (seq, k) in [(1, "a"), (2, "b"), (3, "c")] {
             let mut batch = SentBatch::new(Instant::now());
             let key = k.as_bytes().to_vec();
@@ -414,7 +457,7 @@ mod tests {
         let mut r = Replication::new(2);
         r.link_up(1);
         r.start_full_sync(FullSync::new(16));
-        r.full_sync_sent();
+        r.full_sync_sent(0);
         r.defer(vec![key("a"), key("b")]);
         assert!(!r.full_sync_wanted);
         r.defer(vec![key("c")]);

@@ -4,7 +4,10 @@
 //!   reply from Redis would;
 //! - `DROP-ACKS ON` / `DROP-ACKS OFF`: while on, acks from the peer are
 //!   ignored, so what was shipped stays unacknowledged (and is resent after
-//!   a reconnect) although the peer applied it.
+//!   a reconnect) although the peer applied it;
+//! - `HOLD-SENDS ON` / `HOLD-SENDS OFF`: while on, the sender thread leaves
+//!   queued batches in the queue (what a slow link does), so a test can cut
+//!   the link with changes queued but not sent.
 //!
 //! Refused unless Redis's own `enable-debug-command` allows `DEBUG`.
 
@@ -19,6 +22,14 @@ static FAIL_READS: RwLock<Vec<u8>> = RwLock::new(Vec::new());
 
 /// Acks from the peer are ignored.
 static DROP_ACKS: AtomicBool = AtomicBool::new(false);
+
+/// The sender leaves the queue alone.
+static HOLD_SENDS: AtomicBool = AtomicBool::new(false);
+
+/// Whether the sender must leave queued batches where they are now.
+pub fn sends_held() -> bool {
+    HOLD_SENDS.load(Ordering::Acquire)
+}
 
 /// Whether an ack from the peer must be ignored now.
 pub fn acks_dropped() -> bool {
@@ -39,6 +50,8 @@ pub enum DebugRequest {
     ClearFaults,
     /// Ignore acks from the peer (`true`) or stop ignoring them.
     DropAcks(bool),
+    /// Hold queued batches in the queue (`true`) or send them again.
+    HoldSends(bool),
 }
 
 /// Parses the arguments after the command name.
@@ -47,7 +60,8 @@ pub enum DebugRequest {
 /// The usage line, for anything else.
 pub fn parse(args: &[&[u8]]) -> Result<DebugRequest, &'static str> {
     const USAGE: &str = "ERR usage: RDMASYNC.DEBUG FAIL-READS SET <key-prefix> | \
-                         RDMASYNC.DEBUG FAIL-READS CLEAR | RDMASYNC.DEBUG DROP-ACKS ON|OFF";
+                         RDMASYNC.DEBUG FAIL-READS CLEAR | RDMASYNC.DEBUG DROP-ACKS ON|OFF | \
+                         RDMASYNC.DEBUG HOLD-SENDS ON|OFF";
     let upper = |a: &[u8]| a.to_ascii_uppercase();
     match args {
         [what, set, prefix] if upper(what) == b"FAIL-READS" && upper(set) == b"SET" => {
@@ -61,6 +75,12 @@ pub fn parse(args: &[&[u8]]) -> Result<DebugRequest, &'static str> {
         }
         [what, off] if upper(what) == b"DROP-ACKS" && upper(off) == b"OFF" => {
             Ok(DebugRequest::DropAcks(false))
+        }
+        [what, on] if upper(what) == b"HOLD-SENDS" && upper(on) == b"ON" => {
+            Ok(DebugRequest::HoldSends(true))
+        }
+        [what, off] if upper(what) == b"HOLD-SENDS" && upper(off) == b"OFF" => {
+            Ok(DebugRequest::HoldSends(false))
         }
         _ => Err(USAGE),
     }
@@ -78,6 +98,7 @@ pub fn apply(request: DebugRequest) {
             FAIL_READS.write().clear();
         }
         DebugRequest::DropAcks(on) => DROP_ACKS.store(on, Ordering::Release),
+        DebugRequest::HoldSends(on) => HOLD_SENDS.store(on, Ordering::Release),
     }
 }
 
@@ -103,6 +124,14 @@ mod tests {
             parse(&[b"DROP-ACKS", b"OFF"]),
             Ok(DebugRequest::DropAcks(false))
         );
+        assert_eq!(
+            parse(&[b"hold-sends", b"ON"]),
+            Ok(DebugRequest::HoldSends(true))
+        );
+        assert_eq!(
+            parse(&[b"HOLD-SENDS", b"off"]),
+            Ok(DebugRequest::HoldSends(false))
+        );
     }
 
     #[test]
@@ -115,6 +144,8 @@ mod tests {
             &[&b"FAIL-WRITES"[..], b"SET", b"x"][..],
             &[&b"DROP-ACKS"[..]][..],
             &[&b"DROP-ACKS"[..], b"maybe"][..],
+            &[&b"HOLD-SENDS"[..]][..],
+            &[&b"HOLD-SENDS"[..], b"ON", b"x"][..],
         ] {
             assert!(parse(args).is_err(), "{args:?}");
         }

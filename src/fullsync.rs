@@ -38,6 +38,8 @@ pub struct FullSync {
     databases: u32,
     /// Keys and tombstones shipped so far.
     pub sent: u64,
+    /// Sequence number of the last entry it pushed (0: none yet).
+    pub last_seq: u64,
     /// When it started.
     pub started: Instant,
     /// Keys found but not read (a read error), with the version they ship
@@ -52,6 +54,7 @@ impl FullSync {
             phase: Phase::Floors,
             databases: databases.max(1),
             sent: 0,
+            last_seq: 0,
             started: Instant::now(),
             unread: Vec::new(),
         }

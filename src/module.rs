@@ -111,7 +111,7 @@ const STATUS_DOCS: server::CommandDocs = server::CommandDocs {
 
 const DEBUG_DOCS: server::CommandDocs = server::CommandDocs {
     name: c"rdmasync.debug",
-    summary: c"Fault injection for tests: FAIL-READS SET <key-prefix> makes reads of those keys fail; FAIL-READS CLEAR stops it; DROP-ACKS ON|OFF ignores the peer's acks. Refused where DEBUG is.",
+    summary: c"Fault injection for tests: FAIL-READS SET <key-prefix> makes reads of those keys fail; FAIL-READS CLEAR stops it; DROP-ACKS ON|OFF ignores the peer's acks; HOLD-SENDS ON|OFF keeps queued changes from the sender. Refused where DEBUG is.",
     complexity: c"O(1)",
     since: c"0.1.0",
     arity: -1,

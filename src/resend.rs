@@ -136,10 +136,11 @@ pub fn advance_full_sync(
     while !shared.queue.is_full() && Instant::now() < deadline && !sync.is_done() {
         let shipments: Vec<Shipment> =
             sync.step(reader, &st.versions, shared.node_id, CATCH_UP_BATCH);
-        let entries = shipments
+        let entries: Vec<Entry> = shipments
             .into_iter()
             .map(|(db, stamp, op)| entry(shared, db, stamp, op))
             .collect();
+        let last_seq = entries.iter().map(|e| e.seq).max();
         let unread = sync.take_unread();
         if !unread.is_empty() {
             count_read_failures(shared, unread.len());
@@ -152,6 +153,7 @@ pub fn advance_full_sync(
             st.full_sync_wanted = true;
             return;
         }
+        sync.last_seq = last_seq.unwrap_or(sync.last_seq);
     }
     if sync.is_done() {
         redis_module::logging::log_notice(format!(
@@ -159,7 +161,7 @@ pub fn advance_full_sync(
             sync.sent,
             sync.started.elapsed().as_millis()
         ));
-        st.full_sync_sent();
+        st.full_sync_sent(sync.last_seq);
     } else {
         st.full_sync = Some(sync);
     }

@@ -155,6 +155,11 @@ pub fn run(shared: Arc<Shared>) {
     shared.queue.wake.register_current();
     let mut cursor: Option<RingCursor> = None;
     while !shared.stopping() {
+        if crate::faults::sends_held() {
+            // RDMASYNC.DEBUG HOLD-SENDS: the batches wait, as on a stalled link.
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
+        }
         let Some(batch) = shared.queue.pop() else {
             // A dead link's memory (its registered ring included) must go now,
             // not when the next write comes.

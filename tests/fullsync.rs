@@ -234,3 +234,53 @@ fn a_key_the_full_sync_cannot_read_ships_once_readable() {
     assert_eq!(v, "v");
     assert_eq!(a.stat("unread_keys"), 0);
 }
+
+/// A full sync counts as done when its last entry is queued, but its entries
+/// are not kept for a resend: when the link drops with its tail still queued
+/// (here: all of it, the sender held), the sync must start over at the next
+/// link-up. (Before, the peer never got those keys.)
+#[test]
+fn a_full_sync_queued_but_not_delivered_when_the_link_drops_is_started_over() {
+    let keys = 5_000;
+    let (pa, pb) = (free_port(), free_port());
+    let a = Node::start("tail-a", module_args(pa, pb, &[]));
+    populate(&a, keys);
+    let hold_sends = |on: &str| {
+        let _: () = redis::cmd("RDMASYNC.DEBUG")
+            .arg("HOLD-SENDS")
+            .arg(on)
+            .query(&mut a.conn())
+            .unwrap();
+    };
+    hold_sends("ON");
+    let b = Node::start("tail-b", module_args(pb, pa, &[]));
+    // A's whole full sync is handed to its (held) sender: counted as sent.
+    assert!(
+        wait_until(SETTLE, || a.stat("full_syncs") == 1),
+        "{:?}",
+        a.status()
+    );
+    assert!(a.stat("queue_depth") > 0, "{:?}", a.status());
+    // Not acknowledged: still in progress as far as an operator can tell.
+    assert_eq!(a.stat("sync_in_progress"), 1, "{:?}", a.status());
+    a.set_peer_port("1");
+    b.set_peer_port("1");
+    assert!(wait_until(SETTLE, || a.status()["link"] != "up"
+        && b.status()["link"] != "up"));
+    // The queued batches now find no link: dropped.
+    hold_sends("OFF");
+    assert!(wait_until(SETTLE, || a.stat("queue_depth") == 0));
+    assert!(a.stat("entries_dropped") > 0, "{:?}", a.status());
+    assert_eq!(dbsize(&b), 0);
+    a.set_peer_port(&pb.to_string());
+    b.set_peer_port(&pa.to_string());
+    assert!(
+        wait_until(SETTLE, || dbsize(&b) == keys),
+        "b has {} of {keys} keys; a={:?}",
+        dbsize(&b),
+        a.status()
+    );
+    assert!(wait_until(SETTLE, || a.digest() == b.digest()));
+    assert_eq!(a.stat("full_syncs"), 2, "{:?}", a.status());
+    assert!(wait_until(SETTLE, || a.stat("sync_in_progress") == 0));
+}
