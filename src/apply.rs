@@ -441,6 +441,9 @@ fn apply_entry<'a>(
                 "rdmasync: the peer lost state (restart or reload) and asks for a full sync",
             );
             st.sync_requested = true;
+            // Acknowledged like data: the peer learns it arrived (one lost
+            // with a link drop is sent again).
+            st.applied(e.seq);
             // It lost its state, the swaps it had in flight with it: its next
             // swaps may carry any stamp its clock gives them.
             st.last_peer_swap = Stamp::default();

@@ -302,8 +302,9 @@ fn on_link_up(shared: &Shared, st: &mut Replication, epoch: u64) {
             Stamp::new(shared.clock.now(), shared.node_id),
             Op::SyncRequest,
         );
+        let seq = ask.seq;
         if push(shared, st, vec![ask], false).is_ok() {
-            st.request_sync = false;
+            st.sync_request_sent(seq);
         }
     }
 }

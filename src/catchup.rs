@@ -60,6 +60,10 @@ pub struct Replication {
     /// Ask the peer for a full sync at the next link-up (this node lost
     /// state: it just started, or its dataset was replaced).
     pub request_sync: bool,
+    /// Sequence number of the sync request sent last, until the peer
+    /// acknowledges it (or anything after it): one lost with a link drop
+    /// (still queued, or in flight) is sent again at the next link-up.
+    sync_request_unacked: Option<u64>,
     /// `links_established` when the current link was first seen.
     link_epoch: u64,
     /// Our highest sequence number the peer has applied.
@@ -107,6 +111,7 @@ impl Replication {
             full_sync_on_link: false,
             sync_requested: false,
             request_sync: true,
+            sync_request_unacked: None,
             link_epoch: 0,
             peer_acked: 0,
             last_peer_swap: Stamp::default(),
@@ -153,6 +158,9 @@ impl Replication {
         self.link_epoch = epoch;
         let unacked = self.requeue_unacked();
         self.backlog.restore(unacked);
+        if self.sync_request_unacked.take().is_some() {
+            self.request_sync = true;
+        }
         if self.full_sync.take().is_some() || self.full_sync_unacked.take().is_some() {
             // Cut off by the link drop, or all handed out but not known to
             // have arrived: start it over.
@@ -198,6 +206,12 @@ impl Replication {
         if std::mem::take(&mut self.sync_requested) && !self.full_sync_on_link {
             self.full_sync_wanted = true;
         }
+    }
+
+    /// A sync request went out with sequence number `seq`.
+    pub fn sync_request_sent(&mut self, seq: u64) {
+        self.request_sync = false;
+        self.sync_request_unacked = Some(seq);
     }
 
     /// The full sync handed out its last entry, sequence number `last_seq`
@@ -270,6 +284,12 @@ impl Replication {
             .is_some_and(|last| last <= self.peer_acked)
         {
             self.full_sync_unacked = None;
+        }
+        if self
+            .sync_request_unacked
+            .is_some_and(|seq| seq <= self.peer_acked)
+        {
+            self.sync_request_unacked = None;
         }
     }
 
@@ -424,6 +444,22 @@ mod tests {
         r.pushed(10);
         r.full_sync_sent(0);
         assert_eq!(r.link_up(5), CatchUp::Partial);
+    }
+
+    #[test]
+    fn a_sync_request_not_acknowledged_when_the_link_drops_is_sent_again() {
+        let mut r = Replication::new(10);
+        r.link_up(1);
+        assert!(r.request_sync);
+        r.sync_request_sent(3);
+        assert!(!r.request_sync);
+        r.acknowledged(2);
+        r.link_up(2);
+        assert!(r.request_sync, "lost with the link: ask again");
+        r.sync_request_sent(5);
+        r.acknowledged(5);
+        r.link_up(3);
+        assert!(!r.request_sync);
     }
 
     #[test]

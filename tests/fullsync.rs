@@ -284,3 +284,59 @@ fn a_full_sync_queued_but_not_delivered_when_the_link_drops_is_started_over() {
     assert_eq!(a.stat("full_syncs"), 2, "{:?}", a.status());
     assert!(wait_until(SETTLE, || a.stat("sync_in_progress") == 0));
 }
+
+/// A node that lost state asks its peer for a full sync at its first
+/// link-up. When the link drops with that request still queued, the request
+/// must go out again at the next link-up. (Before, the peer never heard it,
+/// and the restarted node never got the peer's keys.)
+#[test]
+fn a_sync_request_lost_with_the_link_is_sent_again() {
+    let keys = 300;
+    let (pa, pb) = (free_port(), free_port());
+    let a = Node::start("ask-a", module_args(pa, pb, &[]));
+    let mut b = Node::start("ask-b", module_args(pb, pa, &[]));
+    let mut c = a.conn();
+    for i in 0..keys {
+        let _: () = redis::cmd("SET")
+            .arg(format!("k{i}"))
+            .arg(i)
+            .query(&mut c)
+            .unwrap();
+    }
+    assert!(wait_until(SETTLE, || dbsize(&b) == keys));
+    // B restarts empty, not linked yet (peer port 1), its sender held: its
+    // sync request waits in its queue.
+    let peer_arg = format!("port={pa}");
+    for arg in b.args.iter_mut().filter(|a| **a == peer_arg) {
+        *arg = "port=1".into();
+    }
+    b.restart();
+    assert_eq!(dbsize(&b), 0);
+    let hold_sends = |node: &Node, on: &str| {
+        let _: () = redis::cmd("RDMASYNC.DEBUG")
+            .arg("HOLD-SENDS")
+            .arg(on)
+            .query(&mut node.conn())
+            .unwrap();
+    };
+    hold_sends(&b, "ON");
+    b.set_peer_port(&pa.to_string());
+    assert!(wait_until(SETTLE, || b.status()["link"] == "up"
+        && b.stat("queue_depth") > 0));
+    a.set_peer_port("1");
+    b.set_peer_port("1");
+    assert!(wait_until(SETTLE, || a.status()["link"] != "up"
+        && b.status()["link"] != "up"));
+    hold_sends(&b, "OFF");
+    assert!(wait_until(SETTLE, || b.stat("queue_depth") == 0));
+    a.set_peer_port(&pb.to_string());
+    b.set_peer_port(&pa.to_string());
+    assert!(
+        wait_until(SETTLE, || dbsize(&b) == keys),
+        "b has {} of {keys} keys; a={:?}\nb={:?}",
+        dbsize(&b),
+        a.status(),
+        b.status()
+    );
+    assert!(wait_until(SETTLE, || a.digest() == b.digest()));
+}
