@@ -436,11 +436,11 @@ fn apply_entry<'a>(
             }
             return Ok(Outcome::Notice);
         }
-        Op::SyncRequest => {
+        Op::SyncRequest { received } => {
             redis_module::logging::log_notice(
                 "rdmasync: the peer lost state (restart or reload) and asks for a full sync",
             );
-            st.sync_requested = true;
+            st.peer_asks_for_sync(*received);
             // Acknowledged like data: the peer learns it arrived (one lost
             // with a link drop is sent again).
             st.applied(e.seq);
@@ -511,7 +511,7 @@ fn apply_entry<'a>(
             st.last_peer_swap = stamp;
             Ok(Outcome::Applied)
         }
-        Op::Ack { .. } | Op::SyncRequest => Ok(Outcome::Notice),
+        Op::Ack { .. } | Op::SyncRequest { .. } => Ok(Outcome::Notice),
     }
 }
 
@@ -520,6 +520,17 @@ fn apply_entry<'a>(
 fn apply_batch(ctx: &Context, shared: &Shared, batch: &Batch) {
     let n = batch.entries.iter().filter(|e| e.is_data()).count() as u64;
     if ctx.get_flags().contains(redis_module::ContextFlags::SLAVE) {
+        // Received, not applied (no ack): a sync request this node sends
+        // once it is a master again says so, and gets a full sync.
+        let newest = batch
+            .entries
+            .iter()
+            .filter(|e| e.is_data())
+            .map(|e| e.seq)
+            .max();
+        if let Some(seq) = newest {
+            STATE.lock().received(seq);
+        }
         // Writing here would diverge from this node's own master.
         Stats::add(&shared.stats.apply_errors, n);
         shared

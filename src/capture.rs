@@ -59,7 +59,7 @@ pub(crate) fn pending_of(e: &Entry) -> Option<PendingOp> {
         Op::SwapDb { other } => {
             PendingOp::SwapDb(e.db, *other, Some(Stamp::new(e.clock, e.origin)))
         }
-        Op::Ack { .. } | Op::SyncRequest => return None,
+        Op::Ack { .. } | Op::SyncRequest { .. } => return None,
     })
 }
 
@@ -285,8 +285,8 @@ fn keep_awake(ctx: &Context, st: &mut Replication) {
 }
 
 /// A new link is up: resend what was not acknowledged, and start a full
-/// sync when one is due; ask the peer for one if this node lost state.
-fn on_link_up(shared: &Shared, st: &mut Replication, epoch: u64) {
+/// sync when one is due.
+fn on_link_up(st: &mut Replication, epoch: u64) {
     let how = st.link_up(epoch);
     redis_module::logging::log_notice(match how {
         CatchUp::Full => "rdmasync: catching up with the peer: full sync".to_owned(),
@@ -295,17 +295,24 @@ fn on_link_up(shared: &Shared, st: &mut Replication, epoch: u64) {
             st.backlog.len()
         ),
     });
-    if st.request_sync {
-        let ask = entry(
-            shared,
-            0,
-            Stamp::new(shared.clock.now(), shared.node_id),
-            Op::SyncRequest,
-        );
-        let seq = ask.seq;
-        if push(shared, st, vec![ask], false).is_ok() {
-            st.sync_request_sent(seq);
-        }
+}
+
+/// Asks the peer for a full sync if this node lost state (at link-up, and
+/// at every flush after while the queue had no room for the request).
+fn ask_for_sync(shared: &Shared, st: &mut Replication) {
+    if !st.request_sync {
+        return;
+    }
+    let received = st.received_from_peer();
+    let ask = entry(
+        shared,
+        0,
+        Stamp::new(shared.clock.now(), shared.node_id),
+        Op::SyncRequest { received },
+    );
+    let seq = ask.seq;
+    if push(shared, st, vec![ask], false).is_ok() {
+        st.sync_request_sent(seq);
     }
 }
 
@@ -384,6 +391,7 @@ fn flush_changes(ctx: &Context, shared: &Shared, may_wait: bool) {
         && (st.catching_up()
             || st.full_sync_wanted
             || st.sync_requested
+            || st.request_sync
             || st.ack_due()
             || st.collection_due()
             || !st.unread.is_empty());
@@ -403,7 +411,10 @@ fn flush_changes(ctx: &Context, shared: &Shared, may_wait: bool) {
         }
     }
     if new_link {
-        on_link_up(shared, &mut st, epoch);
+        on_link_up(&mut st, epoch);
+    }
+    if link_up {
+        ask_for_sync(shared, &mut st);
     }
     if link_up {
         st.take_sync_request();

@@ -55,6 +55,13 @@ pub struct Replication {
     pub unread: hashbrown::HashMap<(u32, Box<[u8]>), Stamp>,
     /// A full sync started since the current link came up.
     full_sync_on_link: bool,
+    /// `last_pushed` when that full sync started: its entries come after.
+    full_sync_started_after: u64,
+    /// The newest `received` of the peer's sync requests not yet handled.
+    request_received: u64,
+    /// The peer's sequence number of the last entry received here (applied,
+    /// or dropped while this node was a replica).
+    received_from_peer: u64,
     /// The peer asked for a full sync (it lost state).
     pub sync_requested: bool,
     /// Ask the peer for a full sync at the next link-up (this node lost
@@ -110,6 +117,9 @@ impl Replication {
             unread: hashbrown::HashMap::new(),
             full_sync_on_link: false,
             sync_requested: false,
+            full_sync_started_after: 0,
+            request_received: 0,
+            received_from_peer: 0,
             request_sync: true,
             sync_request_unacked: None,
             link_epoch: 0,
@@ -161,7 +171,9 @@ impl Replication {
         if self.sync_request_unacked.take().is_some() {
             self.request_sync = true;
         }
-        if self.full_sync.take().is_some() || self.full_sync_unacked.take().is_some() {
+        let cut_off = self.full_sync.take().is_some();
+        let unacked = self.full_sync_unacked.take().is_some();
+        if cut_off || unacked {
             // Cut off by the link drop, or all handed out but not known to
             // have arrived: start it over.
             self.full_sync_wanted = true;
@@ -197,13 +209,18 @@ impl Replication {
         self.full_sync = Some(sync);
         self.full_sync_unacked = None;
         self.full_sync_on_link = true;
+        self.full_sync_started_after = self.last_pushed;
     }
 
     /// Handles a full sync request from the peer once the current link is
     /// known: needless when this link already started one (both sides of a
     /// first contact ask and send).
     pub fn take_sync_request(&mut self) {
-        if std::mem::take(&mut self.sync_requested) && !self.full_sync_on_link {
+        let received = std::mem::take(&mut self.request_received);
+        // Covered only if the peer had received none of that full sync when
+        // it asked (all of it then arrives after its loss of state).
+        let covered = self.full_sync_on_link && received <= self.full_sync_started_after;
+        if std::mem::take(&mut self.sync_requested) && !covered {
             self.full_sync_wanted = true;
         }
     }
@@ -293,8 +310,27 @@ impl Replication {
         }
     }
 
+    /// The peer asked for a full sync; it had received our entries up to
+    /// `received`.
+    pub fn peer_asks_for_sync(&mut self, received: u64) {
+        self.sync_requested = true;
+        self.request_received = self.request_received.max(received);
+    }
+
+    /// Entries of the peer up to sequence number `seq` reached this node
+    /// (applied, or dropped while it is a replica).
+    pub fn received(&mut self, seq: u64) {
+        self.received_from_peer = self.received_from_peer.max(seq);
+    }
+
+    /// What a sync request of ours says this node received.
+    pub fn received_from_peer(&self) -> u64 {
+        self.received_from_peer
+    }
+
     /// A data entry with the peer's sequence number `seq` was applied here.
     pub fn applied(&mut self, seq: u64) {
+        self.received(seq);
         self.applied_from_peer = seq;
     }
 
@@ -437,7 +473,7 @@ mod tests {
         r.acknowledged(9);
         assert_eq!(r.link_up(3), CatchUp::Partial);
         // A full sync that shipped nothing has nothing to wait for, whatever
-        // else went out unacknowledged (a sync request is never acknowledged).
+        // else went out unacknowledged.
         r.full_sync_wanted = true;
         assert_eq!(r.link_up(4), CatchUp::Full);
         r.start_full_sync(FullSync::new(16));
@@ -460,6 +496,34 @@ mod tests {
         r.acknowledged(5);
         r.link_up(3);
         assert!(!r.request_sync);
+    }
+
+    #[test]
+    fn a_sync_request_is_covered_only_by_a_full_sync_the_peer_had_not_received() {
+        let mut r = Replication::new(10);
+        r.link_up(1);
+        r.pushed(10);
+        r.start_full_sync(FullSync::new(16));
+        // First contact: the peer asked before any of it reached the peer.
+        r.peer_asks_for_sync(10);
+        r.take_sync_request();
+        assert!(!r.full_sync_wanted);
+        // Later on the same link (it was a replica, or reloaded): it had
+        // received part of that full sync already, so it needs another.
+        r.pushed(30);
+        r.peer_asks_for_sync(25);
+        r.take_sync_request();
+        assert!(r.full_sync_wanted);
+    }
+
+    #[test]
+    fn what_a_replica_drops_counts_as_received() {
+        let mut r = Replication::new(10);
+        r.applied(4);
+        r.received(9);
+        r.applied(7);
+        assert_eq!(r.received_from_peer(), 9);
+        assert_eq!(r.take_ack(), Some(7));
     }
 
     #[test]

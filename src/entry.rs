@@ -36,7 +36,12 @@ pub enum Op {
     },
     /// The sender lost state (it restarted or its dataset was replaced):
     /// send it everything (a full sync).
-    SyncRequest,
+    SyncRequest {
+        /// Our sequence number of the last entry it had received (applied,
+        /// or dropped while it was a replica) when it asked: a full sync of
+        /// ours whose entries all come after it covers the request.
+        received: u64,
+    },
 }
 
 /// How a value travels.
@@ -68,7 +73,7 @@ pub struct Entry {
 impl Entry {
     /// Whether this entry changes data (not a link-level notice).
     pub fn is_data(&self) -> bool {
-        !matches!(self.op, Op::Ack { .. } | Op::SyncRequest)
+        !matches!(self.op, Op::Ack { .. } | Op::SyncRequest { .. })
     }
 
     /// The key, for per-key operations.

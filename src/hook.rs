@@ -119,7 +119,7 @@ impl DirtySet {
         batch.entries.iter().any(|e| match &e.op {
             Op::Value { key, .. } | Op::Delete { key } => flush_or_swap || self.contains(e.db, key),
             Op::FlushDb | Op::FlushAll | Op::SwapDb { .. } => true,
-            Op::Ack { .. } | Op::SyncRequest => false,
+            Op::Ack { .. } | Op::SyncRequest { .. } => false,
         })
     }
 
@@ -382,7 +382,7 @@ mod tests {
         assert!(!d.touched_by(&remote(0, delete("b"))));
         assert!(!d.touched_by(&remote(1, delete("a"))), "another database");
         assert!(!d.touched_by(&remote(0, Op::Ack { applied: 3 })));
-        assert!(!d.touched_by(&remote(0, Op::SyncRequest)));
+        assert!(!d.touched_by(&remote(0, Op::SyncRequest { received: 3 })));
         assert!(d.touched_by(&remote(5, Op::FlushDb)));
         assert!(d.touched_by(&remote(0, Op::FlushAll)));
         assert!(d.touched_by(&remote(2, Op::SwapDb { other: 3 })));

@@ -57,7 +57,7 @@ impl SentBatch {
             Op::FlushDb => Change::FlushDb(db),
             Op::FlushAll => Change::FlushAll,
             Op::SwapDb { other } => Change::SwapDb(db, *other, Stamp::new(e.clock, e.origin)),
-            Op::Ack { .. } | Op::SyncRequest => return,
+            Op::Ack { .. } | Op::SyncRequest { .. } => return,
         };
         self.changes.push((seq, change));
     }

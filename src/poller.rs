@@ -57,7 +57,9 @@ fn entry_from(header: &FrameHeader, key: Vec<u8>, value: Vec<u8>) -> Entry {
         FrameKind::Ack => Op::Ack {
             applied: header.expiry_ms,
         },
-        FrameKind::SyncRequest => Op::SyncRequest,
+        FrameKind::SyncRequest => Op::SyncRequest {
+            received: header.expiry_ms,
+        },
     };
     Entry {
         origin: header.origin,

@@ -437,8 +437,9 @@ pub fn entry_header(entry: &Entry) -> (FrameHeader, &[u8], &[u8]) {
             h.expiry_ms = *applied;
             (&[], &[])
         }
-        Op::SyncRequest => {
+        Op::SyncRequest { received } => {
             h.kind = FrameKind::SyncRequest;
+            h.expiry_ms = *received;
             (&[], &[])
         }
     };
@@ -618,7 +619,7 @@ mod tests {
             Just(Op::FlushAll),
             any::<u32>().prop_map(|other| Op::SwapDb { other }),
             any::<u64>().prop_map(|applied| Op::Ack { applied }),
-            Just(Op::SyncRequest),
+            any::<u64>().prop_map(|received| Op::SyncRequest { received }),
         ];
         (any::<u64>(), any::<u64>(), any::<u64>(), any::<u32>(), op).prop_map(
             |(origin, seq, clock, db, op)| Entry {

@@ -749,6 +749,10 @@ fn a_node_that_becomes_a_replica_neither_wipes_nor_loops() {
         .unwrap();
     let _: () = pair.b.conn().set("promoted", 1).unwrap();
     wait_value(&pair.a, "promoted", "1");
+    // What A wrote while B was a replica reaches B now (B asked A for a full
+    // sync when it became a master again).
+    wait_value(&pair.b, "while-replica", "1");
+    assert!(wait_until(SETTLE, || pair.a.digest() == pair.b.digest()));
 }
 
 #[test]
