@@ -431,6 +431,8 @@ fn apply_entry<'a>(
     let stamp = Stamp::new(e.clock, e.origin);
     match &e.op {
         Op::Ack { applied } => {
+            // Received (not applied: acks are not acknowledged).
+            st.received(e.seq);
             if !crate::faults::acks_dropped() {
                 st.acknowledged(*applied);
             }
@@ -522,12 +524,7 @@ fn apply_batch(ctx: &Context, shared: &Shared, batch: &Batch) {
     if ctx.get_flags().contains(redis_module::ContextFlags::SLAVE) {
         // Received, not applied (no ack): a sync request this node sends
         // once it is a master again says so, and gets a full sync.
-        let newest = batch
-            .entries
-            .iter()
-            .filter(|e| e.is_data())
-            .map(|e| e.seq)
-            .max();
+        let newest = batch.entries.iter().map(|e| e.seq).max();
         if let Some(seq) = newest {
             STATE.lock().received(seq);
         }

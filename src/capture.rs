@@ -303,7 +303,7 @@ fn ask_for_sync(shared: &Shared, st: &mut Replication) {
     if !st.request_sync {
         return;
     }
-    let received = st.received_from_peer();
+    let received = st.received_at_loss();
     let ask = entry(
         shared,
         0,

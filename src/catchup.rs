@@ -60,8 +60,11 @@ pub struct Replication {
     /// The newest `received` of the peer's sync requests not yet handled.
     request_received: u64,
     /// The peer's sequence number of the last entry received here (applied,
-    /// or dropped while this node was a replica).
+    /// an ack, or dropped while this node was a replica).
     received_from_peer: u64,
+    /// `received_from_peer` when this node last lost state (0: it started
+    /// empty-handed): what its sync requests tell the peer.
+    received_at_loss: u64,
     /// The peer asked for a full sync (it lost state).
     pub sync_requested: bool,
     /// Ask the peer for a full sync at the next link-up (this node lost
@@ -120,6 +123,7 @@ impl Replication {
             full_sync_started_after: 0,
             request_received: 0,
             received_from_peer: 0,
+            received_at_loss: 0,
             request_sync: true,
             sync_request_unacked: None,
             link_epoch: 0,
@@ -323,9 +327,10 @@ impl Replication {
         self.received_from_peer = self.received_from_peer.max(seq);
     }
 
-    /// What a sync request of ours says this node received.
-    pub fn received_from_peer(&self) -> u64 {
-        self.received_from_peer
+    /// What a sync request of ours says this node had received when it
+    /// lost state (what it received since was applied after the loss).
+    pub fn received_at_loss(&self) -> u64 {
+        self.received_at_loss
     }
 
     /// A data entry with the peer's sequence number `seq` was applied here.
@@ -405,6 +410,7 @@ impl Replication {
     /// This node's data came from elsewhere (it was a replica and is a
     /// master again): merge with the peer both ways, versions kept.
     pub fn merge_again(&mut self) {
+        self.received_at_loss = self.received_from_peer;
         let _ = self.backlog.take();
         let _ = self.requeue_unacked();
         self.full_sync = None;
@@ -522,8 +528,13 @@ mod tests {
         r.applied(4);
         r.received(9);
         r.applied(7);
-        assert_eq!(r.received_from_peer(), 9);
         assert_eq!(r.take_ack(), Some(7));
+        // A fresh node says it had received nothing; one that lost state
+        // later says what it had received then, not what came after.
+        assert_eq!(r.received_at_loss(), 0);
+        r.merge_again();
+        r.applied(12);
+        assert_eq!(r.received_at_loss(), 9);
     }
 
     #[test]

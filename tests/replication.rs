@@ -755,6 +755,36 @@ fn a_node_that_becomes_a_replica_neither_wipes_nor_loops() {
     assert!(wait_until(SETTLE, || pair.a.digest() == pair.b.digest()));
 }
 
+/// B's own write, applied by A, is lost on B when B replicates from another
+/// master (its dataset is replaced). Promoted again, B asks A for a full
+/// sync, which must not count as covered by A's first-contact one: B had
+/// received A's acks since. Only acks came from A, so nothing else tells.
+#[test]
+fn a_node_promoted_again_gets_back_its_own_writes_from_the_peer() {
+    let pair = Pair::start();
+    let _: () = pair.b.conn().set("b-own", 1).unwrap();
+    wait_value(&pair.a, "b-own", "1");
+    // A's ack of it reaches B.
+    assert!(wait_until(SETTLE, || pair.b.stat("lag_entries") == 0));
+    let master = Node::start("c-master", vec![]);
+    let _: () = master.conn().set("from-c", 1).unwrap();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(master.port)
+        .query(&mut pair.b.conn())
+        .unwrap();
+    wait_value(&pair.b, "from-c", "1");
+    assert!(!pair.b.conn().exists::<_, bool>("b-own").unwrap());
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query(&mut pair.b.conn())
+        .unwrap();
+    wait_value(&pair.b, "b-own", "1");
+    wait_value(&pair.a, "from-c", "1");
+    assert!(wait_until(SETTLE, || pair.a.digest() == pair.b.digest()));
+}
+
 #[test]
 fn applied_writes_reach_the_nodes_own_aof() {
     let pair = Pair::start();
