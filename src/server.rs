@@ -465,6 +465,23 @@ pub fn key_info(ctx: &Context, key: &[u8]) -> KeyInfo {
 /// [`key_info`] of a name already made into a Redis string (a caller that
 /// also passes the name to a command makes it once).
 pub fn key_info_of(ctx: &Context, name: &redis_module::RedisString) -> KeyInfo {
+    key_info_and_long_string(ctx, name).0
+}
+
+/// Strings longer than this are always stored `raw` (an sds of their own):
+/// `embstr` holds at most 44 bytes and `int` at most 20 digits, in Redis 7.0
+/// and Valkey 8 alike. Only those are read in place (`RM_StringDMA` would
+/// convert the other two encodings, rewriting the key); a margin is kept
+/// for servers that embed somewhat longer values.
+pub const READ_IN_PLACE_ABOVE: usize = 256;
+
+/// [`key_info_of`], and the bytes of a string longer than
+/// [`READ_IN_PLACE_ABOVE`], copied straight from the key (one copy, no
+/// command, no reply to build and parse).
+pub fn key_info_and_long_string(
+    ctx: &Context,
+    name: &redis_module::RedisString,
+) -> (KeyInfo, Option<Vec<u8>>) {
     let absent = KeyInfo {
         kind: raw::REDISMODULE_KEYTYPE_EMPTY as i32,
         expiry_ms: None,
@@ -479,8 +496,10 @@ pub fn key_info_of(ctx: &Context, name: &redis_module::RedisString) -> KeyInfo {
         )
     };
     let (Some(open), Some(kind_of), Some(expire_of), Some(close)) = api else {
-        return absent;
+        return (absent, None);
     };
+    // SAFETY: the API table is filled by RedisModule_Init; reading pointers.
+    let (value_len, dma) = unsafe { (raw::RedisModule_ValueLength, raw::RedisModule_StringDMA) };
     let mode = (raw::REDISMODULE_READ | raw::REDISMODULE_OPEN_KEY_NOTOUCH) as i32;
     // SAFETY: main thread with a valid context; `name` is a live Redis
     // string borrowed for the call; the key handle is checked for null
@@ -488,15 +507,27 @@ pub fn key_info_of(ctx: &Context, name: &redis_module::RedisString) -> KeyInfo {
     unsafe {
         let handle = open(ctx.ctx, name.inner, mode);
         if handle.is_null() {
-            return absent;
+            return (absent, None);
         }
         let expiry = expire_of(handle);
         let info = KeyInfo {
             kind: kind_of(handle),
             expiry_ms: u64::try_from(expiry).ok().filter(|&at| at > 0),
         };
+        let mut bytes = None;
+        if let (true, Some(value_len), Some(dma)) = (info.is_string(), value_len, dma) {
+            if value_len(handle) > READ_IN_PLACE_ABOVE {
+                let mut len = 0usize;
+                // A raw string (see READ_IN_PLACE_ABOVE): read in place, not
+                // converted; the pointer is valid until the key is closed.
+                let at = dma(handle, &mut len, raw::REDISMODULE_READ as i32);
+                if !at.is_null() {
+                    bytes = Some(std::slice::from_raw_parts(at.cast::<u8>(), len).to_vec());
+                }
+            }
+        }
         close(handle);
-        info
+        (info, bytes)
     }
 }
 

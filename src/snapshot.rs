@@ -133,23 +133,24 @@ impl<'a> Reader<'a> {
         self.read_many(&[key]).pop().unwrap_or(Read::Failed)
     }
 
-    /// Every key in `keys`, in order: the strings among them read with one
-    /// MGET (one command for the lot instead of one each; one GET each if
-    /// the MGET fails), the rest with DUMP. Each name is made into a Redis
-    /// string once, for the type lookup and the command alike.
+    /// Every key in `keys`, in order: long strings read in place with the
+    /// type lookup, the other strings with one MGET (one command for the lot
+    /// instead of one each; one GET each if the MGET fails), the rest with
+    /// DUMP. Each name is made into a Redis string once, for the type lookup
+    /// and the command alike.
     pub fn read_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<Read> {
         let names: Vec<RedisString> = keys
             .iter()
             .map(|k| RedisString::create_from_slice(std::ptr::null_mut(), k.as_ref()))
             .collect();
-        let infos: Vec<server::KeyInfo> = names
+        let (infos, mut in_place): (Vec<server::KeyInfo>, Vec<Option<Vec<u8>>>) = names
             .iter()
-            .map(|name| server::key_info_of(self.ctx, name))
-            .collect();
+            .map(|name| server::key_info_and_long_string(self.ctx, name))
+            .unzip();
         let strings: Vec<&RedisString> = names
             .iter()
-            .zip(&infos)
-            .filter(|(_, info)| info.is_string())
+            .zip(infos.iter().zip(&in_place))
+            .filter(|(_, (info, read))| info.is_string() && read.is_none())
             .map(|(name, _)| name)
             .collect();
         let mut values = match self.mget(&strings) {
@@ -159,18 +160,22 @@ impl<'a> Reader<'a> {
         .into_iter();
         keys.iter()
             .zip(names.iter().zip(infos))
-            .map(|(key, (name, info))| {
+            .zip(in_place.iter_mut())
+            .map(|((key, (name, info)), read)| {
                 if !info.exists() {
                     return Read::Absent;
                 }
+                let read = read.take();
                 if crate::faults::read_fails(key.as_ref()) {
                     // Its string value (if any) is still taken, in order.
-                    if info.is_string() {
+                    if info.is_string() && read.is_none() {
                         values.next();
                     }
                     return Read::Failed;
                 }
-                let (payload, encoding, read_time) = if info.is_string() {
+                let (payload, encoding, read_time) = if let Some(bytes) = read {
+                    (bytes, Encoding::RawString, Duration::ZERO)
+                } else if info.is_string() {
                     match values.next().flatten() {
                         Some(v) => (v, Encoding::RawString, Duration::ZERO),
                         None => return Read::Failed,

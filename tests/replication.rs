@@ -785,6 +785,58 @@ fn a_node_promoted_again_gets_back_its_own_writes_from_the_peer() {
     assert!(wait_until(SETTLE, || pair.a.digest() == pair.b.digest()));
 }
 
+/// Strings of every length and encoding (int, embstr, raw; long ones are
+/// read in place) arrive whole, with their expiry, and reading them for
+/// shipping leaves their encoding on A as it was.
+#[test]
+fn strings_of_every_encoding_arrive_whole_and_keep_their_encoding() {
+    let pair = Pair::start();
+    let mut a = pair.a.conn();
+    let lengths = [0usize, 3, 20, 44, 45, 255, 256, 257, 300, 4096, 70_000];
+    let value =
+        |n: usize| -> String { (0..n).map(|i| char::from(b'a' + (i % 26) as u8)).collect() };
+    for n in lengths {
+        q(&mut a, &["SET", &format!("s{n}"), &value(n)]);
+        q(
+            &mut a,
+            &["SET", &format!("t{n}"), &value(n), "PX", "600000"],
+        );
+    }
+    q(&mut a, &["SET", "int", "12345"]);
+    q(&mut a, &["APPEND", "appended", &value(300)]);
+    let encoding = |c: &mut redis::Connection, k: &str| -> String {
+        redis::cmd("OBJECT")
+            .arg("ENCODING")
+            .arg(k)
+            .query(c)
+            .unwrap()
+    };
+    let mut keys: Vec<String> = lengths
+        .iter()
+        .flat_map(|n| [format!("s{n}"), format!("t{n}")])
+        .collect();
+    keys.extend(["int".into(), "appended".into()]);
+    let before: Vec<String> = keys.iter().map(|k| encoding(&mut a, k)).collect();
+    pair.wait_converged(SETTLE);
+    let mut b = pair.b.conn();
+    for (k, enc) in keys.iter().zip(&before) {
+        let on_a: Vec<u8> = a.get(k).unwrap();
+        let on_b: Vec<u8> = b.get(k).unwrap();
+        assert_eq!(on_a, on_b, "{k}");
+        let at = |c: &mut redis::Connection| -> i64 {
+            redis::cmd("PEXPIRETIME").arg(k).query(c).unwrap()
+        };
+        assert_eq!(at(&mut a), at(&mut b), "{k}");
+        assert_eq!(
+            &encoding(&mut a, k),
+            enc,
+            "reading {k} changed its encoding"
+        );
+    }
+    assert_eq!(encoding(&mut a, "int"), "int");
+    assert_eq!(encoding(&mut a, "s44"), "embstr");
+}
+
 #[test]
 fn applied_writes_reach_the_nodes_own_aof() {
     let pair = Pair::start();
