@@ -35,6 +35,16 @@ fn populate(node: &Node, keys: u64) {
         .unwrap();
 }
 
+/// `RDMASYNC.DEBUG HOLD-SENDS ON|OFF` on `node`: its sender leaves queued
+/// batches in the queue while on.
+fn hold_sends(node: &Node, on: &str) {
+    let _: () = redis::cmd("RDMASYNC.DEBUG")
+        .arg("HOLD-SENDS")
+        .arg(on)
+        .query(&mut node.conn())
+        .unwrap();
+}
+
 /// Pings `node` until `stop`; returns every round trip, sorted.
 fn pings(port: u16, stop: &AtomicBool) -> Vec<Duration> {
     let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
@@ -245,14 +255,7 @@ fn a_full_sync_queued_but_not_delivered_when_the_link_drops_is_started_over() {
     let (pa, pb) = (free_port(), free_port());
     let a = Node::start("tail-a", module_args(pa, pb, &[]));
     populate(&a, keys);
-    let hold_sends = |on: &str| {
-        let _: () = redis::cmd("RDMASYNC.DEBUG")
-            .arg("HOLD-SENDS")
-            .arg(on)
-            .query(&mut a.conn())
-            .unwrap();
-    };
-    hold_sends("ON");
+    hold_sends(&a, "ON");
     let b = Node::start("tail-b", module_args(pb, pa, &[]));
     // A's whole full sync is handed to its (held) sender: counted as sent.
     assert!(
@@ -268,7 +271,7 @@ fn a_full_sync_queued_but_not_delivered_when_the_link_drops_is_started_over() {
     assert!(wait_until(SETTLE, || a.status()["link"] != "up"
         && b.status()["link"] != "up"));
     // The queued batches now find no link: dropped.
-    hold_sends("OFF");
+    hold_sends(&a, "OFF");
     assert!(wait_until(SETTLE, || a.stat("queue_depth") == 0));
     assert!(a.stat("entries_dropped") > 0, "{:?}", a.status());
     assert_eq!(dbsize(&b), 0);
@@ -312,13 +315,6 @@ fn a_sync_request_lost_with_the_link_is_sent_again() {
     }
     b.restart();
     assert_eq!(dbsize(&b), 0);
-    let hold_sends = |node: &Node, on: &str| {
-        let _: () = redis::cmd("RDMASYNC.DEBUG")
-            .arg("HOLD-SENDS")
-            .arg(on)
-            .query(&mut node.conn())
-            .unwrap();
-    };
     hold_sends(&b, "ON");
     b.set_peer_port(&pa.to_string());
     assert!(wait_until(SETTLE, || b.status()["link"] == "up"

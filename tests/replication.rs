@@ -37,6 +37,24 @@ fn wait_value(node: &Node, key: &str, want: &str) {
     );
 }
 
+/// `REPLICAOF 127.0.0.1 <master>` on `node`.
+fn replicate_from(node: &Node, master: &Node) {
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(master.port)
+        .query(&mut node.conn())
+        .unwrap();
+}
+
+/// `REPLICAOF NO ONE` on `node`.
+fn promote(node: &Node) {
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query(&mut node.conn())
+        .unwrap();
+}
+
 /// Writes one key of every type on `node`, with keys prefixed by `p`.
 fn write_every_type(node: &Node, p: &str) {
     let mut c = node.conn();
@@ -717,11 +735,7 @@ fn a_node_that_becomes_a_replica_neither_wipes_nor_loops() {
     wait_value(&pair.b, "on-a", "1");
     let master = Node::start("c-master", vec![]);
     let _: () = master.conn().set("from-c", 1).unwrap();
-    let _: () = redis::cmd("REPLICAOF")
-        .arg("127.0.0.1")
-        .arg(master.port)
-        .query(&mut pair.b.conn())
-        .unwrap();
+    replicate_from(&pair.b, &master);
     wait_value(&pair.b, "from-c", "1");
     let _: () = master.conn().set("more-from-c", 2).unwrap();
     wait_value(&pair.b, "more-from-c", "2");
@@ -742,11 +756,7 @@ fn a_node_that_becomes_a_replica_neither_wipes_nor_loops() {
     assert_eq!(pair.a.stat("entries_applied"), applied, "replication loop");
     assert!(!pair.b.conn().exists::<_, bool>("while-replica").unwrap());
     // Promoted again, B's own writes flow to A.
-    let _: () = redis::cmd("REPLICAOF")
-        .arg("NO")
-        .arg("ONE")
-        .query(&mut pair.b.conn())
-        .unwrap();
+    promote(&pair.b);
     let _: () = pair.b.conn().set("promoted", 1).unwrap();
     wait_value(&pair.a, "promoted", "1");
     // What A wrote while B was a replica reaches B now (B asked A for a full
@@ -768,18 +778,10 @@ fn a_node_promoted_again_gets_back_its_own_writes_from_the_peer() {
     assert!(wait_until(SETTLE, || pair.b.stat("lag_entries") == 0));
     let master = Node::start("c-master", vec![]);
     let _: () = master.conn().set("from-c", 1).unwrap();
-    let _: () = redis::cmd("REPLICAOF")
-        .arg("127.0.0.1")
-        .arg(master.port)
-        .query(&mut pair.b.conn())
-        .unwrap();
+    replicate_from(&pair.b, &master);
     wait_value(&pair.b, "from-c", "1");
     assert!(!pair.b.conn().exists::<_, bool>("b-own").unwrap());
-    let _: () = redis::cmd("REPLICAOF")
-        .arg("NO")
-        .arg("ONE")
-        .query(&mut pair.b.conn())
-        .unwrap();
+    promote(&pair.b);
     wait_value(&pair.b, "b-own", "1");
     wait_value(&pair.a, "from-c", "1");
     assert!(wait_until(SETTLE, || pair.a.digest() == pair.b.digest()));
