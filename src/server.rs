@@ -465,7 +465,7 @@ pub fn key_info(ctx: &Context, key: &[u8]) -> KeyInfo {
 /// [`key_info`] of a name already made into a Redis string (a caller that
 /// also passes the name to a command makes it once).
 pub fn key_info_of(ctx: &Context, name: &redis_module::RedisString) -> KeyInfo {
-    key_info_and_long_string(ctx, name).0
+    open_key(ctx, name, false).0
 }
 
 /// Strings longer than this are always stored `raw` (an sds of their own):
@@ -481,6 +481,15 @@ pub const READ_IN_PLACE_ABOVE: usize = 256;
 pub fn key_info_and_long_string(
     ctx: &Context,
     name: &redis_module::RedisString,
+) -> (KeyInfo, Option<Vec<u8>>) {
+    open_key(ctx, name, true)
+}
+
+/// Type and expiry of `name`, and (`copy_long`) the bytes of a long string.
+fn open_key(
+    ctx: &Context,
+    name: &redis_module::RedisString,
+    copy_long: bool,
 ) -> (KeyInfo, Option<Vec<u8>>) {
     let absent = KeyInfo {
         kind: raw::REDISMODULE_KEYTYPE_EMPTY as i32,
@@ -503,7 +512,9 @@ pub fn key_info_and_long_string(
     let mode = (raw::REDISMODULE_READ | raw::REDISMODULE_OPEN_KEY_NOTOUCH) as i32;
     // SAFETY: main thread with a valid context; `name` is a live Redis
     // string borrowed for the call; the key handle is checked for null
-    // before use and closed here.
+    // before use and closed here. StringDMA in read mode on a raw string
+    // (longer than READ_IN_PLACE_ABOVE, see there) returns `len` bytes that
+    // stay valid and unchanged until CloseKey; they are copied before it.
     unsafe {
         let handle = open(ctx.ctx, name.inner, mode);
         if handle.is_null() {
@@ -515,11 +526,10 @@ pub fn key_info_and_long_string(
             expiry_ms: u64::try_from(expiry).ok().filter(|&at| at > 0),
         };
         let mut bytes = None;
-        if let (true, Some(value_len), Some(dma)) = (info.is_string(), value_len, dma) {
+        if let (true, Some(value_len), Some(dma)) = (copy_long && info.is_string(), value_len, dma)
+        {
             if value_len(handle) > READ_IN_PLACE_ABOVE {
                 let mut len = 0usize;
-                // A raw string (see READ_IN_PLACE_ABOVE): read in place, not
-                // converted; the pointer is valid until the key is closed.
                 let at = dma(handle, &mut len, raw::REDISMODULE_READ as i32);
                 if !at.is_null() {
                     bytes = Some(std::slice::from_raw_parts(at.cast::<u8>(), len).to_vec());
