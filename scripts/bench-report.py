@@ -97,13 +97,18 @@ if rows:
 
 # 1b. CPU per request (less noisy than req/s on shared cores).
 cpu = {}
+have_main = False
 if os.path.exists(path("cpu.csv")):
     for line in read("cpu.csv").splitlines()[1:]:
+        fields = line.split(",")
         try:
-            t, pl, r, who, n, s_ns, p_ns = line.split(",")
+            t, pl, r, who, n, s_ns, p_ns = fields[:7]
+            # Main threads only (older runs lack them: the whole process then).
+            s_main, p_main = fields[7:9] if len(fields) >= 9 else (s_ns, p_ns)
+            have_main = have_main or len(fields) >= 9
             n = int(n)
             cpu.setdefault((t, int(pl)), {}).setdefault(who, []).append(
-                (int(s_ns) / n, int(p_ns) / n)
+                (int(s_ns) / n, int(p_ns) / n, int(s_main) / n, int(p_main) / n)
             )
         except ValueError:
             pass
@@ -129,6 +134,24 @@ if cpu:
         say(
             f"| {t} | {pl} | {plain:,.0f} | {a:,.0f} | {b:,.0f} | {(a + b) / plain:.2f} | "
             f"{mm:,.0f} | {rr:,.0f} | {(mm + rr) / plain:.2f} |"
+        )
+if cpu and have_main:
+    say("")
+    say("The module pair by thread (same runs, medians): each node's main thread (capture,")
+    say("flush and apply run there) and its module threads (sender, link, accept).")
+    say("")
+    say("| test | pipeline | plain | A main | A threads | B main | B threads | REPLICAOF M | REPLICAOF R |")
+    say("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for (t, pl), by in cpu.items():
+        def m(who, i):
+            return med([x[i] for x in by.get(who, [])])
+        plain = m("plain", 0)
+        if not plain > 0:
+            continue
+        a, b, am, bm = m("module", 0), m("module", 1), m("module", 2), m("module", 3)
+        say(
+            f"| {t} | {pl} | {plain:,.0f} | {am:,.0f} | {a - am:,.0f} | {bm:,.0f} | {b - bm:,.0f} | "
+            f"{m('replicaof', 0):,.0f} | {m('replicaof', 1):,.0f} |"
         )
 
 # 2. Replication lag.

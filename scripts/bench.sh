@@ -130,10 +130,13 @@ echo "test,pipeline,round,server,rps" > "$OUT/overhead.csv"
 # CPU cost per request: on-CPU ns of every thread of the written server and of
 # its peer (B, or the REPLICAOF replica) over the run (and, for the module, until
 # B has applied it all), divided by the requests redis-benchmark sent.
-echo "test,pipeline,round,server,requests,server_ns,peer_ns" > "$OUT/cpu.csv"
+echo "test,pipeline,round,server,requests,server_ns,peer_ns,server_main_ns,peer_main_ns" > "$OUT/cpu.csv"
 proc_ns() { # port -> on-CPU ns of all its threads (0 for no port)
   [ -n "${1:-}" ] || { echo 0; return; }
   cat /proc/"$(pid "$1")"/task/*/schedstat 2>/dev/null | awk '{ t += $1 } END { printf "%.0f\n", t }'; }
+main_ns() { # port -> on-CPU ns of its main thread (the one whose id is the pid; 0 for no port)
+  [ -n "${1:-}" ] || { echo 0; return; }
+  local p; p=$(pid "$1"); cut -d' ' -f1 /proc/"$p"/task/"$p"/schedstat 2>/dev/null || echo 0; }
 requests() { # test pipeline
   local n=$N1; [ "$2" = 16 ] && n=$N16
   # hset and lpush grow ONE key by n elements (a whole-key copy per shipment
@@ -157,12 +160,12 @@ for r in $(seq "$ROUNDS"); do
       for who in "${order[@]}"; do
         flush $PA $PP $PM
         case $who in module) port=$PA peer=$PB ;; plain) port=$PP peer= ;; replicaof) port=$PM peer=$PR ;; esac
-        s0=$(proc_ns $port) q0=$(proc_ns "$peer")
+        s0=$(proc_ns $port) q0=$(proc_ns "$peer") sm0=$(main_ns $port) qm0=$(main_ns "$peer")
         rps=$(bench_one $port $t $pl)
         [ "$who" = module ] && quiet
-        s1=$(proc_ns $port) q1=$(proc_ns "$peer")
+        s1=$(proc_ns $port) q1=$(proc_ns "$peer") sm1=$(main_ns $port) qm1=$(main_ns "$peer")
         echo "$t,$pl,$r,$who,$rps" | tee -a "$OUT/overhead.csv"
-        echo "$t,$pl,$r,$who,$(requests $t $pl),$((s1 - s0)),$((q1 - q0))" >> "$OUT/cpu.csv"
+        echo "$t,$pl,$r,$who,$(requests $t $pl),$((s1 - s0)),$((q1 - q0)),$((sm1 - sm0)),$((qm1 - qm0))" >> "$OUT/cpu.csv"
       done
     done
   done
