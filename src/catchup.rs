@@ -217,8 +217,8 @@ impl Replication {
     }
 
     /// Handles a full sync request from the peer once the current link is
-    /// known: needless when this link already started one (both sides of a
-    /// first contact ask and send).
+    /// known: needless when a full sync this link started had not reached
+    /// the peer when it asked (both sides of a first contact ask and send).
     pub fn take_sync_request(&mut self) {
         let received = std::mem::take(&mut self.request_received);
         // Covered only if the peer had received none of that full sync when
