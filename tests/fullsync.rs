@@ -35,16 +35,6 @@ fn populate(node: &Node, keys: u64) {
         .unwrap();
 }
 
-/// `RDMASYNC.DEBUG HOLD-SENDS ON|OFF` on `node`: its sender leaves queued
-/// batches in the queue while on.
-fn hold_sends(node: &Node, on: &str) {
-    let _: () = redis::cmd("RDMASYNC.DEBUG")
-        .arg("HOLD-SENDS")
-        .arg(on)
-        .query(&mut node.conn())
-        .unwrap();
-}
-
 /// Pings `node` until `stop`; returns every round trip, sorted.
 fn pings(port: u16, stop: &AtomicBool) -> Vec<Duration> {
     let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
@@ -255,7 +245,7 @@ fn a_full_sync_queued_but_not_delivered_when_the_link_drops_is_started_over() {
     let (pa, pb) = (free_port(), free_port());
     let a = Node::start("tail-a", module_args(pa, pb, &[]));
     populate(&a, keys);
-    hold_sends(&a, "ON");
+    a.hold_sends(true);
     let b = Node::start("tail-b", module_args(pb, pa, &[]));
     // A's whole full sync is handed to its (held) sender: counted as sent.
     assert!(
@@ -271,7 +261,7 @@ fn a_full_sync_queued_but_not_delivered_when_the_link_drops_is_started_over() {
     assert!(wait_until(SETTLE, || a.status()["link"] != "up"
         && b.status()["link"] != "up"));
     // The queued batches now find no link: dropped.
-    hold_sends(&a, "OFF");
+    a.hold_sends(false);
     assert!(wait_until(SETTLE, || a.stat("queue_depth") == 0));
     assert!(a.stat("entries_dropped") > 0, "{:?}", a.status());
     assert_eq!(dbsize(&b), 0);
@@ -315,7 +305,7 @@ fn a_sync_request_lost_with_the_link_is_sent_again() {
     }
     b.restart();
     assert_eq!(dbsize(&b), 0);
-    hold_sends(&b, "ON");
+    b.hold_sends(true);
     b.set_peer_port(&pa.to_string());
     assert!(wait_until(SETTLE, || b.status()["link"] == "up"
         && b.stat("queue_depth") > 0));
@@ -323,7 +313,7 @@ fn a_sync_request_lost_with_the_link_is_sent_again() {
     b.set_peer_port("1");
     assert!(wait_until(SETTLE, || a.status()["link"] != "up"
         && b.status()["link"] != "up"));
-    hold_sends(&b, "OFF");
+    b.hold_sends(false);
     assert!(wait_until(SETTLE, || b.stat("queue_depth") == 0));
     a.set_peer_port(&pb.to_string());
     b.set_peer_port(&pa.to_string());

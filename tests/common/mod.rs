@@ -296,6 +296,17 @@ impl Node {
         let _: () = cmd.query(&mut self.conn()).unwrap();
     }
 
+    /// `RDMASYNC.DEBUG HOLD-SENDS ON|OFF`: while on, the module's sender
+    /// leaves queued batches in the queue (no keepalives either: held over
+    /// 5 s, the peer drops the link).
+    pub fn hold_sends(&self, on: bool) {
+        let _: () = redis::cmd("RDMASYNC.DEBUG")
+            .arg("HOLD-SENDS")
+            .arg(if on { "ON" } else { "OFF" })
+            .query(&mut self.conn())
+            .unwrap();
+    }
+
     /// `DEBUG DIGEST`.
     pub fn digest(&self) -> String {
         redis::cmd("DEBUG")
