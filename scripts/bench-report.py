@@ -112,6 +112,11 @@ if os.path.exists(path("cpu.csv")):
             )
         except ValueError:
             pass
+def cpu_med(by, who, i):
+    """Median over rounds of column i of `who`'s CPU figures for one test."""
+    return med([x[i] for x in by.get(who, [])])
+
+
 if cpu:
     say("")
     say("### CPU per request (ns on CPU, all threads, median over rounds)")
@@ -126,7 +131,7 @@ if cpu:
     say("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for (t, pl), by in cpu.items():
         def m(who, i):
-            return med([x[i] for x in by.get(who, [])])
+            return cpu_med(by, who, i)
         plain, a, b = m("plain", 0), m("module", 0), m("module", 1)
         mm, rr = m("replicaof", 0), m("replicaof", 1)
         if not plain > 0:
@@ -144,7 +149,7 @@ if cpu and have_main:
     say("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for (t, pl), by in cpu.items():
         def m(who, i):
-            return med([x[i] for x in by.get(who, [])])
+            return cpu_med(by, who, i)
         plain = m("plain", 0)
         if not plain > 0:
             continue

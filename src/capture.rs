@@ -415,8 +415,6 @@ fn flush_changes(ctx: &Context, shared: &Shared, may_wait: bool) {
     }
     if link_up {
         ask_for_sync(shared, &mut st);
-    }
-    if link_up {
         st.take_sync_request();
     }
     if link_up && st.full_sync_wanted && st.full_sync.is_none() {

@@ -300,18 +300,9 @@ impl Replication {
     pub fn acknowledged(&mut self, applied: u64) {
         self.peer_acked = self.peer_acked.max(applied);
         self.inflight.acknowledged(applied);
-        if self
-            .full_sync_unacked
-            .is_some_and(|last| last <= self.peer_acked)
-        {
-            self.full_sync_unacked = None;
-        }
-        if self
-            .sync_request_unacked
-            .is_some_and(|seq| seq <= self.peer_acked)
-        {
-            self.sync_request_unacked = None;
-        }
+        let acked = self.peer_acked;
+        self.full_sync_unacked = self.full_sync_unacked.filter(|&last| last > acked);
+        self.sync_request_unacked = self.sync_request_unacked.filter(|&seq| seq > acked);
     }
 
     /// The peer asked for a full sync; it had received our entries up to
@@ -322,7 +313,7 @@ impl Replication {
     }
 
     /// Entries of the peer up to sequence number `seq` reached this node
-    /// (applied, or dropped while it is a replica).
+    /// (applied, an ack, or dropped while it is a replica).
     pub fn received(&mut self, seq: u64) {
         self.received_from_peer = self.received_from_peer.max(seq);
     }

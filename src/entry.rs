@@ -37,9 +37,10 @@ pub enum Op {
     /// The sender lost state (it restarted or its dataset was replaced):
     /// send it everything (a full sync).
     SyncRequest {
-        /// Our sequence number of the last entry it had received (applied,
-        /// or dropped while it was a replica) when it asked: a full sync of
-        /// ours whose entries all come after it covers the request.
+        /// Our sequence number of the last entry it had received when it
+        /// lost state (applied, an ack, or dropped while it was a replica):
+        /// a full sync of ours whose entries all come after it covers the
+        /// request.
         received: u64,
     },
 }

@@ -140,7 +140,7 @@ pub fn advance_full_sync(
             .into_iter()
             .map(|(db, stamp, op)| entry(shared, db, stamp, op))
             .collect();
-        let last_seq = entries.iter().map(|e| e.seq).max();
+        let last_seq = entries.last().map(|e| e.seq);
         let unread = sync.take_unread();
         if !unread.is_empty() {
             count_read_failures(shared, unread.len());
