@@ -112,12 +112,17 @@ if os.path.exists(path("cpu.csv")):
             )
         except ValueError:
             pass
-def cpu_med(by, who, i):
-    """Median over rounds of column i of `who`'s CPU figures for one test."""
-    return med([x[i] for x in by.get(who, [])])
-
-
-if cpu:
+# Per test: medians over rounds of (plain, A, B, A main, B main, M, R), plain > 0 only.
+cpu_rows = []
+for (t, pl), by in cpu.items():
+    col = [
+        med([x[i] for x in by.get(who, [])])
+        for who, i in [("plain", 0), ("module", 0), ("module", 1), ("module", 2),
+                       ("module", 3), ("replicaof", 0), ("replicaof", 1)]
+    ]
+    if col[0] > 0:
+        cpu_rows.append((t, pl, *col))
+if cpu_rows:
     say("")
     say("### CPU per request (ns on CPU, all threads, median over rounds)")
     say("")
@@ -129,34 +134,22 @@ if cpu:
     say("")
     say("| test | pipeline | plain | module A | module B | A+B / plain | REPLICAOF M | REPLICAOF R | M+R / plain |")
     say("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for (t, pl), by in cpu.items():
-        def m(who, i):
-            return cpu_med(by, who, i)
-        plain, a, b = m("plain", 0), m("module", 0), m("module", 1)
-        mm, rr = m("replicaof", 0), m("replicaof", 1)
-        if not plain > 0:
-            continue
+    for t, pl, plain, a, b, _, _, mm, rr in cpu_rows:
         say(
             f"| {t} | {pl} | {plain:,.0f} | {a:,.0f} | {b:,.0f} | {(a + b) / plain:.2f} | "
             f"{mm:,.0f} | {rr:,.0f} | {(mm + rr) / plain:.2f} |"
         )
-if cpu and have_main:
+if cpu_rows and have_main:
     say("")
     say("The module pair by thread (same runs, medians): each node's main thread (capture,")
     say("flush and apply run there) and its module threads (sender, link, accept).")
     say("")
     say("| test | pipeline | plain | A main | A threads | B main | B threads | REPLICAOF M | REPLICAOF R |")
     say("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for (t, pl), by in cpu.items():
-        def m(who, i):
-            return cpu_med(by, who, i)
-        plain = m("plain", 0)
-        if not plain > 0:
-            continue
-        a, b, am, bm = m("module", 0), m("module", 1), m("module", 2), m("module", 3)
+    for t, pl, plain, a, b, am, bm, mm, rr in cpu_rows:
         say(
             f"| {t} | {pl} | {plain:,.0f} | {am:,.0f} | {a - am:,.0f} | {bm:,.0f} | {b - bm:,.0f} | "
-            f"{m('replicaof', 0):,.0f} | {m('replicaof', 1):,.0f} |"
+            f"{mm:,.0f} | {rr:,.0f} |"
         )
 
 # 2. Replication lag.
