@@ -78,9 +78,12 @@ if rows:
     say("`*-keys` spread the same command over 100000 small keys. For scale, the last two")
     say("columns run the same load on a plain master with a REPLICAOF replica attached (the")
     say("replica also shares the 2 cores): what Redis's own replication costs on this host.")
+    say("'notify-only' is a plain server whose one module subscribes to the same keyspace")
+    say("events as rdmasync's hook and does nothing (examples/notify_floor.rs): the least any")
+    say("capture through keyspace notifications costs, before reading or shipping anything.")
     say("")
-    say("| test | pipeline | module req/s | plain req/s | ratio | range (rounds) | REPLICAOF master req/s | REPLICAOF ratio |")
-    say("|---|---:|---:|---:|---:|---|---:|---:|")
+    say("| test | pipeline | module req/s | plain req/s | ratio | range (rounds) | REPLICAOF master req/s | REPLICAOF ratio | notify-only ratio |")
+    say("|---|---:|---:|---:|---:|---|---:|---:|---:|")
     with open(path("plot", "overhead.dat"), "w") as f:
         for (t, pl), by_round in rows.items():
             mod = [v["module"] for v in by_round.values() if "module" in v]
@@ -89,9 +92,11 @@ if rows:
             ratios = [v["module"] / v["plain"] for v in by_round.values() if "module" in v and "plain" in v]
             rep_ratios = [v["replicaof"] / v["plain"] for v in by_round.values() if "replicaof" in v and "plain" in v]
             rep_cols = f"{med(rep):,.0f} | {med(rep_ratios):.3f}" if rep_ratios else "- | -"
+            floor_ratios = [v["floor"] / v["plain"] for v in by_round.values() if "floor" in v and "plain" in v]
+            floor_col = f"{med(floor_ratios):.3f}" if floor_ratios else "-"
             say(
                 f"| {t} | {pl} | {med(mod):,.0f} | {med(pla):,.0f} | {med(ratios):.3f} | "
-                f"{min(ratios):.3f}-{max(ratios):.3f} ({len(ratios)}) | {rep_cols} |"
+                f"{min(ratios):.3f}-{max(ratios):.3f} ({len(ratios)}) | {rep_cols} | {floor_col} |"
             )
             f.write(f'"{t} P{pl}" {med(ratios):.4f} {min(ratios):.4f} {max(ratios):.4f}\n')
 
@@ -112,13 +117,14 @@ if os.path.exists(path("cpu.csv")):
             )
         except ValueError:
             pass
-# Per test: medians over rounds of (plain, A, B, A main, B main, M, R), plain > 0 only.
+# Per test: medians over rounds of (plain, A, B, A main, B main, M, R, notify-only),
+# plain > 0 only (notify-only is nan in runs from before it was measured).
 cpu_rows = []
 for (t, pl), by in cpu.items():
     col = [
         med([x[i] for x in by.get(who, [])])
         for who, i in [("plain", 0), ("module", 0), ("module", 1), ("module", 2),
-                       ("module", 3), ("replicaof", 0), ("replicaof", 1)]
+                       ("module", 3), ("replicaof", 0), ("replicaof", 1), ("floor", 0)]
     ]
     if col[0] > 0:
         cpu_rows.append((t, pl, *col))
@@ -130,14 +136,15 @@ if cpu_rows:
     say("everything), per request sent. Unlike req/s, this does not depend on how much of")
     say("the 2 cores the other processes left: it is the work each setup does per write.")
     say("'A+B / plain' is the module pair's total over the plain server's; 'M+R / plain' the")
-    say("same for the REPLICAOF pair.")
+    say("same for the REPLICAOF pair; 'notify-only' the server with the empty notification")
+    say("callback.")
     say("")
-    say("| test | pipeline | plain | module A | module B | A+B / plain | REPLICAOF M | REPLICAOF R | M+R / plain |")
-    say("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for t, pl, plain, a, b, _, _, mm, rr in cpu_rows:
+    say("| test | pipeline | plain | module A | module B | A+B / plain | REPLICAOF M | REPLICAOF R | M+R / plain | notify-only |")
+    say("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for t, pl, plain, a, b, _, _, mm, rr, ff in cpu_rows:
         say(
             f"| {t} | {pl} | {plain:,.0f} | {a:,.0f} | {b:,.0f} | {(a + b) / plain:.2f} | "
-            f"{mm:,.0f} | {rr:,.0f} | {(mm + rr) / plain:.2f} |"
+            f"{mm:,.0f} | {rr:,.0f} | {(mm + rr) / plain:.2f} | {'-' if ff != ff else f'{ff:,.0f}'} |"
         )
 if cpu_rows and have_main:
     say("")
@@ -146,7 +153,7 @@ if cpu_rows and have_main:
     say("")
     say("| test | pipeline | plain | A main | A threads | B main | B threads | REPLICAOF M | REPLICAOF R |")
     say("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for t, pl, plain, a, b, am, bm, mm, rr in cpu_rows:
+    for t, pl, plain, a, b, am, bm, mm, rr, _ in cpu_rows:
         say(
             f"| {t} | {pl} | {plain:,.0f} | {am:,.0f} | {a - am:,.0f} | {bm:,.0f} | {b - bm:,.0f} | "
             f"{mm:,.0f} | {rr:,.0f} |"

@@ -2,7 +2,9 @@
 # The benchmark (issue 6): builds the module, starts its own servers on loopback
 # and measures, with module and baseline runs interleaved round by round:
 #   1. write-path overhead: redis-benchmark SET/HSET/LPUSH, 50 clients, pipeline 1
-#      and 16, on a node with the module and a live peer vs a plain redis-server;
+#      and 16, on a node with the module and a live peer vs a plain redis-server
+#      (and, for scale, a REPLICAOF master and a server whose only module is an
+#      empty keyspace-notification callback: the floor of capture by notification);
 #   2. replication lag (write acknowledged on A -> keyspace notification on B),
 #      light and under background load, vs Redis's own REPLICAOF pair;
 #   3. saturation: the highest pipelined SET rate on A that B keeps up with,
@@ -44,9 +46,10 @@ N1=100000 N16=300000 PROBES=2000 SAT_SECS=4 IDLE_SECS=6 MEM_KEYS=100000
 scripts/install-deps.sh --bench
 echo "== build (release)"
 nice -n 10 cargo build --release -q
-nice -n 10 cargo build --release -q --example lagbench
+nice -n 10 cargo build --release -q --example lagbench --example notify_floor
 SO=$(pwd)/target/release/librdmasync.so LAG=$(pwd)/target/release/examples/lagbench
-[ -f "$SO" ] || { echo "bench: $SO was not built" >&2; exit 1; }
+FLOOR=$(pwd)/target/release/examples/libnotify_floor.so
+for f in "$SO" "$FLOOR"; do [ -f "$f" ] || { echo "bench: $f was not built" >&2; exit 1; }; done
 OUT=${OUT:-target/bench/$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT/lag" "$OUT/sat"
 ln -sfn "$(basename "$OUT")" "$(dirname "$OUT")/latest" 2>/dev/null || true
@@ -66,17 +69,18 @@ if [ "$MICRO" = 1 ]; then
 fi
 
 # Servers: A and B run the module (a pair over tcp), P is the same redis-server
-# without it, M and R are a plain REPLICAOF pair.
-PA=$((BASE + 1)) PB=$((BASE + 2)) PP=$((BASE + 3)) PM=$((BASE + 4)) PR=$((BASE + 5))
+# without it, M and R are a plain REPLICAOF pair, F has only the empty
+# notification callback (examples/notify_floor.rs).
+PA=$((BASE + 1)) PB=$((BASE + 2)) PP=$((BASE + 3)) PM=$((BASE + 4)) PR=$((BASE + 5)) PF=$((BASE + 6))
 LA=$((BASE + 11)) LB=$((BASE + 12))
 W=$(mktemp -d /tmp/rdmasync-bench.XXXXXX)
 cleanup() {
-  for p in $PA $PB $PP $PM $PR; do redis-cli -p "$p" shutdown nosave >/dev/null 2>&1 || true; done
+  for p in $PA $PB $PP $PM $PR $PF; do redis-cli -p "$p" shutdown nosave >/dev/null 2>&1 || true; done
   cp "$W"/*.log "$OUT/" 2>/dev/null || true
   rm -rf "$W"
 }
 trap cleanup EXIT
-for p in $PA $PB $PP $PM $PR; do
+for p in $PA $PB $PP $PM $PR $PF; do
   if redis-cli -p "$p" ping >/dev/null 2>&1; then echo "bench: port $p is taken (set BENCH_PORT)" >&2; exit 1; fi
 done
 srv() { local port=$1; shift; mkdir -p "$W/$port"
@@ -87,6 +91,7 @@ srv $PB --loadmodule "$SO" peer=127.0.0.1 port=$LA listen-port=$LB transport=tcp
 srv $PP
 srv $PM
 srv $PR --replicaof 127.0.0.1 $PM
+srv $PF --loadmodule "$FLOOR"
 pid() { cat "$W/$1.pid"; }
 st() { redis-cli -p "$1" rdmasync.status | paste - - | awk -v f="$2" '$1 == f { print $2 }'; }
 for _ in $(seq 100); do [ "$(st $PA link 2>/dev/null)" = up ] && break; sleep 0.1; done
@@ -156,10 +161,13 @@ bench_one() { # port test pipeline
 for r in $(seq "$ROUNDS"); do
   for pl in 1 16; do
     for t in set hset lpush hset-keys lpush-keys; do
-      order=(module plain replicaof); [ $((r % 2)) = 0 ] && order=(replicaof plain module)
+      order=(module plain floor replicaof); [ $((r % 2)) = 0 ] && order=(replicaof floor plain module)
       for who in "${order[@]}"; do
-        flush $PA $PP $PM
-        case $who in module) port=$PA peer=$PB ;; plain) port=$PP peer= ;; replicaof) port=$PM peer=$PR ;; esac
+        flush $PA $PP $PM $PF
+        case $who in
+          module) port=$PA peer=$PB ;; plain) port=$PP peer= ;; floor) port=$PF peer= ;;
+          replicaof) port=$PM peer=$PR ;;
+        esac
         s0=$(proc_ns $port) q0=$(proc_ns "$peer") sm0=$(main_ns $port) qm0=$(main_ns "$peer")
         rps=$(bench_one $port $t $pl)
         [ "$who" = module ] && quiet
@@ -170,7 +178,7 @@ for r in $(seq "$ROUNDS"); do
     done
   done
 done
-flush $PA $PP $PM
+flush $PA $PP $PM $PF
 
 # 2. Replication lag, module pair and REPLICAOF pair alternating.
 echo "== replication lag ($PROBES probes at 1000/s; loaded: $BG_RATE bg writes/s)"
