@@ -8,6 +8,7 @@ when gnuplot is installed, OUT/bench.png.
 """
 import glob
 import json
+import math
 import os
 import re
 import shutil
@@ -144,7 +145,7 @@ if cpu_rows:
     for t, pl, plain, a, b, _, _, mm, rr, ff in cpu_rows:
         say(
             f"| {t} | {pl} | {plain:,.0f} | {a:,.0f} | {b:,.0f} | {(a + b) / plain:.2f} | "
-            f"{mm:,.0f} | {rr:,.0f} | {(mm + rr) / plain:.2f} | {'-' if ff != ff else f'{ff:,.0f}'} |"
+            f"{mm:,.0f} | {rr:,.0f} | {(mm + rr) / plain:.2f} | {'-' if math.isnan(ff) else f'{ff:,.0f}'} |"
         )
 if cpu_rows and have_main:
     say("")
