@@ -23,12 +23,12 @@ mod pure {
     use std::time::Duration;
 
     use criterion::{BenchmarkId, Criterion, Throughput};
-    use rdmasync::entry::Batch;
-    use rdmasync::poller::Poller;
-    use rdmasync::ring::RingGeometry;
-    use rdmasync::wire::{
+    use rdmasync::proto::entry::Batch;
+    use rdmasync::proto::ring::RingGeometry;
+    use rdmasync::proto::wire::{
         decode_frame, encode_frame, frame_len, FrameHeader, FrameKind, FLAG_BATCH_END,
     };
+    use rdmasync::receive::poller::Poller;
 
     /// Value sizes measured, with their labels.
     const SIZES: [(usize, &str); 3] = [(64, "64B"), (1024, "1KiB"), (64 * 1024, "64KiB")];
@@ -108,7 +108,7 @@ mod pure {
             let src = value(size);
             g.throughput(Throughput::Bytes(size as u64));
             g.bench_function(BenchmarkId::from_parameter(label), |b| {
-                b.iter(|| rdmasync::wire::checksum(black_box(&src)))
+                b.iter(|| rdmasync::proto::wire::checksum(black_box(&src)))
             });
         }
         g.finish();

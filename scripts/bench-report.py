@@ -160,6 +160,29 @@ if cpu_rows and have_main:
             f"{mm:,.0f} | {rr:,.0f} |"
         )
 
+# 1c. Before and after a change (bench.sh --before SO): the same tests on a
+# second module pair running an earlier build, in the same rounds.
+before_rows = []
+for (t, pl), by in cpu.items():
+    if "module-before" in by and "module" in by:
+        now = [med([x[i] for x in by["module"]]) for i in range(4)]
+        was = [med([x[i] for x in by["module-before"]]) for i in range(4)]
+        before_rows.append((t, pl, was, now))
+if before_rows:
+    say("")
+    say("### CPU per request, module before and after (ns, all threads, median over rounds)")
+    say("")
+    say("'before' is the build given to bench.sh --before, run as a second pair in the same")
+    say("rounds; A is the written node, B its peer; main = the main thread only.")
+    say("")
+    say("| test | pipeline | A before | A after | A main before | A main after | B before | B after | A+B after / before |")
+    say("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for t, pl, was, now in sorted(before_rows):
+        say(
+            f"| {t} | {pl} | {was[0]:,.0f} | {now[0]:,.0f} | {was[2]:,.0f} | {now[2]:,.0f} | "
+            f"{was[1]:,.0f} | {now[1]:,.0f} | {(now[0] + now[1]) / (was[0] + was[1]):.3f} |"
+        )
+
 # 2. Replication lag.
 runs = {}
 sends = {}

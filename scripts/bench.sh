@@ -17,19 +17,29 @@
 # throughput) to target/bench/<time>/ (target/bench/latest points there).
 # Not part of the test suite. See docs/benchmarks.md for what each number means.
 #
-# Usage: scripts/bench.sh [--rounds N] [--quick] [--rdma] [--no-micro] [--out DIR]
+# Usage: scripts/bench.sh [--rounds N] [--quick] [--rdma] [--no-micro] [--aof] [--before SO]
+#                        [--write-path-only] [--out DIR]
 #   --rounds N   interleaved rounds of every server measurement (default 3)
 #   --quick      one round, shorter runs (a smoke test of the harness, not a measurement)
 #   --rdma       also run the Soft-RoCE guest part (TCG-emulated: slow, several minutes)
 #   --no-micro   skip the criterion micro-benchmarks
-# Environment: BENCH_PORT (default 26400: ports BENCH_PORT+1..+12 are used),
-#   BG_RATE (background writes/s for the loaded lag run, default 50000).
+#   --aof        every server with appendonly yes, appendfsync everysec
+#   --before SO  also a second module pair running the build SO (an earlier commit's
+#                target/release/librdmasync.so), measured in the same rounds as
+#                'module-before': the write path before and after a change
+#   --write-path-only  only the write-path overhead and CPU per request (section 1)
+# Environment: BENCH_PORT (default 26400: ports BENCH_PORT+1..+14 are used),
+#   BG_RATE (background writes/s for the loaded lag run, default 50000),
+#   BENCH_TESTS / BENCH_PIPELINES (the write-path tests and pipelines, default all).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-ROUNDS=3 QUICK=0 RDMA=0 MICRO=1 OUT=""
+ROUNDS=3 QUICK=0 RDMA=0 MICRO=1 OUT="" AOF=0 BEFORE="" WRITE_ONLY=0
 while [ $# -gt 0 ]; do
   case $1 in
+    --aof) AOF=1; shift ;;
+    --before) BEFORE=$(realpath "$2"); shift 2 ;;
+    --write-path-only) WRITE_ONLY=1 MICRO=0; shift ;;
     --rounds) ROUNDS=$2; shift 2 ;;
     --quick) QUICK=1 ROUNDS=1; shift ;;
     --rdma) RDMA=1; shift ;;
@@ -40,6 +50,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 BASE=${BENCH_PORT:-26400} BG_RATE=${BG_RATE:-50000}
+TESTS=${BENCH_TESTS:-set hset lpush hset-keys lpush-keys} PIPELINES=${BENCH_PIPELINES:-1 16}
 N1=100000 N16=300000 PROBES=2000 SAT_SECS=4 IDLE_SECS=6 MEM_KEYS=100000
 [ "$QUICK" = 1 ] && N1=20000 N16=60000 PROBES=500 SAT_SECS=2 IDLE_SECS=2 MEM_KEYS=20000
 
@@ -72,10 +83,13 @@ fi
 # without it, M and R are a plain REPLICAOF pair, F has only the empty
 # notification callback (examples/notify_floor.rs).
 PA=$((BASE + 1)) PB=$((BASE + 2)) PP=$((BASE + 3)) PM=$((BASE + 4)) PR=$((BASE + 5)) PF=$((BASE + 6))
-LA=$((BASE + 11)) LB=$((BASE + 12))
+PC=$((BASE + 7)) PD=$((BASE + 8))
+LA=$((BASE + 11)) LB=$((BASE + 12)) LC=$((BASE + 13)) LD=$((BASE + 14))
+PERSIST=(--appendonly no)
+[ "$AOF" = 1 ] && PERSIST=(--appendonly yes --appendfsync everysec)
 W=$(mktemp -d /tmp/rdmasync-bench.XXXXXX)
 cleanup() {
-  for p in $PA $PB $PP $PM $PR $PF; do redis-cli -p "$p" shutdown nosave >/dev/null 2>&1 || true; done
+  for p in $PA $PB $PP $PM $PR $PF $PC $PD; do redis-cli -p "$p" shutdown nosave >/dev/null 2>&1 || true; done
   cp "$W"/*.log "$OUT/" 2>/dev/null || true
   rm -rf "$W"
 }
@@ -84,7 +98,7 @@ for p in $PA $PB $PP $PM $PR $PF; do
   if redis-cli -p "$p" ping >/dev/null 2>&1; then echo "bench: port $p is taken (set BENCH_PORT)" >&2; exit 1; fi
 done
 srv() { local port=$1; shift; mkdir -p "$W/$port"
-  redis-server --port "$port" --bind 127.0.0.1 --dir "$W/$port" --save '' --appendonly no \
+  redis-server --port "$port" --bind 127.0.0.1 --dir "$W/$port" --save '' "${PERSIST[@]}" \
     --daemonize yes --pidfile "$W/$port.pid" --logfile "$W/$port.log" "$@"; }
 srv $PA --loadmodule "$SO" peer=127.0.0.1 port=$LB listen-port=$LA transport=tcp
 srv $PB --loadmodule "$SO" peer=127.0.0.1 port=$LA listen-port=$LB transport=tcp
@@ -92,17 +106,25 @@ srv $PP
 srv $PM
 srv $PR --replicaof 127.0.0.1 $PM
 srv $PF --loadmodule "$FLOOR"
+if [ -n "$BEFORE" ]; then
+  srv $PC --loadmodule "$BEFORE" peer=127.0.0.1 port=$LD listen-port=$LC transport=tcp
+  srv $PD --loadmodule "$BEFORE" peer=127.0.0.1 port=$LC listen-port=$LD transport=tcp
+fi
 pid() { cat "$W/$1.pid"; }
 st() { redis-cli -p "$1" rdmasync.status | paste - - | awk -v f="$2" '$1 == f { print $2 }'; }
 for _ in $(seq 100); do [ "$(st $PA link 2>/dev/null)" = up ] && break; sleep 0.1; done
 [ "$(st $PA link)" = up ] || { echo "bench: the module pair did not connect" >&2; exit 1; }
+if [ -n "$BEFORE" ]; then
+  for _ in $(seq 100); do [ "$(st $PC link 2>/dev/null)" = up ] && break; sleep 0.1; done
+  [ "$(st $PC link)" = up ] || { echo "bench: the --before pair did not connect" >&2; exit 1; }
+fi
 for _ in $(seq 100); do redis-cli -p $PR info replication | grep -q 'master_link_status:up' && break; sleep 0.1; done
 
 # Waits until B has applied everything A sent (so no run pays for the last one's backlog).
-quiet() {
-  local s q a
+quiet() { # [written port, peer port] of a module pair (default A, B)
+  local s q a w=${1:-$PA} r=${2:-$PB}
   for _ in $(seq 1200); do
-    s=$(st $PA entries_sent) q=$(st $PA queue_depth) a=$(st $PB entries_applied)
+    s=$(st $w entries_sent) q=$(st $w queue_depth) a=$(st $r entries_applied)
     [ "$q" = 0 ] && [ "$a" -ge "$s" ] && { sleep 0.2; return 0; }
     sleep 0.1
   done
@@ -110,6 +132,7 @@ quiet() {
 }
 flush() { for p in "$@"; do redis-cli -p "$p" flushall >/dev/null; done; quiet; }
 
+if [ "$WRITE_ONLY" = 0 ]; then
 # 5a. Idle CPU: every server at rest, the module pair connected. Time on CPU in
 # ns from /proc/<pid>/task/*/schedstat (a tick-free count), per process and per thread.
 echo "== idle CPU (${IDLE_SECS} s)"
@@ -128,6 +151,7 @@ for p in $PA $PB $PP $PM $PR; do
     END { printf "%s %.3f\n", n, tot / s / 1e7; for (t in th) printf "thread %s:%s %.3f\n", n, t, th[t] / s / 1e7 }' >> "$OUT/idle.txt"
 done
 cat "$OUT/idle.txt"
+fi
 
 # 1. Write-path overhead, module node and plain node alternating.
 echo "== write-path overhead (redis-benchmark, 50 clients, $ROUNDS rounds)"
@@ -159,18 +183,21 @@ bench_one() { # port test pipeline
   redis-benchmark -p "$1" -c 50 -n "$n" -P "$3" -r 100000 --csv "${args[@]}" | tail -1 | awk -F'"' '{ print $4 }'
 }
 for r in $(seq "$ROUNDS"); do
-  for pl in 1 16; do
-    for t in set hset lpush hset-keys lpush-keys; do
+  for pl in $PIPELINES; do
+    for t in $TESTS; do
       order=(module plain floor replicaof); [ $((r % 2)) = 0 ] && order=(replicaof floor plain module)
+      [ -n "$BEFORE" ] && { [ $((r % 2)) = 1 ] && order=(module-before "${order[@]}") || order+=(module-before); }
       for who in "${order[@]}"; do
         flush $PA $PP $PM $PF
+        [ -n "$BEFORE" ] && { redis-cli -p $PC flushall >/dev/null; quiet $PC $PD; }
         case $who in
           module) port=$PA peer=$PB ;; plain) port=$PP peer= ;; floor) port=$PF peer= ;;
-          replicaof) port=$PM peer=$PR ;;
+          replicaof) port=$PM peer=$PR ;; module-before) port=$PC peer=$PD ;;
         esac
         s0=$(proc_ns $port) q0=$(proc_ns "$peer") sm0=$(main_ns $port) qm0=$(main_ns "$peer")
         rps=$(bench_one $port $t $pl)
         [ "$who" = module ] && quiet
+        [ "$who" = module-before ] && quiet $PC $PD
         s1=$(proc_ns $port) q1=$(proc_ns "$peer") sm1=$(main_ns $port) qm1=$(main_ns "$peer")
         echo "$t,$pl,$r,$who,$rps" | tee -a "$OUT/overhead.csv"
         echo "$t,$pl,$r,$who,$(requests $t $pl),$((s1 - s0)),$((q1 - q0)),$((sm1 - sm0)),$((qm1 - qm0))" >> "$OUT/cpu.csv"
@@ -180,6 +207,7 @@ for r in $(seq "$ROUNDS"); do
 done
 flush $PA $PP $PM $PF
 
+if [ "$WRITE_ONLY" = 0 ]; then
 # 2. Replication lag, module pair and REPLICAOF pair alternating.
 echo "== replication lag ($PROBES probes at 1000/s; loaded: $BG_RATE bg writes/s)"
 for r in $(seq "$ROUNDS"); do
@@ -229,7 +257,10 @@ echo "$MEM_KEYS $a0 $(mem $PA) $b0 $(mem $PB) $p0 $(mem $PP) $(redis-cli -p $PB 
 
 redis-cli -p $PA rdmasync.status | paste - - > "$OUT/status-A.txt"
 redis-cli -p $PB rdmasync.status | paste - - > "$OUT/status-B.txt"
+fi
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/env.txt"
+[ "$AOF" = 1 ] && echo "persistence: appendonly yes, appendfsync everysec" >> "$OUT/env.txt"
+[ -n "$BEFORE" ] && echo "module-before: $BEFORE" >> "$OUT/env.txt"
 
 # 6. Over rdma in the Soft-RoCE guest.
 if [ "$RDMA" = 1 ]; then

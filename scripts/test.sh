@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs every test: formatting, lints,
 # unit and property tests, the integration suite on real server pairs over
-# TCP against Redis 7.0 (redis-server) and Valkey 8 (valkey-server), then the
+# TCP against Redis 7.0 (redis-server) and Valkey 8 (valkey-server), the
+# servers' own test suites against a linked pair beside a plain server
+# (scripts/server-suite.sh), then the
 # suite inside a Soft-RoCE guest over tcp and rdma (scripts/test-rdma.sh),
 # and a short fuzz run of the network decoders (scripts/fuzz-smoke.sh).
 # Any failure fails the run.
@@ -16,6 +18,10 @@ echo "== integration suite on $(redis-server --version | cut -d' ' -f1-3)"
 REDIS_SERVER=redis-server cargo nextest run --no-fail-fast
 echo "== integration suite on $(valkey-server --version | cut -d' ' -f1-3)"
 REDIS_SERVER=valkey-server cargo nextest run --no-fail-fast
+echo "== Redis's own test suite: node A and B of a linked pair against a plain server"
+scripts/server-suite.sh --server redis-server
+echo "== Valkey's own test suite: node A and B of a linked pair against a plain server"
+scripts/server-suite.sh --server valkey-server
 scripts/test-rdma.sh
 # Coverage-guided smoke run of every decoder of network bytes.
 scripts/fuzz-smoke.sh 15

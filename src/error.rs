@@ -46,7 +46,7 @@ pub enum Error {
     Protocol(String),
     /// A frame in the ring failed to decode (`wire::decode_frame`).
     #[error("bad frame: {0}")]
-    Wire(#[from] crate::wire::WireError),
+    Wire(#[from] crate::proto::wire::WireError),
     /// The link was closed (by us, the peer, or shutdown).
     #[error("link closed")]
     LinkClosed,

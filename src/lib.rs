@@ -1,16 +1,24 @@
 //! rdmasync: a Redis module that keeps two Redis masters in sync while both
 //! take writes.
 //!
-//! # Data path (one module per stage)
-//! `hook` (keyspace and server events -> dirty set) -> `capture` (once per
-//! event-loop iteration: snapshot dirty keys -> `entry::Batch`) -> `queue`
-//! (bounded, lock-free) -> `sender` (frames from `wire` into the peer's ring
-//! at its tail, bounded by credit, `ring`) -> `transport` (moves bytes into
-//! the peer's ring) -> `poller` on the peer (complete, verified frames ->
-//! batches) -> `apply` (batch -> Redis on the main thread, echo suppressed).
-//! `link` runs the connection lifecycle, `accept` takes incoming
-//! connections, `handshake` (with `auth` and, over TCP, `tls`) admits only
-//! the real peer before any ring is disclosed; `status` holds the counters.
+//! # Data path (one folder per stage, docs/architecture.md)
+//! `capture::hook` (keyspace and server events -> dirty set) ->
+//! `capture::flush` (once per event-loop iteration: snapshot dirty keys
+//! through `redis::snapshot` -> `proto::entry::Batch`) -> `ship::queue`
+//! (bounded, lock-free) -> `ship::sender` (frames from `proto::wire` into
+//! the peer's ring at its tail, bounded by credit, `proto::ring`) ->
+//! `transport` (moves bytes into the peer's ring) -> `receive::poller` on
+//! the peer (complete, verified frames -> batches) -> `receive::apply`
+//! (batch -> Redis on the main thread, echo suppressed). `link::session`
+//! runs the connection lifecycle, `link::accept` takes incoming
+//! connections, `proto::handshake` (with `proto::auth` and, over TCP,
+//! `transport::tls`) admits only the real peer before any ring is
+//! disclosed; `ops::status` holds the counters. The convergence state
+//! (`converge::version`: stamps, tombstones, floors, watermarks) is as
+//! durable as the data: `redis::persist` writes it as RDB aux data,
+//! `converge::journal` records every change of it into the AOF and the
+//! replication stream with the change (`rdmasync.stamps`), and `catchup`
+//! decides what the peer misses after an outage.
 //!
 //! # Threads
 //! Redis' main thread runs the hook, the capture, the apply (woken through a
@@ -23,8 +31,8 @@
 //! busy server cannot starve them and unload cannot deadlock with them.
 //!
 //! # Safety
-//! `unsafe` lives in `server` (Redis API calls the `redis-module` crate does
-//! not wrap) and `transport::rdma` (libibverbs/librdmacm). Every block carries a `SAFETY:`
+//! `unsafe` lives in `redis::server` (Redis API calls the `redis-module`
+//! crate does not wrap) and `transport::rdma` (libibverbs/librdmacm). Every block carries a `SAFETY:`
 //! comment. No panic crosses into redis-server: callbacks and threads run
 //! under `catch_unwind`.
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -33,38 +41,18 @@
 // most of the crate.
 #![cfg_attr(any(test, not(feature = "module")), allow(dead_code))]
 
-pub(crate) mod accept;
-pub(crate) mod apply;
-pub mod auth;
-pub(crate) mod capture;
-pub(crate) mod catchup;
-pub mod clock;
-pub mod config;
-pub mod control;
-pub mod entry;
+pub mod capture;
+pub mod catchup;
+pub mod converge;
 pub mod error;
-pub(crate) mod faults;
-pub(crate) mod fullsync;
-pub mod handshake;
-pub(crate) mod hook;
-pub mod hotkeys;
-pub(crate) mod inflight;
-pub(crate) mod link;
-pub(crate) mod persist;
-pub mod poller;
-pub mod queue;
-pub(crate) mod resend;
-pub mod ring;
+pub mod link;
+pub mod ops;
+pub mod proto;
+pub mod receive;
+pub mod redis;
 pub(crate) mod runtime;
-pub(crate) mod sender;
-pub(crate) mod server;
-pub(crate) mod settings;
-pub(crate) mod snapshot;
-pub mod status;
-pub(crate) mod tls;
+pub mod ship;
 pub(crate) mod transport;
-pub mod version;
-pub mod wire;
 
 #[cfg(all(feature = "module", not(test)))]
 mod module;

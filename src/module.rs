@@ -8,10 +8,13 @@ use redis_module::{
     raw, redis_module, Context, RedisError, RedisResult, RedisString, RedisValue, Status,
 };
 
-use crate::catchup::{Replication, STATE};
-use crate::server::{self, ServerEvent};
-use crate::status::{status_fields, Field};
-use crate::{capture, config, faults, hook, persist, runtime, settings};
+use crate::catchup::replication::{Replication, STATE};
+use crate::ops::status::{status_fields, Field};
+use crate::redis::server::{self, ServerEvent};
+use crate::{
+    capture::flush, capture::hook, ops::config, ops::faults, redis::persist, redis::settings,
+    runtime,
+};
 
 fn init(ctx: &Context, args: &[RedisString]) -> Status {
     // A panic in module code is caught; say so in Redis' own log.
@@ -66,6 +69,16 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         ));
         return Status::Err;
     }
+    // Last as well (Redis 7.0 keeps a failed module's filters too); without
+    // it only the changes that raise no keyspace event stay local.
+    if let Err(what) = server::register_command_filter(ctx, hook::on_command) {
+        ctx.log_warning(&format!(
+            "rdmasync: cannot register the {what}: consumer-group reads and acks, \
+             PFCOUNT's cache, PFDEBUG and FUNCTION changes stay on this node"
+        ));
+    }
+    // Libraries already loaded (MODULE LOAD at run time) get a version.
+    hook::DIRTY.lock().mark_functions();
     ctx.log_notice(&line);
     // CONFIG GET shows what is in effect, defaults and derived node id included.
     runtime::with_shared(|s| settings::show_effective(s.config.effective(s.node_id)));
@@ -81,17 +94,35 @@ fn deinit(ctx: &Context) -> Status {
 fn on_server_event(ctx: &Context, event: ServerEvent) {
     match event {
         ServerEvent::BeforeSleep => {
-            runtime::with_shared(|s| capture::flush(ctx, s));
+            runtime::with_shared(|s| {
+                persist::write_due_snapshot(ctx, s);
+                if server::becoming_replica() {
+                    // Its clients' last changes ship now, none held back.
+                    flush::flush_now(ctx, s);
+                } else {
+                    flush::flush(ctx, s);
+                }
+            });
+            server::settle_role();
         }
-        ServerEvent::DatasetReplaced => {
+        ServerEvent::DatasetReplaced(own_files) => {
             let discarded = hook::on_dataset_replaced();
-            STATE.lock().dataset_replaced();
+            STATE.lock().dataset_replaced(own_files);
             runtime::with_shared(|s| s.dataset_replaced(discarded));
         }
         ServerEvent::SavingStarts => {
             // Changes still pending (held behind a resting key, or made in
             // this iteration) get their versions before the file records them.
-            runtime::with_shared(|s| capture::flush_before_save(ctx, s));
+            runtime::with_shared(|s| flush::flush_before_save(ctx, s));
+        }
+        ServerEvent::ChildBorn => {
+            runtime::with_shared(|s| persist::on_child_born(ctx, s));
+        }
+        ServerEvent::LoadingEnded => {
+            runtime::with_shared(|s| persist::date_unstamped_changes(ctx, s));
+            // The loaded libraries are checked against their recorded
+            // version at the next flush.
+            hook::DIRTY.lock().mark_functions();
         }
         ServerEvent::BecameMaster => {
             // Its data came from another master: merge both ways.
@@ -224,5 +255,8 @@ redis_module! {
         ["rdmasync.status", status_command, "readonly fast admin allow-loading allow-stale", 0, 0, 0, ""],
         // Fault injection for tests; gated like DEBUG.
         ["rdmasync.debug", debug_command, "admin", 0, 0, 0, ""],
+        // Internal: the stamps of this node's changes, in its AOF and its
+        // replication stream; refused from clients.
+        ["rdmasync.stamps", persist::stamps_command, "write", 0, 0, 0, ""],
     ],
 }

@@ -8,19 +8,19 @@ use std::thread::JoinHandle;
 
 use parking_lot::{Mutex, RwLock};
 
-use crate::accept::{self, FailureLog};
-use crate::apply::{self, ApplyQueue};
-use crate::clock::{default_node_id, local_ip_towards, HybridClock};
-use crate::config::{Config, TransportChoice};
-use crate::control::AuthMode;
+use crate::converge::clock::{default_node_id, local_ip_towards, HybridClock};
 use crate::error::{Error, Result};
-use crate::handshake::Local;
-use crate::queue::BatchQueue;
-use crate::server::ServerInfo;
-use crate::status::{Identity, LinkState, Stats};
-use crate::tls::TlsConfig;
+use crate::link::accept::{self, FailureLog};
+use crate::ops::config::{Config, TransportChoice};
+use crate::ops::status::{Identity, LinkState, Stats};
+use crate::proto::control::AuthMode;
+use crate::proto::handshake::Local;
+use crate::receive::apply::{self, ApplyQueue};
+use crate::redis::server::ServerInfo;
+use crate::ship::queue::BatchQueue;
+use crate::transport::tls::TlsConfig;
 use crate::transport::{rdma, RingWriter};
-use crate::{link, sender, server};
+use crate::{link::session, redis::server, ship::sender};
 
 /// The transport a running module uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,7 +79,7 @@ pub struct Shared {
 /// that the peer's acknowledgements from before a restart never cover
 /// entries sent after it.
 fn first_seq() -> u64 {
-    crate::status::unix_ms() << 20
+    crate::ops::status::unix_ms() << 20
 }
 
 impl Shared {
@@ -147,7 +147,7 @@ impl Shared {
 impl Shared {
     /// A `Shared` with default settings and no threads, for unit tests.
     pub fn for_tests() -> Self {
-        let config = crate::config::parse_args(&["peer=127.0.0.1", "port=1"])
+        let config = crate::ops::config::parse_args(&["peer=127.0.0.1", "port=1"])
             .unwrap_or_else(|e| panic!("test config: {e}"));
         Self {
             queue: BatchQueue::new(config.queue_size),
@@ -301,7 +301,7 @@ pub fn start(config: Config, server: ServerInfo) -> Result<String> {
             })?,
         });
         threads.push(spawn("rdmasync-link", &shared, move |s| {
-            link::run_link(s, offer_rx)
+            session::run_link(s, offer_rx)
         })?);
         Ok(())
     })();

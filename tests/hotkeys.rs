@@ -1,5 +1,5 @@
 //! A large collection rewritten by every command rests between snapshots
-//! (see src/hotkeys.rs): the flushes that include it wait, so writes made
+//! (see src/capture/hotkeys.rs): the flushes that include it wait, so writes made
 //! after it never reach the peer before it, and both nodes still converge.
 
 mod common;
@@ -10,10 +10,10 @@ use common::{wait_until, Pair};
 use redis::Connection;
 
 /// Generous: in the emulated Soft-RoCE guest B needs ~20 s to apply the
-/// 200 DUMPs of a 40,000-field hash that `hot_key_rest_zero_...` ships.
+/// 200 reads of a 40,000-field hash that `hot_key_rest_zero_...` ships.
 const SETTLE: Duration = Duration::from_secs(60);
 
-/// A hash large enough that its DUMP is costly (`chunks` x 1,000 fields).
+/// A hash large enough that its read is costly (`chunks` x 1,000 fields).
 fn fill_hash(a: &mut Connection, chunks: usize) {
     for chunk in 0..chunks {
         let mut cmd = redis::cmd("HSET");
@@ -49,7 +49,7 @@ fn a_save_records_the_versions_of_held_changes() {
     let mut pair = Pair::start_with(&["hot-key-rest=10000"], &[]);
     let mut a = pair.a.conn();
     let _: () = redis::cmd("SET").arg("k").arg("v1").query(&mut a).unwrap();
-    // 300,000 fields: a DUMP of several ms, a rest of 19x that.
+    // 300,000 fields: a read of several ms, a rest of 19x that.
     fill_hash(&mut a, 300);
     pair.wait_converged(SETTLE);
     // Ships the hash and puts it to rest; the next two changes are held.
@@ -143,36 +143,21 @@ fn a_costly_hot_key_rests_and_later_writes_never_overtake_it() {
     pair.wait_converged(SETTLE);
 }
 
-/// DUMPs run since the last `CONFIG RESETSTAT` and their mean time in
-/// microseconds (the module's own reads count in commandstats, see
-/// docs/operations.md).
-fn dump_stats(a: &mut Connection) -> (u64, f64) {
-    let info: String = redis::cmd("INFO").arg("commandstats").query(a).unwrap();
-    let Some(line) = info.lines().find_map(|l| l.strip_prefix("cmdstat_dump:")) else {
-        return (0, 0.0);
-    };
-    let field = |name: &str| {
-        line.split(',')
-            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
-            .unwrap()
-            .trim()
-            .to_string()
-    };
-    (
-        field("calls").parse().unwrap(),
-        field("usec_per_call").parse().unwrap(),
-    )
+/// A's reads costly enough to start a rest so far, and their time in us.
+fn costly_reads(pair: &Pair) -> (u64, u64) {
+    (pair.a.stat("costly_reads"), pair.a.stat("costly_read_us"))
 }
 
 /// Writes `big` on A every 2 ms for 3 s (and, with `peer_writes`, other
-/// keys on B meanwhile, which A applies); returns A's DUMPs in that time and
-/// the most a resting hash allows. Each DUMP starts a rest of 19x its time:
-/// about one per 20 DUMP times. Allowed: twice that (timing noise), plus two.
+/// keys on B meanwhile, which A applies); returns A's reads of the hash in
+/// that time and the most a resting hash allows. Each read starts a rest of
+/// 19x its time: about one per 20 read times. Allowed: twice that (timing
+/// noise), plus two.
 fn dumps_while_writing(pair: &Pair, peer_writes: bool) -> (u64, f64) {
     let mut a = pair.a.conn();
     fill_big_hash(&mut a);
     pair.wait_converged(SETTLE);
-    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut a).unwrap();
+    let before = costly_reads(pair);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let on_b = peer_writes.then(|| {
         let stop = stop.clone();
@@ -199,29 +184,31 @@ fn dumps_while_writing(pair: &Pair, peer_writes: bool) -> (u64, f64) {
         std::thread::sleep(Duration::from_millis(2));
     }
     let elapsed_us = started.elapsed().as_secs_f64() * 1e6;
-    let (dumps, dump_us) = dump_stats(&mut a);
+    let after = costly_reads(pair);
+    let dumps = after.0 - before.0;
+    let dump_us = (after.1 - before.1) as f64 / dumps.max(1) as f64;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let b_writes = on_b.map_or(0, |t| t.join().unwrap());
     pair.wait_converged(SETTLE);
     assert!(dumps >= 1, "the hash never shipped");
     let most = elapsed_us / (10.0 * dump_us) + 2.0;
     eprintln!(
-        "{writes} writes on A, {b_writes} on B: {dumps} DUMPs of {dump_us} us, at most {most:.1} expected"
+        "{writes} writes on A, {b_writes} on B: {dumps} reads of {dump_us} us, at most {most:.1} expected"
     );
     (dumps, most)
 }
 
 /// An ack from the peer writes nothing here, so it must not end a rest.
 /// (Each ack used to flush at once, holding nothing: the hot hash was
-/// dumped again after every apply on the peer, one per 3-4 DUMP times.)
+/// read again after every apply on the peer, one per 3-4 read times.)
 #[test]
 fn acks_from_the_peer_do_not_end_a_rest() {
-    // No cap on the rest below 19x the DUMP's time.
+    // No cap on the rest below 19x the read's time.
     let pair = Pair::start_with(&["hot-key-rest=10000"], &[]);
     let (dumps, most) = dumps_while_writing(&pair, false);
     assert!(
         dumps as f64 <= most,
-        "{dumps} DUMPs, at most {most:.1} expected: acks end the hash's rest; {:?}",
+        "{dumps} reads, at most {most:.1} expected: acks end the hash's rest; {:?}",
         pair.a.status()
     );
 }
@@ -235,7 +222,7 @@ fn writes_from_the_peer_to_other_keys_do_not_end_a_rest() {
     let (dumps, most) = dumps_while_writing(&pair, true);
     assert!(
         dumps as f64 <= most,
-        "{dumps} DUMPs, at most {most:.1} expected: the peer's writes end the hash's rest; {:?}",
+        "{dumps} reads, at most {most:.1} expected: the peer's writes end the hash's rest; {:?}",
         pair.a.status()
     );
 }

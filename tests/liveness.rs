@@ -6,37 +6,32 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{wait_until, Node, Pair};
+use common::{info_field, wait_until, Node, Pair};
 use redis::Commands;
 
-fn info_field(node: &Node, section: &str, field: &str) -> String {
-    let info: String = redis::cmd("INFO")
-        .arg(section)
-        .query(&mut node.conn())
-        .unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .unwrap_or_default()
-        .trim()
-        .to_string()
+/// SETs `prefix:<n % keys>` on `node` until `stop`; returns how many.
+fn spawn_writer(
+    node: &Node,
+    prefix: &'static str,
+    keys: u64,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<u64> {
+    let mut c = node.conn();
+    std::thread::spawn(move || {
+        let mut n = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            let _: () = c.set(format!("{prefix}:{}", n % keys), n).unwrap();
+            n += 1;
+        }
+        n
+    })
 }
 
 #[test]
 fn bgsave_with_the_link_up_and_traffic_flowing_succeeds() {
     let pair = Pair::start();
     let stop = Arc::new(AtomicBool::new(false));
-    let writer = {
-        let stop = stop.clone();
-        let mut a = pair.a.conn();
-        std::thread::spawn(move || {
-            let mut n = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                let _: () = a.set(format!("bg:{}", n % 500), n).unwrap();
-                n += 1;
-            }
-            n
-        })
-    };
+    let writer = spawn_writer(&pair.a, "bg", 500, stop.clone());
     std::thread::sleep(Duration::from_millis(300));
     for node in [&pair.b, &pair.a] {
         let before = info_field(node, "persistence", "rdb_last_bgsave_time_sec");
@@ -169,4 +164,49 @@ fn send_signal(pid: i32, sig: i32) -> i32 {
         .status()
         .map(|s| if s.success() { 0 } else { 1 })
         .unwrap_or(1)
+}
+
+/// `DEBUG LOADAOF` runs a nested event loop while it loads: it can take
+/// the apply wake-up byte after the outer loop saw the pipe readable, and
+/// the outer loop then calls the handler with nothing to read. The node
+/// must keep serving (a blocking read there hung it for good).
+#[test]
+fn nested_event_loops_while_the_peer_writes_never_block_the_server() {
+    let pair = Pair::start();
+    // Without a preamble the load runs the nested loop every 1024 commands.
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("aof-use-rdb-preamble")
+        .arg("no")
+        .query(&mut pair.b.conn())
+        .unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("appendonly")
+        .arg("yes")
+        .query(&mut pair.b.conn())
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(10), || {
+        info_field(&pair.b, "persistence", "aof_rewrite_in_progress") == "0"
+            && info_field(&pair.b, "persistence", "aof_enabled") == "1"
+    }));
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = spawn_writer(&pair.a, "n", 200, stop.clone());
+    let mut b = pair.b.conn();
+    b.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let started = Instant::now();
+    let mut reloads = 0;
+    while started.elapsed() < Duration::from_secs(8) {
+        let reply: redis::RedisResult<()> = redis::cmd("DEBUG").arg("LOADAOF").query(&mut b);
+        if let Err(e) = reply {
+            stop.store(true, Ordering::Relaxed);
+            panic!("B stopped answering after {reloads} reloads: {e}");
+        }
+        reloads += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+    let pong: String = redis::cmd("PING").query(&mut b).unwrap();
+    assert_eq!(pong, "PONG");
+    pair.wait_converged(Duration::from_secs(20));
 }

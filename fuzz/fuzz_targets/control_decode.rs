@@ -2,7 +2,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rdmasync::control::{Hello, MessageHeader, RemoteRing, HEADER_LEN};
+use rdmasync::proto::control::{Hello, MessageHeader, RemoteRing, HEADER_LEN};
 
 fuzz_target!(|data: &[u8]| {
     if data.len() < 4 + HEADER_LEN {

@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rdmasync::wire::{self, Peeked};
+use rdmasync::proto::wire::{self, Peeked};
 
 fn check(data: &[u8]) {
     if let Ok(frame) = wire::decode_frame(data) {

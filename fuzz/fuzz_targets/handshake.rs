@@ -7,9 +7,9 @@
 use std::collections::VecDeque;
 
 use libfuzzer_sys::fuzz_target;
-use rdmasync::auth::{Secret, Side};
-use rdmasync::control::{RemoteRing, HEADER_LEN};
-use rdmasync::handshake::{decode_header, Handshake, Local, Step};
+use rdmasync::proto::auth::{Secret, Side};
+use rdmasync::proto::control::{RemoteRing, HEADER_LEN};
+use rdmasync::proto::handshake::{decode_header, Handshake, Local, Step};
 
 const SECRET: &[u8] = b"fuzz-secret-0123456789";
 const RING: RemoteRing = RemoteRing {

@@ -4,8 +4,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rdmasync::poller::Poller;
-use rdmasync::ring::RingGeometry;
+use rdmasync::receive::poller::Poller;
+use rdmasync::proto::ring::RingGeometry;
 
 fuzz_target!(|data: &[u8]| {
     let Some(geometry) = RingGeometry::new(4096) else {

@@ -5,13 +5,14 @@
 pub mod channel;
 pub mod rdma;
 pub mod tcp;
+pub(crate) mod tls;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use crate::error::Result;
-use crate::ring::RingGeometry;
-use crate::status::unix_ms;
+use crate::ops::status::unix_ms;
+use crate::proto::ring::RingGeometry;
 
 /// Rings registered for a peer in this process and not yet released.
 static RINGS_LIVE: AtomicU64 = AtomicU64::new(0);
@@ -91,7 +92,7 @@ pub trait Delivery {
     fn idle(&mut self, last_rx: Instant) -> Result<()>;
     /// Nothing arrived since `last_rx`: once that is a tick ago, a head to
     /// return as credit, if any consumption was held back (see
-    /// [`crate::ring::CreditPolicy`]).
+    /// [`crate::proto::ring::CreditPolicy`]).
     fn idle_credit(&mut self, last_rx: Instant) -> Option<u64>;
     /// The peer returned credit up to `head`.
     fn credit(&mut self, head: u64);
@@ -177,9 +178,9 @@ impl LinkFlags {
 }
 
 /// The CREDIT message returning `head`.
-pub fn credit_message(head: u64) -> [u8; crate::control::HEADER_LEN] {
-    crate::control::MessageHeader {
-        op: crate::control::Op::Credit,
+pub fn credit_message(head: u64) -> [u8; crate::proto::control::HEADER_LEN] {
+    crate::proto::control::MessageHeader {
+        op: crate::proto::control::Op::Credit,
         len: 0,
         arg: head,
     }
@@ -187,9 +188,9 @@ pub fn credit_message(head: u64) -> [u8; crate::control::HEADER_LEN] {
 }
 
 /// The KEEPALIVE message.
-pub fn keepalive_message() -> [u8; crate::control::HEADER_LEN] {
-    crate::control::MessageHeader {
-        op: crate::control::Op::Keepalive,
+pub fn keepalive_message() -> [u8; crate::proto::control::HEADER_LEN] {
+    crate::proto::control::MessageHeader {
+        op: crate::proto::control::Op::Keepalive,
         len: 0,
         arg: 0,
     }

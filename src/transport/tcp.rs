@@ -9,17 +9,17 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::control::{MessageHeader, Op, HEADER_LEN, MAX_CONTROL_LEN};
 use crate::error::{Error, HandshakeFailure, Result};
-use crate::handshake::{decode_header, MessageIo};
-use crate::ring::RingGeometry;
+use crate::proto::control::{MessageHeader, Op, HEADER_LEN, MAX_CONTROL_LEN};
+use crate::proto::handshake::{decode_header, MessageIo};
+use crate::proto::ring::RingGeometry;
 use crate::transport::channel::{self, ChannelReader, ChannelWriter};
 use crate::transport::{
     credit_message, keepalive_message, Delivery, LinkFlags, RingGuard, RingWriter,
 };
 
 /// How long a read waits before the receiver checks for shutdown and liveness.
-pub const READ_TICK: Duration = crate::link::IDLE_TICK;
+pub const READ_TICK: Duration = crate::link::session::IDLE_TICK;
 /// How long a handshake read waits before checking its deadline.
 const HANDSHAKE_TICK: Duration = Duration::from_millis(100);
 

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod peer;
+pub mod proxy;
 
 use std::collections::HashMap;
 use std::net::TcpListener;
@@ -358,6 +359,19 @@ pub fn module_args_at(
     v
 }
 
+/// The `field` line of `INFO section` on `node` ("" when absent).
+pub fn info_field(node: &Node, section: &str, field: &str) -> String {
+    let info: String = redis::cmd("INFO")
+        .arg(section)
+        .query(&mut node.conn())
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
 /// Two nodes with the module, each the other's peer.
 pub struct Pair {
     pub a: Node,
@@ -403,6 +417,27 @@ impl Pair {
         );
     }
 
+    /// Waits until both nodes finished their first-contact syncs (each
+    /// full-syncs its dataset to the other at link-up) and nothing is
+    /// pending, so that what a test writes next travels only as live
+    /// changes.
+    pub fn wait_in_step(&self) {
+        self.wait_linked();
+        let settled = |n: &Node| {
+            let s = n.status();
+            s["full_syncs"] != "0" && s["sync_in_progress"] == "0" && s["lag_entries"] == "0"
+        };
+        let ok = wait_until(Duration::from_secs(20), || {
+            settled(&self.a) && settled(&self.b)
+        });
+        assert!(
+            ok,
+            "first-contact syncs did not finish: a={:?} b={:?}",
+            self.a.status(),
+            self.b.status()
+        );
+    }
+
     /// Waits until both digests are equal and stable; returns it.
     pub fn wait_converged(&self, timeout: Duration) -> String {
         let mut last = String::new();
@@ -411,9 +446,56 @@ impl Pair {
             last = format!("a={da} b={db}");
             da == db
         });
-        assert!(ok, "digests differ after {timeout:?}: {last}");
+        assert!(
+            ok,
+            "digests differ after {timeout:?}: {last}; {}",
+            key_differences(&self.a, &self.b)
+        );
         self.a.digest()
     }
+}
+
+/// The keys (database, name) whose DUMP differs between two nodes, the
+/// first few, to say what a digest mismatch is made of.
+pub fn key_differences(a: &Node, b: &Node) -> String {
+    let dumps = |node: &Node, db: i64| -> std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>> {
+        let mut c = node.conn();
+        let _: () = redis::cmd("SELECT").arg(db).query(&mut c).unwrap();
+        let keys: Vec<Vec<u8>> = redis::cmd("KEYS")
+            .arg("*")
+            .query(&mut c)
+            .unwrap_or_default();
+        keys.into_iter()
+            .map(|k| {
+                let d: Option<Vec<u8>> = redis::cmd("DUMP").arg(&k).query(&mut c).ok().flatten();
+                (k, d)
+            })
+            .collect()
+    };
+    let mut out = Vec::new();
+    for db in 0..16 {
+        let (da, dbb) = (dumps(a, db), dumps(b, db));
+        for key in da
+            .keys()
+            .chain(dbb.keys())
+            .collect::<std::collections::BTreeSet<_>>()
+        {
+            let (x, y) = (da.get(key), dbb.get(key));
+            if x != y && out.len() < 8 {
+                let show = |v: Option<&Option<Vec<u8>>>| match v {
+                    None => "absent".to_owned(),
+                    Some(d) => format!("{} bytes", d.as_ref().map_or(0, Vec::len)),
+                };
+                out.push(format!(
+                    "db {db} {:?}: a {} b {}",
+                    String::from_utf8_lossy(key),
+                    show(x),
+                    show(y)
+                ));
+            }
+        }
+    }
+    format!("differing keys: [{}]", out.join(", "))
 }
 
 /// Pings a node every few milliseconds on its own connection until dropped;
@@ -453,4 +535,17 @@ impl PingMonitor {
         let at = |q: f64| rtts[((rtts.len() - 1) as f64 * q) as usize];
         (rtts.len(), at(0.5), at(0.99), *rtts.last().unwrap())
     }
+}
+
+/// Cuts the link of `pair`: both nodes dial a port nobody listens on, and
+/// the connection between them is dropped.
+pub fn cut(pair: &Pair) {
+    let nowhere = free_port().to_string();
+    pair.a.set_peer_port(&nowhere);
+    pair.b.set_peer_port(&nowhere);
+    assert!(
+        wait_until(Duration::from_secs(10), || pair.a.status()["link"] != "up"
+            && pair.b.status()["link"] != "up"),
+        "the link stayed up"
+    );
 }

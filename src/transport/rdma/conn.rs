@@ -15,11 +15,11 @@ use super::cm::{CmId, EventChannel};
 use super::mem::{MemoryRegion, MmapRegion};
 use super::verbs::{self, CompletionChannel, CompletionQueue, ProtectionDomain, SendKind};
 use super::{RdmaError, CONNECT_TIMEOUT};
-use crate::auth::Side;
-use crate::control::{MessageHeader, Op, RemoteRing, HEADER_LEN, MAX_CONTROL_LEN};
 use crate::error::{Error, HandshakeFailure, Result};
-use crate::handshake::{self, decode_header, Agreed, Local, MessageIo, Watch};
-use crate::ring::RingGeometry;
+use crate::proto::auth::Side;
+use crate::proto::control::{MessageHeader, Op, RemoteRing, HEADER_LEN, MAX_CONTROL_LEN};
+use crate::proto::handshake::{self, decode_header, Agreed, Local, MessageIo, Watch};
+use crate::proto::ring::RingGeometry;
 use crate::transport::{
     credit_message, keepalive_message, Delivery, LinkFlags, RingGuard, RingWriter,
 };
@@ -644,7 +644,7 @@ pub(crate) fn receive(link: &RdmaLink, delivery: &mut dyn Delivery) -> Result<()
             // A completion that landed before arming raised no event: poll again.
             n = ep.recv_cq.poll(&mut wcs)?;
             if n == 0 {
-                ep.recv_cq.wait(crate::link::IDLE_TICK);
+                ep.recv_cq.wait(crate::link::session::IDLE_TICK);
                 continue;
             }
         }

@@ -1,0 +1,573 @@
+//! Flush the dirty set once per event-loop iteration: stamp each change with
+//! the clock, record its version, snapshot it (DUMP payload and absolute
+//! expiry, or "deleted") and queue the lot as one batch. A transaction or
+//! script runs inside one iteration, so it ships as one atomic batch. When
+//! the change cannot ship now (link down, queue full, catching up) it joins
+//! the backlog, which `resend` drains in time slices, as it does a full sync.
+
+use std::sync::LazyLock;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use redis_module::Context;
+
+use crate::capture::hook::{PendingOp, Suppressed, DIRTY, EXPIRED};
+use crate::capture::hotkeys::{is_costly, HotKeys};
+use crate::catchup::fullsync::FullSync;
+use crate::catchup::inflight::SentBatch;
+use crate::catchup::replication::{CatchUp, Replication, STATE};
+use crate::catchup::resend;
+use crate::converge::clock::HybridClock;
+use crate::converge::version::Stamp;
+use crate::ops::status::{LinkState, Stats};
+use crate::proto::entry::{Batch, Entry, Op};
+use crate::redis::server;
+use crate::redis::snapshot::{Read, Reader, Snapshot};
+use crate::runtime::Shared;
+
+/// Longest a flush spends on backlog and full sync before Redis serves
+/// clients again.
+const CATCH_UP_SLICE: Duration = Duration::from_millis(1);
+
+pub(crate) fn entry(shared: &Shared, db: u32, stamp: Stamp, op: Op) -> Entry {
+    Entry {
+        origin: stamp.node,
+        seq: shared.next_seq(),
+        clock: stamp.clock,
+        db,
+        op,
+    }
+}
+
+/// The key's value as read, or its deletion.
+pub(crate) fn op_of(key: Vec<u8>, snap: Option<Snapshot>) -> Op {
+    match snap {
+        Some(snap) => snap.into_op(key),
+        None => Op::Delete { key },
+    }
+}
+
+/// The pending op an entry was made from (to resend it).
+pub(crate) fn pending_of(e: &Entry) -> Option<PendingOp> {
+    Some(match &e.op {
+        Op::Value { key, .. } | Op::Delete { key } => PendingOp::Key {
+            db: e.db,
+            key: key.clone(),
+        },
+        Op::FlushDb => PendingOp::FlushDb(e.db),
+        Op::FlushAll => PendingOp::FlushAll,
+        Op::Functions { .. } => PendingOp::Functions,
+        Op::SwapDb { other } => {
+            PendingOp::SwapDb(e.db, *other, Some(Stamp::new(e.clock, e.origin)))
+        }
+        Op::Ack { .. } | Op::SyncRequest { .. } => return None,
+    })
+}
+
+/// Queues `entries` as one batch. On success tombstones are marked shipped
+/// and, when `resend`, the changes are kept until the peer acknowledges
+/// them. On failure the entries come back.
+pub(crate) fn push(
+    shared: &Shared,
+    st: &mut Replication,
+    entries: Vec<Entry>,
+    resend: bool,
+) -> Result<(), Vec<Entry>> {
+    if entries.is_empty() {
+        return Ok(());
+    }
+    let last_seq = entries.iter().map(|e| e.seq).max().unwrap_or(0);
+    // One clock reading for the batch: the entries go out together.
+    let mut sent = resend.then(|| SentBatch::new(Instant::now()));
+    if let Some(sent) = sent.as_mut() {
+        for e in &entries {
+            sent.record(e);
+        }
+    }
+    let tombstones: Vec<(u32, Vec<u8>, Stamp, u64)> = entries
+        .iter()
+        .filter_map(|e| match &e.op {
+            Op::Delete { key } => Some((e.db, key.clone(), Stamp::new(e.clock, e.origin), e.seq)),
+            _ => None,
+        })
+        .collect();
+    shared
+        .queue
+        .push(Batch { entries })
+        .map_err(|b| b.entries)?;
+    // Every tombstone shipped (live, resent or in a full sync) becomes
+    // collectable once the peer acknowledges the entry that carried it.
+    for (db, key, stamp, seq) in tombstones {
+        st.versions.mark_shipped(db, &key, stamp, seq);
+    }
+    match sent {
+        Some(sent) => st.shipped(sent, last_seq),
+        None => st.pushed(last_seq),
+    }
+    Ok(())
+}
+
+/// Whether this node's changes not stamped yet must be flushed before the
+/// peer's `batch` applies: when the batch could overwrite or move one of
+/// them (see [`DirtySet::touched_by`]), or when expired keys wait for their
+/// tombstones. Otherwise they keep their place: a resting hot key stays
+/// held (acks and sync requests write nothing at all).
+pub(crate) fn local_changes_go_before(batch: &Batch) -> bool {
+    DIRTY.lock().touched_by(batch)
+        || ((!EXPIRED.lock().is_empty() || crate::capture::hook::silent_unresolved())
+            && batch.entries.iter().any(Entry::is_data))
+}
+
+/// Keys resting after a costly snapshot (main thread only). Lock order:
+/// `STATE` before `DIRTY` before `HOT`.
+static HOT: LazyLock<Mutex<HotKeys>> = LazyLock::new(Mutex::default);
+
+/// Keys read together (one MGET for their strings), at most.
+const READ_RUN: usize = 256;
+
+/// Consecutive changed keys of one database, read together.
+struct ReadRun {
+    db: u32,
+    keys: Vec<Vec<u8>>,
+}
+
+impl ReadRun {
+    /// Reads the keys, stamps each change in order and records its version.
+    fn ship(
+        &mut self,
+        reader: &Reader,
+        shared: &Shared,
+        st: &mut Replication,
+        out: &mut Vec<Entry>,
+    ) {
+        if self.keys.is_empty() {
+            return;
+        }
+        let db = self.db;
+        server::select_db(reader.ctx(), db);
+        let keys = std::mem::take(&mut self.keys);
+        st.versions.warm(keys.iter().map(|k| (db, k.as_slice())));
+        let reads = reader.read_many(&keys);
+        let wall = HybridClock::wall();
+        let mut failed = Vec::new();
+        for (key, read) in keys.into_iter().zip(reads) {
+            let snap = match read {
+                Read::Value(snap) => Some(snap),
+                Read::Absent => None,
+                Read::Failed => {
+                    failed.push(key);
+                    continue;
+                }
+            };
+            if let Some(cost) = snap
+                .as_ref()
+                .filter(|s| is_costly(s.read_time, s.payload.len()))
+                .map(|s| s.read_time)
+            {
+                Stats::add(&shared.stats.costly_reads, 1);
+                Stats::add(&shared.stats.costly_read_us, cost.as_micros() as u64);
+                let max_rest = Duration::from_millis(shared.config.hot_key_rest_ms);
+                HOT.lock()
+                    .snapshotted(db, &key, cost, Instant::now(), max_rest);
+            }
+            let stamp = Stamp::new(shared.clock.tick(wall), shared.node_id);
+            st.last_local_stamp = stamp.clock;
+            if snap.is_some() {
+                st.versions.record_write(db, &key, stamp);
+            } else {
+                st.versions.record_delete(db, &key, stamp, 0);
+            }
+            out.push(entry(shared, db, stamp, op_of(key, snap)));
+        }
+        read_again_later(shared, db, failed);
+    }
+}
+
+/// New changes of `db` whose keys could not be read: unread is not
+/// deleted, so nothing ships for them now; they stay dirty and are read
+/// (and stamped) at the next flush. Lock order: `STATE` before `DIRTY`.
+fn read_again_later(shared: &Shared, db: u32, keys: Vec<Vec<u8>>) {
+    if keys.is_empty() {
+        return;
+    }
+    count_read_failures(shared, keys.len());
+    let mut dirty = DIRTY.lock();
+    for key in keys {
+        dirty.mark(db, &key);
+    }
+}
+
+pub(crate) fn count_read_failures(shared: &Shared, n: usize) {
+    Stats::add(&shared.stats.read_failures, n as u64);
+    shared.stats.set_error(format!(
+        "capture: reading {n} changed key(s) failed; retrying"
+    ));
+}
+
+/// Stamps new local changes and records their versions; returns the
+/// entries to ship now (`direct`) or defers them to the backlog.
+fn record_local(
+    reader: &Reader,
+    shared: &Shared,
+    st: &mut Replication,
+    ops: Vec<PendingOp>,
+    direct: bool,
+) -> Vec<Entry> {
+    let mut entries = Vec::new();
+    let mut deferred = Vec::new();
+    let mut run = ReadRun {
+        db: 0,
+        keys: Vec::new(),
+    };
+    for op in ops {
+        if direct {
+            if let PendingOp::Key { db, key } = op {
+                if db != run.db || run.keys.len() >= READ_RUN {
+                    run.ship(reader, shared, st, &mut entries);
+                    run.db = db;
+                }
+                run.keys.push(key);
+                continue;
+            }
+            // Everything before this op is stamped before it.
+            run.ship(reader, shared, st, &mut entries);
+        }
+        let stamp = Stamp::new(shared.clock.now(), shared.node_id);
+        st.last_local_stamp = stamp.clock;
+        match op {
+            PendingOp::Key { db, key } => {
+                server::select_db(reader.ctx(), db);
+                if reader.exists(&key) {
+                    st.versions.record_write(db, &key, stamp);
+                } else {
+                    st.versions.record_delete(db, &key, stamp, 0);
+                }
+                deferred.push(PendingOp::Key { db, key });
+            }
+            PendingOp::FlushDb(db) => {
+                st.versions.flush(Some(db), stamp);
+                if direct {
+                    entries.push(entry(shared, db, stamp, Op::FlushDb));
+                } else {
+                    deferred.push(op);
+                }
+            }
+            PendingOp::FlushAll => {
+                st.versions.flush(None, stamp);
+                if direct {
+                    entries.push(entry(shared, 0, stamp, Op::FlushAll));
+                } else {
+                    deferred.push(op);
+                }
+            }
+            PendingOp::SwapDb(a, b, _) => {
+                st.swap_dbs(a, b);
+                if direct {
+                    entries.push(entry(shared, a, stamp, Op::SwapDb { other: b }));
+                } else {
+                    deferred.push(op);
+                }
+            }
+            PendingOp::Functions => {
+                if let Some(payload) = changed_functions(reader, shared, st, stamp) {
+                    if direct {
+                        entries.push(entry(shared, 0, stamp, Op::Functions { payload }));
+                    } else {
+                        deferred.push(op);
+                    }
+                }
+            }
+        }
+    }
+    run.ship(reader, shared, st, &mut entries);
+    if !deferred.is_empty() {
+        st.defer(deferred);
+    }
+    entries
+}
+
+/// The function libraries if they changed since their recorded version
+/// (then recorded at `stamp`); `None` when they did not, or could not be
+/// read (counted; not retried at every flush, the next FUNCTION command or
+/// load reads them again).
+fn changed_functions(
+    reader: &Reader,
+    shared: &Shared,
+    st: &mut Replication,
+    stamp: Stamp,
+) -> Option<Vec<u8>> {
+    let Some(payload) = reader.functions() else {
+        count_read_failures(shared, 1);
+        return None;
+    };
+    let digest = crate::redis::snapshot::functions_digest(&payload);
+    let changed = match st.versions.functions() {
+        Some(f) => f.digest != digest,
+        None => payload.len() > crate::redis::snapshot::EMPTY_FUNCTIONS_DUMP_LEN,
+    };
+    if !changed {
+        return None;
+    }
+    st.versions.record_functions(stamp, digest);
+    Some(payload)
+}
+
+fn on_wake_timer(_ctx: &Context, (): ()) {
+    STATE.lock().wake_pending = false;
+}
+
+/// Makes sure the event loop comes back soon while catching up (an idle
+/// server would otherwise sleep up to 100 ms between iterations).
+fn keep_awake(ctx: &Context, st: &mut Replication) {
+    if !st.wake_pending {
+        st.wake_pending = true;
+        ctx.create_timer(Duration::from_millis(1), on_wake_timer, ());
+    }
+}
+
+/// A new link is up: resend what was not acknowledged, and start a full
+/// sync when one is due.
+fn on_link_up(st: &mut Replication, epoch: u64) {
+    let how = st.link_up(epoch);
+    redis_module::logging::log_notice(match how {
+        CatchUp::Full => "rdmasync: catching up with the peer: full sync".to_owned(),
+        CatchUp::Since => {
+            "rdmasync: catching up with the peer: sync since its watermark".to_owned()
+        }
+        CatchUp::Partial => format!(
+            "rdmasync: catching up with the peer: partial sync of {} changes",
+            st.backlog.len()
+        ),
+    });
+}
+
+/// Asks the peer for what this node misses if it lost state, or answers
+/// the peer's request with one of its own (at link-up, and at every flush
+/// after while the queue had no room for the request). The request says
+/// what this node holds: the peer's changes up to its watermark, its own
+/// up to its newest surviving stamp.
+fn ask_for_sync(shared: &Shared, st: &mut Replication) {
+    if !st.request_sync && !st.answer_wanted {
+        return;
+    }
+    let me = shared.node_id;
+    let answer = !st.request_sync;
+    let since = if answer && st.answer_asks_all {
+        0
+    } else {
+        st.versions.covered(Stats::get(&shared.stats.peer_node_id))
+    };
+    let (received, own) = if answer {
+        // It lost nothing of ours: none of ours is to come back.
+        (0, u64::MAX)
+    } else {
+        let own = st.own_durable.unwrap_or_else(|| st.versions.newest_of(me));
+        (st.received_at_loss(), own)
+    };
+    let op = Op::SyncRequest {
+        received,
+        since,
+        own,
+        answer,
+    };
+    let ask = entry(shared, 0, Stamp::new(since, me), op);
+    let seq = ask.seq;
+    if push(shared, st, vec![ask], false).is_ok() {
+        st.sync_request_sent(seq, answer);
+    }
+}
+
+/// Starts the sync the peer's request (or a link drop) made due: a full
+/// one, or one since the watermarks the peer gave.
+fn start_due_sync(reader: &Reader, shared: &Shared, st: &mut Replication) {
+    if st.full_sync.is_some() {
+        return;
+    }
+    if st.full_sync_wanted {
+        st.start_full_sync(FullSync::new(reader.databases()));
+    } else if let Some((since, own)) = st.since_sync_wanted {
+        let peer = Stats::get(&shared.stats.peer_node_id);
+        let sync = FullSync::since_watermark(&st.versions, shared.node_id, peer, since, own);
+        st.start_full_sync(sync);
+    }
+}
+
+/// Ships what changed since the last call, unless a key resting after a
+/// costly snapshot is among the changes: then they all wait, in order, for
+/// a later iteration (see `hotkeys`). Called before the event loop sleeps.
+pub fn flush(ctx: &Context, shared: &Shared) {
+    flush_changes(ctx, shared, true, true);
+}
+
+/// Ships every change now: local changes are stamped before any remote
+/// entry is applied.
+pub fn flush_now(ctx: &Context, shared: &Shared) {
+    flush_changes(ctx, shared, false, true);
+}
+
+/// Ships every change now, before an RDB or AOF rewrite records the data
+/// (so the versions it saves match the values). Skipped when the module's
+/// own code holds the convergence state (a save inside one of its commands).
+pub fn flush_before_save(ctx: &Context, shared: &Shared) {
+    // Inside a transaction or script (FLUSHALL with save points, DEBUG
+    // RELOAD in MULTI) it would ship half of it: the lot ships at the end.
+    let atomic = redis_module::ContextFlags::MULTI | redis_module::ContextFlags::LUA;
+    if ctx.get_flags().intersects(atomic) {
+        return;
+    }
+    if STATE.try_lock().is_some() {
+        // Their stamps wait for the flush before sleeping: propagated from
+        // inside the command that saves (FLUSHALL with save points), they
+        // would precede that command in the AOF. The file being written
+        // has them as aux data.
+        flush_changes(ctx, shared, false, false);
+    }
+}
+
+/// Stamps and ships what changed (`may_wait`: unless a resting hot key
+/// holds it back); `propagate`: the stamps go into the AOF and to replicas
+/// now (else at the next flush that may).
+fn flush_changes(ctx: &Context, shared: &Shared, may_wait: bool, propagate: bool) {
+    crate::capture::hook::resolve_silent(ctx);
+    // Only changes that would ship at once may wait: while catching up the
+    // backlog, the full sync and the retries of unread keys read current
+    // values, which would overtake the held changes.
+    let may_wait = may_wait && !HOT.lock().is_empty() && shared.stats.link() == LinkState::Up && {
+        let st = STATE.lock();
+        let epoch = Stats::get(&shared.stats.links_established);
+        !st.catching_up()
+            && st.unread.is_empty()
+            && !st.full_sync_wanted
+            && st.since_sync_wanted.is_none()
+            && !st.sync_requested
+            && !st.request_sync
+            && !st.answer_wanted
+            && !st.is_new_link(epoch)
+    };
+    let mut held = false;
+    let ops = {
+        let mut dirty = DIRTY.lock();
+        if dirty.is_empty() {
+            Vec::new()
+        } else if may_wait && {
+            let mut hot = HOT.lock();
+            !hot.is_empty()
+                && hot.holds_back(Instant::now(), dirty.len(), |db, k| dirty.contains(db, k))
+        } {
+            held = true;
+            Vec::new()
+        } else {
+            dirty.take()
+        }
+    };
+    if held {
+        Stats::add(&shared.stats.flushes_deferred, 1);
+    }
+    if server::is_replica_or_loading() {
+        // A replica's data comes from its master; it has nothing of its own to ship.
+        Stats::add(&shared.stats.entries_dropped, ops.len() as u64);
+        return;
+    }
+    let expired = std::mem::take(&mut *EXPIRED.lock());
+    let link_up = shared.stats.link() == LinkState::Up;
+    let epoch = Stats::get(&shared.stats.links_established);
+    let mut st = STATE.lock();
+    let new_link = link_up && st.is_new_link(epoch);
+    let busy = link_up
+        && (st.catching_up()
+            || st.full_sync_wanted
+            || st.since_sync_wanted.is_some()
+            || st.sync_requested
+            || st.request_sync
+            || st.answer_wanted
+            || st.ack_due()
+            || st.coverage().is_some_and(|c| c > st.coverage_sent())
+            || st.collection_due()
+            || !st.unread.is_empty());
+    let stamps_pending = propagate && st.versions.journal_pending();
+    if ops.is_empty() && expired.is_empty() && !new_link && !busy && !held && !stamps_pending {
+        return;
+    }
+    // Snapshots and lazy expiry raise events that are not local writes.
+    let _guard = Suppressed::new();
+    let reader = Reader::new(ctx);
+    let original_db = server::selected_db(ctx);
+    for (db, key) in expired {
+        server::select_db(ctx, db);
+        // Written again since it expired: that write has its own version.
+        if !reader.exists(&key) {
+            let gc_after = st.last_pushed;
+            st.versions.expired(db, &key, gc_after);
+        }
+    }
+    if new_link {
+        on_link_up(&mut st, epoch);
+    }
+    if link_up {
+        ask_for_sync(shared, &mut st);
+        if st.sync_requested {
+            // Every key here has a version: a sync since a watermark
+            // misses nothing.
+            let versioned = reader.total_keys() <= st.versions.live_len() as u64;
+            let peer = Stats::get(&shared.stats.peer_node_id);
+            st.take_sync_request(versioned, shared.node_id, peer);
+            ask_for_sync(shared, &mut st);
+        }
+        start_due_sync(&reader, shared, &mut st);
+    }
+    let direct = link_up && st.backlog.is_empty() && !shared.queue.is_full();
+    let entries = record_local(&reader, shared, &mut st, ops, direct);
+    if let Err(entries) = push(shared, &mut st, entries, true) {
+        // Cannot happen after `is_full` said no (single producer): keep them.
+        Stats::add(&shared.stats.queue_overflows, 1);
+        let ops = entries.iter().filter_map(pending_of).collect();
+        st.defer(ops);
+    }
+    if link_up {
+        let deadline = Instant::now() + CATCH_UP_SLICE;
+        resend::drain_backlog(&reader, shared, &mut st, deadline);
+        resend::retry_unread(&reader, shared, &mut st);
+        resend::advance_full_sync(&reader, shared, &mut st, deadline);
+        let mut acked = false;
+        if st.last_local_stamp == 0 && st.coverage().is_some() {
+            // No change of ours since this node started, and in step: every
+            // change of ours up to now is held by the peer (or was shipped),
+            // and later ones are stamped after now.
+            st.last_local_stamp = shared.clock.now();
+        }
+        if let Some((applied, coverage)) = st.take_ack() {
+            // The ack's clock is what our stream has covered of our own
+            // changes (the peer's watermark of us).
+            let ack = entry(
+                shared,
+                0,
+                Stamp::new(coverage, shared.node_id),
+                Op::Ack { applied },
+            );
+            acked = push(shared, &mut st, vec![ack], false).is_ok();
+            if !acked {
+                st.ack_lost();
+            }
+        }
+        st.collect_tombstones(acked);
+        if st.coverage().is_some_and(|c| c > st.coverage_sent()) {
+            // An ack held by the interval: come back for it even if idle.
+            keep_awake(ctx, &mut st);
+        }
+        if st.catching_up() {
+            if shared.queue.is_full() {
+                Stats::add(&shared.stats.queue_overflows, 1);
+            }
+            keep_awake(ctx, &mut st);
+        }
+    }
+    if held {
+        // Come back when the rest may be over, even if no client writes.
+        keep_awake(ctx, &mut st);
+    }
+    // The stamps go into the AOF and to replicas with this iteration's data.
+    if propagate {
+        crate::redis::persist::propagate_stamps(ctx, shared, &mut st.versions);
+    }
+    server::select_db(ctx, original_db);
+}

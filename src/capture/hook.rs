@@ -1,0 +1,838 @@
+//! Keyspace and server events -> the dirty set. Runs inside Redis commands:
+//! records `(db, key)` and nothing else; never writes, never blocks.
+
+use std::collections::VecDeque;
+use std::hash::BuildHasher;
+
+use hashbrown::{DefaultHashBuilder, HashTable};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::LazyLock;
+
+use parking_lot::Mutex;
+use redis_module::{Context, NotifyEvent};
+
+use crate::converge::version::Stamp;
+use crate::proto::entry::{Batch, Op};
+use crate::redis::server;
+
+/// Something to ship at the next flush, in the order it happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PendingOp {
+    /// The key changed; its value is read at flush time.
+    Key {
+        /// Database.
+        db: u32,
+        /// Key name.
+        key: Vec<u8>,
+    },
+    /// `FLUSHDB` of a database.
+    FlushDb(u32),
+    /// `FLUSHALL`.
+    FlushAll,
+    /// `SWAPDB a b`, with the stamp it already shipped with, if it did (a
+    /// resend keeps it, so the peer can tell it applied that swap already).
+    SwapDb(u32, u32, Option<Stamp>),
+    /// The function libraries may have changed (`FUNCTION LOAD`, `DELETE`,
+    /// `FLUSH`, `RESTORE`); they are read at flush time. Pending at most once.
+    Functions,
+}
+
+impl PendingOp {
+    /// Whether this is a FLUSHDB, FLUSHALL or SWAPDB (which move or drop
+    /// the keys pending before it).
+    pub fn is_flush_or_swap(&self) -> bool {
+        matches!(
+            self,
+            PendingOp::FlushDb(_) | PendingOp::FlushAll | PendingOp::SwapDb(..)
+        )
+    }
+}
+
+/// Keys changed since the last flush plus the flushes and swaps between them.
+/// Each key appears once; a flush or swap reorders the keys it affects so that
+/// reading values at flush time gives the right result.
+#[derive(Debug, Default)]
+pub struct DirtySet {
+    /// The ops in order; `ops[i]` is at position `base + i`.
+    ops: VecDeque<PendingOp>,
+    /// Position of `ops[0]` (positions only grow: taking from the front
+    /// moves it on instead of renumbering).
+    base: u64,
+    /// Positions of the `Key` ops, found by `(db, key)`: a repeat write
+    /// looks up without allocating, and each key is stored once (in `ops`).
+    index: HashTable<u64>,
+    hasher: DefaultHashBuilder,
+    /// How many of `ops` are flushes or swaps.
+    flushes_and_swaps: usize,
+}
+
+fn hash_key(hasher: &DefaultHashBuilder, db: u32, key: &[u8]) -> u64 {
+    hasher.hash_one((db, key))
+}
+
+/// Indexes the `Key` op at position `pos` (its hash is `h`).
+fn index_position(
+    index: &mut HashTable<u64>,
+    ops: &VecDeque<PendingOp>,
+    base: u64,
+    hasher: &DefaultHashBuilder,
+    h: u64,
+    pos: u64,
+) {
+    index.insert_unique(h, pos, |&p| {
+        key_at(ops, base, p).map_or(0, |(d, k)| hash_key(hasher, d, k))
+    });
+}
+
+/// `(db, key)` of the `Key` op at position `pos`, if that is one.
+fn key_at(ops: &VecDeque<PendingOp>, base: u64, pos: u64) -> Option<(u32, &[u8])> {
+    let i = usize::try_from(pos.checked_sub(base)?).ok()?;
+    match ops.get(i)? {
+        PendingOp::Key { db, key } => Some((*db, key.as_slice())),
+        _ => None,
+    }
+}
+
+impl DirtySet {
+    /// Whether nothing is pending.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// Whether `key` of `db` is pending.
+    pub fn contains(&self, db: u32, key: &[u8]) -> bool {
+        self.contains_hashed(hash_key(&self.hasher, db, key), db, key)
+    }
+
+    fn contains_hashed(&self, h: u64, db: u32, key: &[u8]) -> bool {
+        self.index
+            .find(h, |&p| key_at(&self.ops, self.base, p) == Some((db, key)))
+            .is_some()
+    }
+
+    /// The pending ops, in order.
+    pub fn pending(&self) -> impl Iterator<Item = &PendingOp> {
+        self.ops.iter()
+    }
+
+    /// Ops pending.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Whether a FLUSHDB, FLUSHALL or SWAPDB is pending.
+    pub fn has_flush_or_swap(&self) -> bool {
+        self.flushes_and_swaps > 0
+    }
+
+    /// Whether applying the peer's `batch` now could overwrite or move a
+    /// pending change, which must then be stamped first: the batch writes
+    /// a pending key (the remote write would be judged against the key's
+    /// older version), or a flush or swap on either side moves or drops
+    /// keys under the other side's changes.
+    pub fn touched_by(&self, batch: &Batch) -> bool {
+        if self.is_empty() {
+            return false;
+        }
+        let flush_or_swap = self.has_flush_or_swap();
+        batch.entries.iter().any(|e| match &e.op {
+            Op::Value { key, .. } | Op::Delete { key } => flush_or_swap || self.contains(e.db, key),
+            Op::FlushDb | Op::FlushAll | Op::SwapDb { .. } => true,
+            Op::Functions { .. } => self.functions_pending(),
+            Op::Ack { .. } | Op::SyncRequest { .. } => false,
+        })
+    }
+
+    /// Takes up to `n` of the oldest ops.
+    pub fn take_front(&mut self, n: usize) -> Vec<PendingOp> {
+        let n = n.min(self.ops.len());
+        let front: Vec<PendingOp> = self.ops.drain(..n).collect();
+        for (pos, op) in (self.base..).zip(&front) {
+            if let PendingOp::Key { db, key } = op {
+                let h = hash_key(&self.hasher, *db, key);
+                if let Ok(entry) = self.index.find_entry(h, |&p| p == pos) {
+                    entry.remove();
+                }
+            }
+        }
+        self.base += n as u64;
+        self.flushes_and_swaps -= front.iter().filter(|op| op.is_flush_or_swap()).count();
+        front
+    }
+
+    /// Appends ops recorded elsewhere, after everything pending.
+    pub fn extend(&mut self, ops: Vec<PendingOp>) {
+        for op in ops {
+            match op {
+                PendingOp::Key { db, key } => self.mark_owned(db, key),
+                PendingOp::FlushDb(d) => self.flushing(Some(d)),
+                PendingOp::FlushAll => self.flushing(None),
+                PendingOp::SwapDb(a, b, shipped) => self.swap_op(a, b, shipped),
+                PendingOp::Functions => self.mark_functions(),
+            }
+        }
+    }
+
+    /// Records that the function libraries may have changed.
+    pub fn mark_functions(&mut self) {
+        if !self.functions_pending() {
+            self.ops.push_back(PendingOp::Functions);
+        }
+    }
+
+    /// Whether a change of the function libraries is pending.
+    pub fn functions_pending(&self) -> bool {
+        self.ops.iter().any(|op| matches!(op, PendingOp::Functions))
+    }
+
+    /// Records that `key` in `db` changed.
+    pub fn mark(&mut self, db: u32, key: &[u8]) {
+        // One hash for the lookup and the insert: this runs for every write.
+        let h = hash_key(&self.hasher, db, key);
+        if !self.contains_hashed(h, db, key) {
+            self.push_key(h, db, key.to_vec());
+        }
+    }
+
+    /// [`DirtySet::mark`] of a name already owned (kept, not copied).
+    fn mark_owned(&mut self, db: u32, key: Vec<u8>) {
+        let h = hash_key(&self.hasher, db, &key);
+        if !self.contains_hashed(h, db, &key) {
+            self.push_key(h, db, key);
+        }
+    }
+
+    /// Appends a key not pending yet (its hash is `h`).
+    fn push_key(&mut self, h: u64, db: u32, key: Vec<u8>) {
+        let pos = self.base + self.ops.len() as u64;
+        self.ops.push_back(PendingOp::Key { db, key });
+        index_position(&mut self.index, &self.ops, self.base, &self.hasher, h, pos);
+    }
+
+    /// Indexes every `Key` op again (after ops were removed or reordered).
+    fn reindex(&mut self) {
+        self.index.clear();
+        self.flushes_and_swaps = self.ops.iter().filter(|op| op.is_flush_or_swap()).count();
+        let (ops, base, hasher) = (&self.ops, self.base, &self.hasher);
+        for (pos, op) in (base..).zip(ops.iter()) {
+            if let PendingOp::Key { db, key } = op {
+                let h = hash_key(hasher, *db, key);
+                let seen = self
+                    .index
+                    .find(h, |&p| key_at(ops, base, p) == Some((*db, key.as_slice())))
+                    .is_some();
+                if !seen {
+                    index_position(&mut self.index, ops, base, hasher, h, pos);
+                }
+            }
+        }
+    }
+
+    /// Records a flush of `db` (or of everything): keys dirtied before it are
+    /// gone, so they need not ship.
+    pub fn flushing(&mut self, db: Option<u32>) {
+        let hit = |d: u32| db.is_none_or(|f| f == d);
+        self.ops
+            .retain(|op| !matches!(op, PendingOp::Key { db: d, .. } if hit(*d)));
+        self.ops.push_back(match db {
+            Some(d) => PendingOp::FlushDb(d),
+            None => PendingOp::FlushAll,
+        });
+        self.reindex();
+    }
+
+    /// Records `SWAPDB a b`: dirty keys of either database now live in the
+    /// other one, and ship after the swap.
+    pub fn swapped(&mut self, a: u32, b: u32) {
+        self.swap_op(a, b, None);
+    }
+
+    fn swap_op(&mut self, a: u32, b: u32, shipped: Option<Stamp>) {
+        let mut moved = Vec::new();
+        self.ops.retain(|op| match op {
+            PendingOp::Key { db, key } if *db == a || *db == b => {
+                moved.push((if *db == a { b } else { a }, key.clone()));
+                false
+            }
+            _ => true,
+        });
+        self.ops.push_back(PendingOp::SwapDb(a, b, shipped));
+        self.reindex();
+        for (db, key) in moved {
+            self.mark_owned(db, key);
+        }
+    }
+
+    /// Takes everything pending.
+    pub fn take(&mut self) -> Vec<PendingOp> {
+        self.index.clear();
+        self.flushes_and_swaps = 0;
+        self.base += self.ops.len() as u64;
+        Vec::from(std::mem::take(&mut self.ops))
+    }
+
+    /// Puts back ops taken earlier that could not be queued (or were shipped
+    /// and not acknowledged), ahead of anything recorded since. They go in
+    /// as if recorded again: a key named twice (in two unacknowledged
+    /// batches) is held once, and a key before a SWAPDB of its database
+    /// moves after it, to the database its value now lives in.
+    pub fn restore(&mut self, ops: Vec<PendingOp>) {
+        let newer = self.take();
+        self.extend(ops);
+        self.extend(newer);
+    }
+}
+
+/// The node's dirty set. Touched only on the main thread, so the lock is never
+/// contended.
+pub static DIRTY: LazyLock<Mutex<DirtySet>> = LazyLock::new(Mutex::default);
+
+/// Set while the module itself runs commands (applying remote batches,
+/// snapshotting): the events they raise are not local writes (echo guard).
+pub static SUPPRESS: AtomicBool = AtomicBool::new(false);
+
+/// Sets [`SUPPRESS`] for its lifetime, clearing it even if the code in
+/// between panics (and the panic is caught).
+pub struct Suppressed(());
+
+impl Suppressed {
+    /// Starts suppressing capture.
+    pub fn new() -> Self {
+        SUPPRESS.store(true, Ordering::Relaxed);
+        Self(())
+    }
+}
+
+impl Drop for Suppressed {
+    fn drop(&mut self) {
+        SUPPRESS.store(false, Ordering::Relaxed);
+    }
+}
+
+/// Keyspace notification handler: marks the key dirty. Writes that come
+/// from this node's own master (it is a replica) or from loading a dataset
+/// are not this node's writes and are not captured. An expiry or eviction
+/// is not a write either: each node expires keys itself from the absolute
+/// expiry that travels with the value, so it only turns the key's last
+/// version into a tombstone.
+pub fn on_keyspace_event(ctx: &Context, class: i32, key: &[u8]) {
+    let local_only = NotifyEvent::EXPIRED | NotifyEvent::EVICTED;
+    if server::is_replica_or_loading() {
+        // A command replayed from the AOF: its stamp record, if the node
+        // wrote one, comes after it.
+        if server::is_loading() && !NotifyEvent::from_bits_truncate(class).intersects(local_only) {
+            crate::redis::persist::loaded_change(server::selected_db(ctx), key);
+        }
+        return;
+    }
+    let db = server::selected_db(ctx);
+    if NotifyEvent::from_bits_truncate(class).intersects(local_only) {
+        // Also while suppressed: the module's own reads expire keys lazily.
+        let mut expired = EXPIRED.lock();
+        if expired.len() < MAX_EXPIRED_PENDING {
+            expired.push((db, key.to_vec()));
+        }
+        return;
+    }
+    if SUPPRESS.load(Ordering::Relaxed) {
+        return;
+    }
+    DIRTY.lock().mark(db, key);
+}
+
+/// How long a silent change queued in `MULTI` waits for its `EXEC` to be
+/// captured again (when the server cannot say which client queued it,
+/// every `EXEC` in that time captures it again).
+const QUEUED_FOR: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// At most this many silent changes wait for an `EXEC` (the oldest go).
+const MAX_QUEUED: usize = 4096;
+
+/// What a silent change's key must hold for a database to be the one it
+/// ran in (on servers that cannot say).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SilentType {
+    /// Stream commands.
+    Stream,
+    /// HyperLogLog commands (a HyperLogLog is a string).
+    String,
+}
+
+/// A silent change queued in `MULTI`, to capture at its `EXEC`.
+#[derive(Debug)]
+struct Queued {
+    key: Vec<u8>,
+    kind: SilentType,
+    /// Database and client, where the server said.
+    client: Option<server::FilteredClient>,
+    at: std::time::Instant,
+}
+
+/// Changes without a keyspace event (`silent`), as the command filter saw
+/// them: keys whose database is not known yet, and changes queued in
+/// `MULTI`. Main thread only.
+#[derive(Debug, Default)]
+pub struct SilentChanges {
+    /// Keys to mark dirty in each database where they hold `SilentType`.
+    pub unresolved: Vec<(Vec<u8>, SilentType)>,
+    queued: VecDeque<Queued>,
+    /// When a FUNCTION change was last (maybe) queued in MULTI: the
+    /// libraries are read again at every EXEC until `QUEUED_FOR` after.
+    functions_queued_at: Option<std::time::Instant>,
+}
+
+impl SilentChanges {
+    /// A change queued in `MULTI` (or maybe queued: the client is unknown).
+    fn queue(&mut self, key: &[u8], kind: SilentType, client: Option<server::FilteredClient>) {
+        if self.queued.len() >= MAX_QUEUED {
+            self.queued.pop_front();
+        }
+        self.queued.push_back(Queued {
+            key: key.to_vec(),
+            kind,
+            client,
+            at: std::time::Instant::now(),
+        });
+    }
+
+    /// `EXEC` of `client` (unknown: any client) at `now`: the changes it
+    /// runs, as `(db, key)` where the database is known, else unresolved.
+    fn exec(&mut self, client: Option<u64>, now: std::time::Instant) -> Vec<(u32, Vec<u8>)> {
+        self.queued
+            .retain(|q| now.saturating_duration_since(q.at) < QUEUED_FOR);
+        let mut known = Vec::new();
+        let mut kept = VecDeque::new();
+        for q in std::mem::take(&mut self.queued) {
+            match (q.client, client) {
+                (Some(c), Some(id)) if c.id == id => known.push((c.db, q.key)),
+                (None, _) => {
+                    // Which client queued it is unknown: it stays for a later EXEC.
+                    self.unresolved.push((q.key.clone(), q.kind));
+                    kept.push_back(q);
+                }
+                _ => kept.push_back(q),
+            }
+        }
+        self.queued = kept;
+        known
+    }
+}
+
+/// Silent changes seen by the command filter (main thread only).
+pub static SILENT: LazyLock<Mutex<SilentChanges>> = LazyLock::new(Mutex::default);
+
+/// Command filter handler: records the keys a command changes without a
+/// keyspace event (see `silent`), and at `EXEC` those queued before it.
+/// Records only; the database of a key the server did not name is found
+/// at the next flush ([`resolve_silent`]).
+pub fn on_command(
+    kind: crate::capture::silent::Kind,
+    args: &[&[u8]],
+    client: Option<server::FilteredClient>,
+) {
+    use crate::capture::silent::Kind;
+    if SUPPRESS.load(Ordering::Relaxed) || server::is_replica_or_loading() {
+        return;
+    }
+    let (keys, kind) = match kind {
+        Kind::Stream(keys) => (keys, SilentType::Stream),
+        Kind::String(keys) => (keys, SilentType::String),
+        Kind::Exec => {
+            let now = std::time::Instant::now();
+            let mut silent = SILENT.lock();
+            let known = silent.exec(client.map(|c| c.id), now);
+            let functions = silent
+                .functions_queued_at
+                .is_some_and(|at| now.saturating_duration_since(at) < QUEUED_FOR);
+            drop(silent);
+            let mut dirty = DIRTY.lock();
+            for (db, key) in known {
+                dirty.mark(db, &key);
+            }
+            if functions {
+                dirty.mark_functions();
+            }
+            return;
+        }
+        Kind::Function if crate::capture::silent::changes_functions(args) => {
+            // Read at the next flush (and, if queued, at the EXECs after):
+            // an unchanged set of libraries ships nothing.
+            DIRTY.lock().mark_functions();
+            if client.is_none_or(|c| c.queuing) {
+                SILENT.lock().functions_queued_at = Some(std::time::Instant::now());
+            }
+            return;
+        }
+        Kind::Function => return,
+        Kind::Other => return,
+    };
+    for key in crate::capture::silent::key_positions(keys, args)
+        .into_iter()
+        .filter_map(|i| args.get(i))
+    {
+        match client {
+            Some(c) if !c.queuing => DIRTY.lock().mark(c.db, key),
+            Some(c) => SILENT.lock().queue(key, kind, Some(c)),
+            None => {
+                let mut silent = SILENT.lock();
+                silent.unresolved.push((key.to_vec(), kind));
+                silent.queue(key, kind, None);
+            }
+        }
+    }
+}
+
+/// Marks dirty the silent changes whose database the server did not name:
+/// in every database where the key holds what the command changes (on
+/// Redis 7.0 a key of that name and type in another database ships too,
+/// unchanged).
+pub fn resolve_silent(ctx: &Context) {
+    let unresolved = std::mem::take(&mut SILENT.lock().unresolved);
+    if unresolved.is_empty() {
+        return;
+    }
+    let original = server::selected_db(ctx);
+    let mut dirty = DIRTY.lock();
+    for db in 0..server::database_count(ctx) {
+        if !server::select_db(ctx, db) {
+            break;
+        }
+        for (key, kind) in &unresolved {
+            let info = server::key_info(ctx, key);
+            let holds = match kind {
+                SilentType::Stream => info.is_stream(),
+                SilentType::String => info.is_string(),
+            };
+            if holds {
+                dirty.mark(db, key);
+            }
+        }
+    }
+    server::select_db(ctx, original);
+}
+
+/// Whether silent changes wait for [`resolve_silent`].
+pub fn silent_unresolved() -> bool {
+    !SILENT.lock().unresolved.is_empty()
+}
+
+/// Keys expired or evicted since the last flush, at most this many (beyond
+/// it their versions simply stay until the key is written again).
+const MAX_EXPIRED_PENDING: usize = 1 << 20;
+
+/// Keys expired or evicted since the last flush; their last version becomes
+/// a tombstone there (the convergence state may be held when they expire).
+pub static EXPIRED: LazyLock<Mutex<Vec<ExpiredKey>>> = LazyLock::new(Mutex::default);
+
+/// `(db, key)` of a key that expired or was evicted.
+pub type ExpiredKey = (u32, Vec<u8>);
+
+/// Records FLUSHDB/FLUSHALL and SWAPDB, which have no per-key notification.
+pub fn on_flush_or_swap(event: server::ServerEvent) {
+    if server::is_loading() {
+        // A flush replayed from the AOF: its stamp record, if any, follows.
+        match event {
+            server::ServerEvent::FlushStarting(db) => crate::redis::persist::loaded_flush(db),
+            server::ServerEvent::Swapped(a, b) => crate::redis::persist::loaded_swap(a, b),
+            _ => {}
+        }
+        return;
+    }
+    if SUPPRESS.load(Ordering::Relaxed) || server::is_replica_or_loading() {
+        return;
+    }
+    match event {
+        server::ServerEvent::FlushStarting(db) => DIRTY.lock().flushing(db),
+        server::ServerEvent::Swapped(a, b) => DIRTY.lock().swapped(a, b),
+        server::ServerEvent::BeforeSleep
+        | server::ServerEvent::DatasetReplaced(_)
+        | server::ServerEvent::BecameMaster
+        | server::ServerEvent::LoadingEnded
+        | server::ServerEvent::ChildBorn
+        | server::ServerEvent::SavingStarts => {}
+    }
+}
+
+/// The dataset is being replaced wholesale (`DEBUG RELOAD`, a full sync from
+/// a master, a load at startup): the flush that precedes it is internal, and
+/// the loaded keys raise no notifications. Nothing pending may ship (it would
+/// wipe the peer); returns how many pending ops were discarded.
+pub fn on_dataset_replaced() -> usize {
+    DIRTY.lock().take().len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn key(db: u32, k: &str) -> PendingOp {
+        PendingOp::Key {
+            db,
+            key: k.as_bytes().to_vec(),
+        }
+    }
+
+    fn remote(db: u32, op: Op) -> Batch {
+        Batch {
+            entries: vec![crate::proto::entry::Entry {
+                origin: 2,
+                seq: 1,
+                clock: 1,
+                db,
+                op,
+            }],
+        }
+    }
+
+    fn delete(k: &str) -> Op {
+        Op::Delete {
+            key: k.as_bytes().to_vec(),
+        }
+    }
+
+    #[test]
+    fn a_remote_batch_touches_pending_changes_only_through_their_keys_or_a_flush_or_swap() {
+        let mut d = DirtySet::default();
+        assert!(!d.touched_by(&remote(0, delete("a"))), "nothing pending");
+        d.mark(0, b"a");
+        assert!(d.touched_by(&remote(0, delete("a"))));
+        assert!(!d.touched_by(&remote(0, delete("b"))));
+        assert!(!d.touched_by(&remote(1, delete("a"))), "another database");
+        assert!(!d.touched_by(&remote(0, Op::Ack { applied: 3 })));
+        assert!(!d.touched_by(&remote(
+            0,
+            Op::SyncRequest {
+                received: 3,
+                since: 0,
+                own: 0,
+                answer: false
+            }
+        )));
+        assert!(d.touched_by(&remote(5, Op::FlushDb)));
+        assert!(d.touched_by(&remote(0, Op::FlushAll)));
+        assert!(d.touched_by(&remote(2, Op::SwapDb { other: 3 })));
+        assert!(!d.has_flush_or_swap());
+        d.swapped(4, 5);
+        assert!(d.has_flush_or_swap());
+        assert!(d.touched_by(&remote(0, delete("b"))), "a swap waits here");
+        let _ = d.take();
+        d.flushing(Some(7));
+        assert!(d.has_flush_or_swap());
+        assert!(d.touched_by(&remote(0, delete("b"))), "a flush waits here");
+    }
+
+    #[test]
+    fn restored_ops_are_recorded_again_so_keys_stay_unique_and_follow_swaps() {
+        let mut d = DirtySet::default();
+        d.mark(2, b"new");
+        // Two unacknowledged batches: k in db 0, a swap of 0 and 1, k again.
+        d.restore(vec![
+            key(0, "k"),
+            PendingOp::SwapDb(0, 1, None),
+            key(0, "k"),
+            key(0, "k"),
+        ]);
+        assert!(d.has_flush_or_swap());
+        assert!(d.contains(1, b"k") && d.contains(0, b"k"));
+        assert_eq!(
+            d.take_front(2),
+            vec![PendingOp::SwapDb(0, 1, None), key(1, "k")]
+        );
+        assert!(!d.has_flush_or_swap());
+        assert_eq!(d.take(), vec![key(0, "k"), key(2, "new")]);
+    }
+
+    #[test]
+    fn hot_key_ships_once() {
+        let mut d = DirtySet::default();
+        for _ in 0..100 {
+            d.mark(0, b"hot");
+        }
+        d.mark(1, b"hot");
+        assert_eq!(d.take(), vec![key(0, "hot"), key(1, "hot")]);
+        assert!(d.is_empty());
+    }
+
+    #[test]
+    fn flush_drops_earlier_keys_of_that_db_only() {
+        let mut d = DirtySet::default();
+        d.mark(0, b"a");
+        d.mark(1, b"b");
+        d.flushing(Some(0));
+        d.mark(0, b"a");
+        assert_eq!(
+            d.take(),
+            vec![key(1, "b"), PendingOp::FlushDb(0), key(0, "a")]
+        );
+        d.mark(3, b"c");
+        d.flushing(None);
+        assert_eq!(d.take(), vec![PendingOp::FlushAll]);
+    }
+
+    #[test]
+    fn swap_moves_dirty_keys_after_it() {
+        let mut d = DirtySet::default();
+        d.mark(0, b"a");
+        d.mark(1, b"b");
+        d.mark(2, b"c");
+        d.swapped(0, 1);
+        assert_eq!(
+            d.take(),
+            vec![
+                key(2, "c"),
+                PendingOp::SwapDb(0, 1, None),
+                key(1, "a"),
+                key(0, "b")
+            ]
+        );
+    }
+
+    /// The dirty set's rules written the slow, obvious way.
+    #[derive(Default)]
+    struct Model(Vec<PendingOp>);
+
+    impl Model {
+        fn has(&self, db: u32, k: &[u8]) -> bool {
+            self.0
+                .iter()
+                .any(|op| matches!(op, PendingOp::Key { db: d, key } if *d == db && key == k))
+        }
+        fn mark(&mut self, db: u32, k: &[u8]) {
+            if !self.has(db, k) {
+                self.0.push(PendingOp::Key {
+                    db,
+                    key: k.to_vec(),
+                });
+            }
+        }
+        fn flushing(&mut self, db: Option<u32>) {
+            let hit = |d: u32| db.is_none_or(|f| f == d);
+            self.0
+                .retain(|op| !matches!(op, PendingOp::Key { db: d, .. } if hit(*d)));
+            self.0
+                .push(db.map_or(PendingOp::FlushAll, PendingOp::FlushDb));
+        }
+        fn swapped(&mut self, a: u32, b: u32) {
+            let mut moved = Vec::new();
+            self.0.retain(|op| match op {
+                PendingOp::Key { db, key } if *db == a || *db == b => {
+                    moved.push((if *db == a { b } else { a }, key.clone()));
+                    false
+                }
+                _ => true,
+            });
+            self.0.push(PendingOp::SwapDb(a, b, None));
+            for (db, k) in moved {
+                self.mark(db, &k);
+            }
+        }
+        fn extend(&mut self, ops: Vec<PendingOp>) {
+            for op in ops {
+                match op {
+                    PendingOp::Key { db, key } => self.mark(db, &key),
+                    PendingOp::FlushDb(d) => self.flushing(Some(d)),
+                    PendingOp::FlushAll => self.flushing(None),
+                    PendingOp::SwapDb(a, b, _) => self.swapped(a, b),
+                    PendingOp::Functions => self.functions(),
+                }
+            }
+        }
+        fn functions(&mut self) {
+            if !self.0.contains(&PendingOp::Functions) {
+                self.0.push(PendingOp::Functions);
+            }
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Step {
+        Mark(u32, u8),
+        Flush(Option<u32>),
+        Swap(u32, u32),
+        Functions,
+        TakeFront(usize),
+        TakeAndRestore(usize),
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            8 => (0u32..3, 0u8..12).prop_map(|(d, k)| Step::Mark(d, k)),
+            1 => proptest::option::of(0u32..3).prop_map(Step::Flush),
+            1 => (0u32..3, 0u32..3).prop_map(|(a, b)| Step::Swap(a, b)),
+            1 => Just(Step::Functions),
+            2 => (0usize..6).prop_map(Step::TakeFront),
+            1 => (0usize..6).prop_map(Step::TakeAndRestore),
+        ]
+    }
+
+    proptest! {
+        /// Any sequence of marks, flushes, swaps, partial takes and restores
+        /// leaves the set holding exactly what the obvious implementation holds.
+        #[test]
+        fn matches_the_obvious_implementation(steps in proptest::collection::vec(step(), 0..200)) {
+            let (mut d, mut m) = (DirtySet::default(), Model::default());
+            for s in steps {
+                match s {
+                    Step::Mark(db, k) => {
+                        d.mark(db, &[k]);
+                        m.mark(db, &[k]);
+                    }
+                    Step::Flush(db) => {
+                        d.flushing(db);
+                        m.flushing(db);
+                    }
+                    Step::Swap(a, b) => {
+                        d.swapped(a, b);
+                        m.swapped(a, b);
+                    }
+                    Step::Functions => {
+                        d.mark_functions();
+                        m.functions();
+                    }
+                    Step::TakeFront(n) => {
+                        let n2 = n.min(m.0.len());
+                        prop_assert_eq!(d.take_front(n), m.0.drain(..n2).collect::<Vec<_>>());
+                    }
+                    Step::TakeAndRestore(extra) => {
+                        // Taken, more marked meanwhile, then put back in front.
+                        let taken = d.take();
+                        let mtaken = std::mem::take(&mut m.0);
+                        prop_assert_eq!(&taken, &mtaken);
+                        for k in 0..extra as u8 {
+                            d.mark(0, &[k]);
+                            m.mark(0, &[k]);
+                        }
+                        d.restore(taken);
+                        let newer = std::mem::replace(&mut m.0, mtaken);
+                        m.extend(newer);
+                    }
+                }
+                prop_assert_eq!(d.len(), m.0.len());
+                prop_assert_eq!(
+                    d.has_flush_or_swap(),
+                    m.0.iter().any(PendingOp::is_flush_or_swap)
+                );
+                prop_assert_eq!(d.functions_pending(), m.0.contains(&PendingOp::Functions));
+                for db in 0..3 {
+                    for k in 0..12u8 {
+                        prop_assert_eq!(d.contains(db, &[k]), m.has(db, &[k]));
+                    }
+                }
+            }
+            prop_assert_eq!(d.take(), m.0);
+        }
+    }
+
+    #[test]
+    fn restore_keeps_order_and_dedups() {
+        let mut d = DirtySet::default();
+        d.mark(0, b"a");
+        d.mark(0, b"b");
+        let taken = d.take();
+        d.mark(0, b"b");
+        d.mark(0, b"c");
+        d.restore(taken);
+        assert_eq!(d.take(), vec![key(0, "a"), key(0, "b"), key(0, "c")]);
+    }
+}

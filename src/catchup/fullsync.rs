@@ -1,0 +1,314 @@
+//! A full sync: the whole local state streamed to the peer in slices, so
+//! that Redis keeps serving clients in between. First the flush floors,
+//! then every key of every database (`RM_Scan`), then every tombstone; each
+//! carries its version, and the peer applies them by the usual rule, so
+//! writes that run meanwhile (shipped as usual) cannot be undone by it.
+//!
+//! A sync *since* a watermark ships only this node's own changes stamped
+//! after it (floors, keys and tombstones, found in the version store): what
+//! a peer that holds everything of ours up to the watermark misses.
+
+use std::time::Instant;
+
+use crate::converge::version::{KeyVersion, Stamp, VersionStore};
+use crate::proto::entry::Op;
+use crate::redis::server;
+use crate::redis::snapshot::{Read, Reader};
+
+/// Keys asked of one SCAN call.
+const SCAN_COUNT: usize = 256;
+
+/// Where the walk over one database's keys stands: through the key API
+/// (no command runs), or by SCAN commands on a server without it.
+#[derive(Debug)]
+enum KeyWalk {
+    Api(server::KeyScan),
+    Command { cursor: u64, done: bool },
+}
+
+impl KeyWalk {
+    fn start() -> Self {
+        match server::KeyScan::new() {
+            Some(scan) => KeyWalk::Api(scan),
+            None => KeyWalk::Command {
+                cursor: 0,
+                done: false,
+            },
+        }
+    }
+
+    /// The next page of key names of the database selected on `reader`.
+    fn next_page(&mut self, reader: &Reader) -> Vec<Vec<u8>> {
+        match self {
+            KeyWalk::Api(scan) => scan.next_page(reader.ctx(), SCAN_COUNT),
+            KeyWalk::Command { cursor, done } => {
+                let (next, keys) = reader.scan(*cursor, SCAN_COUNT).unwrap_or((0, Vec::new()));
+                (*cursor, *done) = (next, next == 0);
+                keys
+            }
+        }
+    }
+
+    fn is_done(&self) -> bool {
+        match self {
+            KeyWalk::Api(scan) => scan.is_done(),
+            KeyWalk::Command { done, .. } => *done,
+        }
+    }
+}
+
+/// One change to ship: database, version, operation.
+pub type Shipment = (u32, Stamp, Op);
+
+#[derive(Debug)]
+enum Phase {
+    Floors,
+    Keys {
+        db: u32,
+        walk: KeyWalk,
+    },
+    /// Position in the tombstone index (collection waits while a full sync runs).
+    Tombstones {
+        next: usize,
+    },
+    /// A sync since a watermark: the position in `FullSync::owned`.
+    Owned {
+        next: usize,
+    },
+    Done,
+}
+
+/// Progress of one full sync.
+#[derive(Debug)]
+pub struct FullSync {
+    phase: Phase,
+    databases: u32,
+    /// Keys and tombstones shipped so far.
+    pub sent: u64,
+    /// Sequence number of the last entry it pushed (0: none yet).
+    pub last_seq: u64,
+    /// When it started.
+    pub started: Instant,
+    /// Keys found but not read (a read error), with the version they ship
+    /// at, to read again later.
+    unread: Vec<(u32, Vec<u8>, Stamp)>,
+    /// `Some((since, own))`: a sync since a watermark (this node's changes
+    /// stamped after `since`, the peer's after `own`), not a full one.
+    since: Option<(u64, u64)>,
+    /// This node and its peer (whose own changes it may ship back).
+    me: u64,
+    peer: u64,
+    /// For a sync since a watermark: this node's keys changed after it, by
+    /// database (their versions are looked up again when shipped).
+    owned: Vec<(u32, Box<[u8]>)>,
+}
+
+impl FullSync {
+    /// A full sync of `databases` databases, not started.
+    pub fn new(databases: u32) -> Self {
+        Self {
+            phase: Phase::Floors,
+            databases: databases.max(1),
+            sent: 0,
+            last_seq: 0,
+            started: Instant::now(),
+            unread: Vec::new(),
+            since: None,
+            me: 0,
+            peer: 0,
+            owned: Vec::new(),
+        }
+    }
+
+    /// A sync of what a peer misses that holds this node's (`me`) changes
+    /// up to `since` and its own up to `own`: the floors, keys and
+    /// tombstones whose version is a change of ours after `since` or of
+    /// the peer's after `own` (lost in its restart, held here), as the
+    /// store lists them now.
+    pub fn since_watermark(
+        versions: &VersionStore,
+        me: u64,
+        peer: u64,
+        since: u64,
+        own: u64,
+    ) -> Self {
+        let mut sync = Self::new(1);
+        sync.since = Some((since, own));
+        sync.me = me;
+        sync.peer = peer;
+        sync.owned = versions.keys_changed_after(&[(me, since), (peer, own)]);
+        sync
+    }
+
+    /// The watermarks of a sync since one, `(since, own)` (`None`: a full sync).
+    pub fn since(&self) -> Option<(u64, u64)> {
+        self.since
+    }
+
+    /// Whether a sync since a watermark ships a change stamped `s`.
+    fn wanted(&self, s: Stamp) -> bool {
+        match self.since {
+            None => true,
+            Some((since, own)) => {
+                (s.node == self.me && s.clock > since) || (s.node == self.peer && s.clock > own)
+            }
+        }
+    }
+
+    /// Whether everything has been handed out.
+    pub fn is_done(&self) -> bool {
+        matches!(self.phase, Phase::Done)
+    }
+
+    /// Keys the last steps found but could not read (none is shipped as
+    /// deleted: the caller has them read again).
+    pub fn take_unread(&mut self) -> Vec<(u32, Vec<u8>, Stamp)> {
+        std::mem::take(&mut self.unread)
+    }
+
+    /// The next slice: at least one SCAN page (or the floors, or up to
+    /// `max` tombstones). Leaves the selected database as it found it.
+    pub fn step(
+        &mut self,
+        reader: &Reader,
+        versions: &VersionStore,
+        me: u64,
+        max: usize,
+    ) -> Vec<Shipment> {
+        let mut out = Vec::new();
+        match &mut self.phase {
+            Phase::Floors => {
+                let since = self.since;
+                for (db, stamp) in versions.floors() {
+                    if !self.wanted(stamp) {
+                        continue;
+                    }
+                    match db {
+                        Some(d) => out.push((d, stamp, Op::FlushDb)),
+                        None => out.push((0, stamp, Op::FlushAll)),
+                    }
+                }
+                // FLUSHALL first: it covers the per-database floors.
+                out.sort_by_key(|(_, _, op)| !matches!(op, Op::FlushAll));
+                if let Some(f) = versions.functions().filter(|f| self.wanted(f.stamp)) {
+                    if let Some(payload) = reader.functions() {
+                        out.push((0, f.stamp, Op::Functions { payload }));
+                    }
+                }
+                self.phase = match since {
+                    None => Phase::Keys {
+                        db: 0,
+                        walk: KeyWalk::start(),
+                    },
+                    Some(_) => Phase::Owned { next: 0 },
+                };
+            }
+            Phase::Owned { next } => {
+                let start = *next;
+                let mut unread = Vec::new();
+                let end =
+                    self.ship_owned(reader, versions, start, max.max(1), &mut out, &mut unread);
+                self.unread.extend(unread);
+                if end >= self.owned.len() {
+                    self.owned = Vec::new();
+                    self.phase = Phase::Done;
+                } else {
+                    self.phase = Phase::Owned { next: end };
+                }
+            }
+            Phase::Keys { db, walk } => {
+                let original = server::selected_db(reader.ctx());
+                server::select_db(reader.ctx(), *db);
+                let keys = walk.next_page(reader);
+                let reads = reader.read_many(&keys);
+                for (key, read) in keys.into_iter().zip(reads) {
+                    let stamp = match versions.get(*db, &key) {
+                        Some(KeyVersion::Live(s)) => s,
+                        // Present without a version (or a stale tombstone):
+                        // written at clock 0 here.
+                        _ => Stamp::new(0, me),
+                    };
+                    match read {
+                        Read::Value(snap) => out.push((*db, stamp, snap.into_op(key))),
+                        // Gone since the scan: its delete ships by itself.
+                        Read::Absent => {}
+                        Read::Failed => self.unread.push((*db, key, stamp)),
+                    }
+                }
+                server::select_db(reader.ctx(), original);
+                if walk.is_done() && *db + 1 < self.databases {
+                    *db += 1;
+                    *walk = KeyWalk::start();
+                } else if walk.is_done() {
+                    self.phase = Phase::Tombstones { next: 0 };
+                }
+            }
+            Phase::Tombstones { next } => {
+                let end = versions.tombstone_index_len().min(*next + max.max(1));
+                for i in *next..end {
+                    if let Some((db, key, stamp)) = versions.tombstone_at(i) {
+                        out.push((db, stamp, Op::Delete { key: key.into() }));
+                    }
+                }
+                *next = end;
+                if end == versions.tombstone_index_len() {
+                    self.phase = Phase::Done;
+                }
+            }
+            Phase::Done => {}
+        }
+        self.sent += out.len() as u64;
+        out
+    }
+}
+
+impl FullSync {
+    /// Ships up to `max` keys of `owned` from position `start` (one
+    /// database at a time, read together) whose version is still one this
+    /// sync ships: live ones with their value, deleted ones as deletes.
+    /// Returns the next position.
+    fn ship_owned(
+        &self,
+        reader: &Reader,
+        versions: &VersionStore,
+        start: usize,
+        max: usize,
+        out: &mut Vec<Shipment>,
+        unread: &mut Vec<(u32, Vec<u8>, Stamp)>,
+    ) -> usize {
+        let owned = &self.owned;
+        let Some(&(db, _)) = owned.get(start) else {
+            return start;
+        };
+        let end = owned[start..]
+            .iter()
+            .take(max)
+            .position(|(d, _)| *d != db)
+            .map_or((start + max).min(owned.len()), |n| start + n);
+        let mut live = Vec::new();
+        for (_, key) in &owned[start..end] {
+            // Written again since (that change ships by itself, or came
+            // from the peer): only versions this sync still ships.
+            match versions.get(db, key) {
+                Some(KeyVersion::Live(s)) if self.wanted(s) => live.push((key.to_vec(), s)),
+                Some(KeyVersion::Deleted { stamp, .. }) if self.wanted(stamp) => {
+                    out.push((db, stamp, Op::Delete { key: key.to_vec() }));
+                }
+                _ => {}
+            }
+        }
+        let original = server::selected_db(reader.ctx());
+        server::select_db(reader.ctx(), db);
+        let names: Vec<Vec<u8>> = live.iter().map(|(k, _)| k.clone()).collect();
+        for ((key, stamp), read) in live.into_iter().zip(reader.read_many(&names)) {
+            match read {
+                Read::Value(snap) => out.push((db, stamp, snap.into_op(key))),
+                // Expired since: each node expires it itself.
+                Read::Absent => {}
+                Read::Failed => unread.push((db, key, stamp)),
+            }
+        }
+        server::select_db(reader.ctx(), original);
+        end
+    }
+}

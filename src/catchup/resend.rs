@@ -1,0 +1,187 @@
+//! Ships what the peer missed, in time slices on the main thread: the
+//! backlog (each change resent at its recorded version), changes whose read
+//! failed while being resent (retried once per flush, never restamped), and
+//! a full sync.
+
+use std::time::Instant;
+
+use crate::capture::flush::{count_read_failures, entry, op_of, pending_of, push};
+use crate::capture::hook::PendingOp;
+use crate::catchup::fullsync::Shipment;
+use crate::catchup::replication::Replication;
+use crate::converge::version::{KeyVersion, Stamp};
+use crate::proto::entry::{Entry, Op};
+use crate::redis::server;
+use crate::redis::snapshot::{Read, Reader};
+use crate::runtime::Shared;
+
+/// Entries per catch-up batch.
+const CATCH_UP_BATCH: usize = 256;
+
+/// Reads again, once per flush, the changes a resend or full sync could not
+/// read, and ships those now readable at the version recorded for them.
+pub fn retry_unread(reader: &Reader, shared: &Shared, st: &mut Replication) {
+    if st.unread.is_empty() || shared.queue.is_full() {
+        return;
+    }
+    let mut entries = Vec::new();
+    let mut failed = 0;
+    for ((db, key), stamp) in std::mem::take(&mut st.unread) {
+        if st.versions.get(db, &key).is_some_and(|v| v.stamp() > stamp) {
+            // Written or deleted here since: that newer version shipped.
+            continue;
+        }
+        server::select_db(reader.ctx(), db);
+        match reader.read_one(&key) {
+            Read::Value(snap) => entries.push(entry(shared, db, stamp, snap.into_op(key.into()))),
+            // Deleted or expired since: the hook marked it, its delete ships.
+            Read::Absent => {}
+            Read::Failed => {
+                failed += 1;
+                st.unread.insert((db, key), stamp);
+            }
+        }
+    }
+    if failed > 0 {
+        count_read_failures(shared, failed);
+    }
+    if let Err(entries) = push(shared, st, entries, true) {
+        for e in entries {
+            if let Op::Value { key, .. } = e.op {
+                st.unread
+                    .insert((e.db, key.into()), Stamp::new(e.clock, e.origin));
+            }
+        }
+    }
+}
+
+/// The entries that resend a backlog op with its recorded version; nothing
+/// when the key's last version came from the peer (it has it already).
+fn backlog_entry(
+    reader: &Reader,
+    shared: &Shared,
+    st: &mut Replication,
+    op: PendingOp,
+) -> Option<Entry> {
+    let me = shared.node_id;
+    match op {
+        PendingOp::Key { db, key } => match st.versions.get(db, &key)? {
+            KeyVersion::Live(stamp) if stamp.node == me => {
+                server::select_db(reader.ctx(), db);
+                let snap = match reader.read_one(&key) {
+                    Read::Value(snap) => Some(snap),
+                    Read::Absent => {
+                        // Expired or evicted since: its last version, deleted.
+                        st.versions.record_delete(db, &key, stamp, 0);
+                        None
+                    }
+                    Read::Failed => {
+                        // Retried at this version, not restamped as new.
+                        count_read_failures(shared, 1);
+                        st.unread.insert((db, key.into()), stamp);
+                        return None;
+                    }
+                };
+                let op = op_of(key, snap);
+                Some(entry(shared, db, stamp, op))
+            }
+            KeyVersion::Deleted { stamp, .. } if stamp.node == me => {
+                Some(entry(shared, db, stamp, Op::Delete { key }))
+            }
+            _ => None,
+        },
+        PendingOp::FlushDb(db) => {
+            let floor = st.versions.floor(db);
+            (floor.node == me).then(|| entry(shared, db, floor, Op::FlushDb))
+        }
+        PendingOp::FlushAll => {
+            let floor = st.versions.floor_all();
+            (floor.node == me).then(|| entry(shared, 0, floor, Op::FlushAll))
+        }
+        PendingOp::SwapDb(a, b, shipped) => {
+            // One that already went out keeps its stamp: the peer skips a
+            // swap it applied before the link broke.
+            let stamp = shipped.unwrap_or_else(|| Stamp::new(shared.clock.now(), me));
+            Some(entry(shared, a, stamp, Op::SwapDb { other: b }))
+        }
+        PendingOp::Functions => {
+            let version = st.versions.functions().filter(|f| f.stamp.node == me)?;
+            let Some(payload) = reader.functions() else {
+                count_read_failures(shared, 1);
+                return None;
+            };
+            if crate::redis::snapshot::functions_digest(&payload) != version.digest {
+                // Changed since it was stamped: the next flush stamps it.
+                crate::capture::hook::DIRTY.lock().mark_functions();
+                return None;
+            }
+            Some(entry(shared, 0, version.stamp, Op::Functions { payload }))
+        }
+    }
+}
+
+/// Ships the backlog for at most the rest of the slice.
+pub fn drain_backlog(reader: &Reader, shared: &Shared, st: &mut Replication, deadline: Instant) {
+    while !st.backlog.is_empty() && !shared.queue.is_full() && Instant::now() < deadline {
+        let ops = st.backlog.take_front(CATCH_UP_BATCH);
+        let entries: Vec<Entry> = ops
+            .into_iter()
+            .filter_map(|op| backlog_entry(reader, shared, st, op))
+            .collect();
+        let n = entries.len() as u64;
+        if let Err(entries) = push(shared, st, entries, true) {
+            let ops = entries.iter().filter_map(pending_of).collect();
+            st.backlog.restore(ops);
+            break;
+        }
+        st.report.entries += n;
+        if st.backlog.is_empty() {
+            st.report.done();
+        }
+    }
+}
+
+/// Advances the full sync for at most the rest of the slice.
+pub fn advance_full_sync(
+    reader: &Reader,
+    shared: &Shared,
+    st: &mut Replication,
+    deadline: Instant,
+) {
+    let Some(mut sync) = st.full_sync.take() else {
+        return;
+    };
+    while !shared.queue.is_full() && Instant::now() < deadline && !sync.is_done() {
+        let shipments: Vec<Shipment> =
+            sync.step(reader, &st.versions, shared.node_id, CATCH_UP_BATCH);
+        let entries: Vec<Entry> = shipments
+            .into_iter()
+            .map(|(db, stamp, op)| entry(shared, db, stamp, op))
+            .collect();
+        let last_seq = entries.last().map(|e| e.seq);
+        let unread = sync.take_unread();
+        if !unread.is_empty() {
+            count_read_failures(shared, unread.len());
+        }
+        for (db, key, stamp) in unread {
+            st.unread.insert((db, key.into()), stamp);
+        }
+        if push(shared, st, entries, false).is_err() {
+            // Cannot happen after `is_full` said no (single producer); start over.
+            st.full_sync_wanted = true;
+            return;
+        }
+        sync.last_seq = last_seq.unwrap_or(sync.last_seq);
+        st.report.entries = sync.sent;
+    }
+    if sync.is_done() {
+        redis_module::logging::log_notice(format!(
+            "rdmasync: full sync sent: {} keys and tombstones in {} ms",
+            sync.sent,
+            sync.started.elapsed().as_millis()
+        ));
+        st.full_sync_sent(sync.last_seq);
+    } else {
+        st.full_sync = Some(sync);
+    }
+}

@@ -1,0 +1,445 @@
+//! Connection lifecycle, for either transport: dial, run the handshake
+//! (`handshake`: versions, secret, tie-break, fresh ring), run the link, and
+//! reconnect with bounded backoff when it drops. Incoming connections are
+//! handled in `accept`. While a link is up its thread runs the transport's
+//! receive loop, which hands placed bytes to `Inbound`: poller -> apply,
+//! with credit back.
+
+use std::io::ErrorKind;
+use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError};
+
+use crate::error::{Error, Result};
+use crate::link::accept::{report_failure, FailureLog};
+use crate::ops::status::{LinkState, Stats};
+use crate::proto::auth::Side;
+use crate::proto::control::{Hello, RemoteRing};
+use crate::proto::entry::Batch;
+use crate::proto::handshake::{self, Watch};
+use crate::proto::ring::{CreditPolicy, RingGeometry};
+use crate::receive::poller::Poller;
+use crate::runtime::{Shared, TransportKind};
+use crate::transport::channel::{self, ChannelReader, ChannelWriter};
+use crate::transport::rdma::{self, RdmaLink};
+use crate::transport::tcp::{self, LocalRing, TcpLink, TcpMessages};
+use crate::transport::{Delivery, RingWriter};
+
+/// Dial timeout (TCP connect).
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(1000);
+/// First and largest pause between connection attempts.
+const BACKOFF_MIN: Duration = Duration::from_millis(50);
+const BACKOFF_MAX: Duration = Duration::from_millis(1000);
+/// How often idle threads wake to check for unload and a silent peer.
+pub const IDLE_TICK: Duration = Duration::from_millis(250);
+/// The peer is declared dead after this long without a message (it sends a
+/// keepalive after a second of silence).
+pub const DEAD_PEER: Duration = Duration::from_secs(5);
+
+/// A connection whose handshake is done: authenticated, kept by the
+/// tie-break, its fresh ring registered.
+pub enum Conn {
+    /// A TCP connection (plain or TLS) and the ring its peer writes into.
+    Tcp {
+        /// Reading half.
+        reader: ChannelReader,
+        /// Writing half.
+        writer: ChannelWriter,
+        /// For shutdown.
+        control: TcpStream,
+        /// Our ring for this connection.
+        ring: LocalRing,
+    },
+    /// An RDMA connection (its sending half; the endpoint lives inside).
+    Rdma(Arc<RdmaLink>),
+}
+
+/// A running link: the typed halves the receive loop needs.
+enum Active {
+    Tcp(ChannelReader, Arc<TcpLink>, LocalRing),
+    Rdma(Arc<RdmaLink>),
+}
+
+/// A connection the handshake kept, handed to the link thread.
+pub struct Offer {
+    conn: Conn,
+    peer: Hello,
+    peer_ring: RemoteRing,
+    /// Where it came from (incoming) or went to (dialed).
+    pub from: Option<IpAddr>,
+}
+
+fn unloading() -> bool {
+    rdma::waits_aborted()
+}
+
+/// Runs the handshake on a connected TCP socket (TLS first when configured).
+/// `host` is the peer as dialed (the dialer checks its certificate against it).
+///
+/// # Errors
+/// [`Error::Handshake`] or socket errors.
+pub fn tcp_handshake(
+    shared: &Shared,
+    mut stream: TcpStream,
+    side: Side,
+    host: Option<&str>,
+    watch: &Watch,
+) -> Result<Option<Offer>> {
+    let timeout_ms = shared.config.handshake_timeout_ms;
+    let deadline = Instant::now() + Duration::from_millis(timeout_ms);
+    let abandoned = || watch.is_abandoned() || unloading();
+    tcp::prepare(&stream, Duration::from_millis(timeout_ms))?;
+    let (session, binding) = match (&shared.tls, side) {
+        (None, _) => (None, [0; crate::proto::auth::BINDING_LEN]),
+        (Some(tls), Side::Dialer) => {
+            let host = host.unwrap_or_default();
+            let (s, b) = tls.connect(&mut stream, host, deadline, timeout_ms, &abandoned)?;
+            (Some(s), b)
+        }
+        (Some(tls), Side::Acceptor) => {
+            let (s, b) = tls.accept(&mut stream, deadline, timeout_ms, &abandoned)?;
+            (Some(s), b)
+        }
+    };
+    let (mut reader, mut writer, control) = channel::split(stream, session)?;
+    let geometry = RingGeometry::new(shared.config.ring_size)
+        .ok_or_else(|| Error::Protocol("invalid local ring size".into()))?;
+    let mut ring = None;
+    let agreed = {
+        let mut io = TcpMessages {
+            reader: &mut reader,
+            writer: &mut writer,
+            timeout_ms,
+            abandoned: &abandoned,
+        };
+        let mut register = || {
+            let r = LocalRing::new(geometry);
+            ring = Some(r);
+            Ok(RemoteRing {
+                capacity: geometry.capacity(),
+                addr: 0,
+                rkey: 0,
+            })
+        };
+        handshake::run(
+            &mut io,
+            &shared.local,
+            side,
+            binding,
+            deadline,
+            watch,
+            &mut register,
+        )?
+    };
+    let (Some(agreed), Some(ring)) = (agreed, ring) else {
+        return Ok(None);
+    };
+    // The established link writes block (credit bounds them); reads tick.
+    writer.socket().set_write_timeout(None)?;
+    Ok(Some(Offer {
+        conn: Conn::Tcp {
+            reader,
+            writer,
+            control,
+            ring,
+        },
+        peer: agreed.peer,
+        peer_ring: agreed.peer_ring,
+        from: None,
+    }))
+}
+
+/// Runs the handshake on an established RDMA connection.
+///
+/// # Errors
+/// [`Error::Handshake`] or transport errors.
+pub fn rdma_handshake(
+    shared: &Shared,
+    pending: rdma::Pending,
+    side: Side,
+    watch: &Watch,
+) -> Result<Option<Offer>> {
+    let done = pending.handshake(
+        &shared.local,
+        side,
+        shared.config.handshake_timeout_ms,
+        watch,
+    )?;
+    Ok(done.map(|(link, agreed)| Offer {
+        conn: Conn::Rdma(link),
+        peer: agreed.peer,
+        peer_ring: agreed.peer_ring,
+        from: None,
+    }))
+}
+
+fn dial(shared: &Shared) -> Result<Option<Offer>> {
+    let peer = shared.peer_addr();
+    let (host, port) = shared.peer.read().clone();
+    let addrs: Vec<SocketAddr> = (host.as_str(), port)
+        .to_socket_addrs()
+        .map_err(|source| Error::Resolve {
+            peer: peer.clone(),
+            source,
+        })?
+        .collect();
+    let mut last = None;
+    let watch = Watch::default();
+    for addr in addrs {
+        let attempt = match shared.transport {
+            TransportKind::Tcp => TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)
+                .map_err(|source| Error::Connect {
+                    addr: addr.to_string(),
+                    source,
+                })
+                .and_then(|s| tcp_handshake(shared, s, Side::Dialer, Some(&host), &watch)),
+            TransportKind::Rdma => {
+                let bind = SocketAddr::new(shared.config.bind, 0);
+                let src = (!bind.ip().is_unspecified()).then_some(bind);
+                rdma::dial(src, addr, shared.config.ring_size)
+                    .map_err(Error::from)
+                    .and_then(|p| rdma_handshake(shared, p, Side::Dialer, &watch))
+            }
+        };
+        if *shared.peer.read() != (host.clone(), port) {
+            // CONFIG SET moved the peer while this dial was in flight: a
+            // link to the old address must not come up after the change.
+            return Ok(None);
+        }
+        match attempt {
+            Ok(offer) => {
+                return Ok(offer.map(|mut o| {
+                    o.from = Some(addr.ip());
+                    o
+                }))
+            }
+            Err(e @ Error::Handshake { .. }) => {
+                report_failure(shared, Some(addr.ip()), "to", &e);
+                last = Some(e);
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or(Error::Resolve {
+        peer,
+        source: ErrorKind::NotFound.into(),
+    }))
+}
+
+/// The link thread: connects, runs the link, reconnects; until unload.
+pub fn run_link(shared: Arc<Shared>, offers: Receiver<Offer>) {
+    let mut backoff = BACKOFF_MIN;
+    let mut dial_error_logged = false;
+    while !shared.stopping() {
+        shared.stats.set_link(LinkState::Connecting);
+        let offer = match offers.try_recv() {
+            Ok(offer) => Some(offer),
+            Err(_) => match dial(&shared) {
+                Ok(offer) => offer,
+                Err(e) => {
+                    if !dial_error_logged && !matches!(e, Error::Handshake { .. }) {
+                        redis_module::logging::log_notice(format!(
+                            "rdmasync: cannot reach peer yet ({e}); retrying with backoff"
+                        ));
+                        dial_error_logged = true;
+                    }
+                    shared.stats.set_error(e.to_string());
+                    None
+                }
+            },
+        };
+        let offer = match offer {
+            Some(o) => Some(o),
+            // The peer dials us (tie-break) or is not up yet: wait for it.
+            None => match offers.recv_timeout(backoff) {
+                Ok(o) => Some(o),
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => return,
+            },
+        };
+        let Some(offer) = offer else {
+            backoff = (backoff * 2).min(BACKOFF_MAX);
+            continue;
+        };
+        dial_error_logged = false;
+        if let Some(ip) = offer.from {
+            FailureLog::forget(&shared, ip);
+        }
+        let started = Instant::now();
+        let result = run_connection(&shared, offer, &offers);
+        shared.stats.set_link(LinkState::Connecting);
+        if let Err(e) = result {
+            if !shared.stopping() {
+                redis_module::logging::log_warning(format!("rdmasync: link down: {e}"));
+                shared.stats.set_error(format!("link down: {e}"));
+            }
+        }
+        if started.elapsed() > Duration::from_secs(2) {
+            backoff = BACKOFF_MIN;
+        }
+    }
+}
+
+/// Runs one established link until it fails, is replaced, or unload begins.
+fn run_connection(shared: &Shared, offer: Offer, offers: &Receiver<Offer>) -> Result<()> {
+    let Offer {
+        conn,
+        peer,
+        peer_ring,
+        ..
+    } = offer;
+    let geometry = RingGeometry::new(peer_ring.capacity)
+        .ok_or_else(|| Error::Protocol("invalid peer ring".into()))?;
+    let active = match conn {
+        Conn::Tcp {
+            reader,
+            writer,
+            control,
+            ring,
+        } => Active::Tcp(
+            reader,
+            Arc::new(TcpLink::new(writer, control, geometry)),
+            ring,
+        ),
+        Conn::Rdma(link) => Active::Rdma(link),
+    };
+    let (writer, device): (Arc<dyn RingWriter>, String) = match &active {
+        Active::Tcp(_, link, _) => (link.clone(), String::new()),
+        Active::Rdma(link) => (link.clone(), link.device().to_owned()),
+    };
+    shared.stats.ring_tail.store(0, Ordering::Relaxed);
+    shared.stats.ring_credit.store(0, Ordering::Relaxed);
+    *shared.device.lock() = device.clone();
+    *shared.link.lock() = Some(writer.clone());
+    Stats::add(&shared.stats.links_established, 1);
+    Stats::add(&shared.stats.rings_registered, 1);
+    if Stats::get(&shared.stats.links_established) > 1 {
+        Stats::add(&shared.stats.reconnects, 1);
+    }
+    shared
+        .stats
+        .peer_node_id
+        .store(peer.node_id, Ordering::Relaxed);
+    shared.stats.set_link(LinkState::Up);
+    let on = if device.is_empty() {
+        String::new()
+    } else {
+        format!(" on {device}")
+    };
+    redis_module::logging::log_notice(format!(
+        "rdmasync: link up with node {} ({}, {}), transport {}{on}{}, auth {}",
+        peer.node_id,
+        shared.peer_addr(),
+        peer.server_name(),
+        shared.transport.as_str(),
+        if shared.tls.is_some() {
+            " over TLS"
+        } else {
+            ""
+        },
+        shared.auth_mode().as_str(),
+    ));
+    let result = Inbound::new(shared, offers).and_then(|mut inbound| match active {
+        Active::Tcp(mut reader, link, mut ring) => {
+            tcp::receive(&mut reader, &link, &mut ring, &mut inbound)
+        }
+        Active::Rdma(link) => rdma::receive(&link, &mut inbound),
+    });
+    writer.close();
+    {
+        let mut slot = shared.link.lock();
+        if slot.as_ref().is_some_and(|l| Arc::ptr_eq(l, &writer)) {
+            *slot = None;
+        }
+    }
+    shared.queue.wake.wake();
+    result
+}
+
+/// The receiving side shared by every transport: poller -> apply -> credit.
+struct Inbound<'a> {
+    shared: &'a Shared,
+    offers: &'a Receiver<Offer>,
+    poller: Poller,
+    credit: CreditPolicy,
+    batches: Vec<Batch>,
+}
+
+impl<'a> Inbound<'a> {
+    fn new(shared: &'a Shared, offers: &'a Receiver<Offer>) -> Result<Self> {
+        let geometry = RingGeometry::new(shared.config.ring_size)
+            .ok_or_else(|| Error::Protocol("invalid local ring size".into()))?;
+        Ok(Self {
+            shared,
+            offers,
+            poller: Poller::new(geometry),
+            credit: CreditPolicy::new(geometry),
+            batches: Vec::new(),
+        })
+    }
+}
+
+impl Delivery for Inbound<'_> {
+    fn placed(&mut self, ring: &[u8], placed: u64) -> Result<Option<u64>> {
+        if let Err(e) = self.poller.consume(ring, placed, &mut self.batches) {
+            self.rejected();
+            return Err(e);
+        }
+        for batch in self.batches.drain(..) {
+            self.shared.apply.submit(self.shared, batch)?;
+        }
+        let head = self.poller.head();
+        let due = self.credit.due(head, head == placed);
+        if let Some(h) = due {
+            self.credit.returned(h);
+        }
+        Ok(due)
+    }
+
+    fn idle(&mut self, last_rx: Instant) -> Result<()> {
+        if self.shared.stopping() {
+            return Err(Error::LinkClosed);
+        }
+        if last_rx.elapsed() > DEAD_PEER {
+            return Err(Error::Protocol(format!(
+                "peer silent for {} s",
+                DEAD_PEER.as_secs()
+            )));
+        }
+        if !self.offers.is_empty() {
+            return Err(Error::Protocol("replaced by a newer connection".into()));
+        }
+        Ok(())
+    }
+
+    fn idle_credit(&mut self, last_rx: Instant) -> Option<u64> {
+        if last_rx.elapsed() < IDLE_TICK {
+            return None;
+        }
+        let due = self.credit.leftover(self.poller.head());
+        if let Some(h) = due {
+            self.credit.returned(h);
+        }
+        due
+    }
+
+    fn credit(&mut self, head: u64) {
+        self.shared.stats.ring_credit.store(head, Ordering::Relaxed);
+        self.shared.queue.wake.wake();
+    }
+
+    fn head(&self) -> u64 {
+        self.poller.head()
+    }
+
+    fn received(&mut self, bytes: u64) {
+        Stats::add(&self.shared.stats.bytes_received, bytes);
+    }
+
+    fn rejected(&mut self) {
+        Stats::add(&self.shared.stats.bad_frames, 1);
+    }
+}

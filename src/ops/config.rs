@@ -1,0 +1,692 @@
+//! Typed, validated module arguments (`loadmodule librdmasync.so peer=.. port=..`).
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+use crate::proto::auth::{Secret, MAX_SECRET_LEN};
+
+pub use crate::proto::ring::{MAX_RING_SIZE, MIN_RING_SIZE};
+/// Default ring size (8 MiB).
+pub const DEFAULT_RING_SIZE: u64 = 8 << 20;
+/// Default bound of the capture queue, in batches.
+pub const DEFAULT_QUEUE_SIZE: usize = 4096;
+/// Largest accepted queue bound, in batches.
+pub const MAX_QUEUE_SIZE: usize = 1 << 20;
+
+/// Default handshake timeout, in milliseconds.
+pub const DEFAULT_HANDSHAKE_TIMEOUT_MS: u64 = 5000;
+/// Shortest and longest handshake timeout, in milliseconds.
+pub const MIN_HANDSHAKE_TIMEOUT_MS: u64 = 100;
+/// Longest handshake timeout, in milliseconds.
+pub const MAX_HANDSHAKE_TIMEOUT_MS: u64 = 60_000;
+
+/// Every argument that is also a config, in the order `CONFIG GET
+/// rdmasync.*` lists them.
+pub const ARG_NAMES: [&str; 17] = [
+    "peer",
+    "port",
+    "listen-port",
+    "bind",
+    "transport",
+    "node-id",
+    "ring-size",
+    "queue-size",
+    "secret-file",
+    "handshake-timeout",
+    "tls",
+    "tls-cert-file",
+    "tls-key-file",
+    "tls-ca-cert-file",
+    "backlog-ops",
+    "persist-versions",
+    "hot-key-rest",
+];
+
+/// Default bound of the catch-up backlog, in changes.
+pub const DEFAULT_BACKLOG_OPS: usize = 1_000_000;
+/// Largest accepted backlog bound.
+pub const MAX_BACKLOG_OPS: usize = 100_000_000;
+
+/// Default longest rest of a key costly to snapshot, in milliseconds.
+pub const DEFAULT_HOT_KEY_REST_MS: u64 = 100;
+/// Largest accepted `hot-key-rest`.
+pub const MAX_HOT_KEY_REST_MS: u64 = 10_000;
+
+/// The one argument that is not a config: `CONFIG GET` must never show it.
+pub const SECRET_ARG: &str = "secret";
+
+fn is_known(name: &str) -> bool {
+    name == SECRET_ARG || ARG_NAMES.contains(&name)
+}
+
+fn known_list() -> String {
+    let mut names: Vec<&str> = ARG_NAMES.to_vec();
+    names.insert(8, SECRET_ARG);
+    names.join(", ")
+}
+
+/// Checks the shape of `name=value` arguments (known names, given once)
+/// without requiring any; returns them as pairs.
+///
+/// # Errors
+/// [`Error::Config`] naming the first malformed, unknown or repeated argument.
+pub fn split_args<S: AsRef<str>>(args: &[S]) -> Result<Vec<(String, String)>> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for raw in args {
+        let raw = raw.as_ref();
+        let Some((name, value)) = raw.split_once('=') else {
+            return Err(bad(raw, "expected name=value"));
+        };
+        if !is_known(name) {
+            return Err(bad(
+                name,
+                format!("unknown argument (known: {})", known_list()),
+            ));
+        }
+        if out.iter().any(|(n, _)| n == name) {
+            return Err(bad(name, "given more than once"));
+        }
+        out.push((name.to_owned(), value.to_owned()));
+    }
+    Ok(out)
+}
+
+/// Settings that may change while the module runs (`CONFIG SET`): where the
+/// peer is. The link re-dials; nothing else depends on them.
+pub const RUNTIME_ARGS: [&str; 2] = ["peer", "port"];
+
+/// Validates one argument on its own.
+///
+/// # Errors
+/// [`Error::Config`] naming the argument, as at load.
+pub fn check_value(name: &str, value: &str) -> Result<()> {
+    let mut args: Vec<String> = vec!["peer=127.0.0.1".into(), "port=1".into()];
+    args.retain(|a| !a.starts_with(&format!("{name}=")));
+    args.push(format!("{name}={value}"));
+    parse_args(&args).map(|_| ())
+}
+
+/// Which transport moves frames into the peer's ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransportChoice {
+    /// RDMA when a usable device exists, else TCP.
+    Auto,
+    /// RDMA verbs only.
+    Rdma,
+    /// The TCP emulation of the ring protocol.
+    Tcp,
+}
+
+impl TransportChoice {
+    /// The spelling used in arguments and `RDMASYNC.STATUS`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Rdma => "rdma",
+            Self::Tcp => "tcp",
+        }
+    }
+}
+
+/// The module's configuration, validated at load.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Host name or address of the peer module.
+    pub peer_host: String,
+    /// Port the peer module listens on.
+    pub peer_port: u16,
+    /// Port this module listens on.
+    pub listen_port: u16,
+    /// Address this module listens on.
+    pub bind: IpAddr,
+    /// Requested transport.
+    pub transport: TransportChoice,
+    /// Explicit node id; `None` derives a stable one (see `clock::default_node_id`).
+    pub node_id: Option<u64>,
+    /// Bytes of the receive ring this node registers for its peer; a power of two.
+    pub ring_size: u64,
+    /// Capacity of the capture queue, in batches.
+    pub queue_size: usize,
+    /// Changes kept for a partial resync while the peer is away; beyond
+    /// that a full sync follows.
+    pub backlog_ops: usize,
+    /// Keep key versions and tombstones in the RDB (module aux data).
+    pub persist_versions: bool,
+    /// Longest rest of a key costly to snapshot, in milliseconds (0: never
+    /// rest, ship every change at the end of its event-loop iteration).
+    pub hot_key_rest_ms: u64,
+    /// The shared secret (`secret=` or the contents of `secret-file=`).
+    pub secret: Option<Secret>,
+    /// Where the secret was read from, if from a file.
+    pub secret_file: Option<PathBuf>,
+    /// A connection that has not completed the handshake by then is dropped.
+    pub handshake_timeout_ms: u64,
+    /// TLS on the TCP transport.
+    pub tls: bool,
+    /// This node's certificate chain (PEM).
+    pub tls_cert_file: Option<PathBuf>,
+    /// This node's private key (PEM).
+    pub tls_key_file: Option<PathBuf>,
+    /// The CA that signs both nodes' certificates (PEM).
+    pub tls_ca_cert_file: Option<PathBuf>,
+}
+
+impl Config {
+    /// The effective value of every argument, in [`ARG_NAMES`] order, with
+    /// `node_id` the id in use (given or derived).
+    pub fn effective(&self, node_id: u64) -> [String; ARG_NAMES.len()] {
+        [
+            self.peer_host.clone(),
+            self.peer_port.to_string(),
+            self.listen_port.to_string(),
+            self.bind.to_string(),
+            self.transport.as_str().to_owned(),
+            node_id.to_string(),
+            self.ring_size.to_string(),
+            self.queue_size.to_string(),
+            path_text(self.secret_file.as_deref()),
+            self.handshake_timeout_ms.to_string(),
+            if self.tls { "yes" } else { "no" }.to_owned(),
+            path_text(self.tls_cert_file.as_deref()),
+            path_text(self.tls_key_file.as_deref()),
+            path_text(self.tls_ca_cert_file.as_deref()),
+            self.backlog_ops.to_string(),
+            if self.persist_versions { "yes" } else { "no" }.to_owned(),
+            self.hot_key_rest_ms.to_string(),
+        ]
+    }
+
+    /// What the log should warn about at load (never the secret itself).
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.secret.is_none() {
+            out.push(format!(
+                "no secret configured (secret= or secret-file=): peers are not authenticated{}; \
+                 anyone who can reach port {} can replicate into this node",
+                if self.tls {
+                    " except by their TLS certificate"
+                } else {
+                    ""
+                },
+                self.listen_port
+            ));
+        }
+        if let Some(path) = &self.secret_file {
+            use std::os::unix::fs::PermissionsExt;
+            if let Ok(meta) = std::fs::metadata(path) {
+                if meta.permissions().mode() & 0o077 != 0 {
+                    out.push(format!(
+                        "secret-file {} is readable by group or others; chmod 600 it",
+                        path.display()
+                    ));
+                }
+            }
+        }
+        out
+    }
+
+    /// `peer:port` as given, for dialing and display.
+    pub fn peer_addr(&self) -> String {
+        if self.peer_host.contains(':') {
+            format!("[{}]:{}", self.peer_host, self.peer_port)
+        } else {
+            format!("{}:{}", self.peer_host, self.peer_port)
+        }
+    }
+}
+
+fn path_text(p: Option<&Path>) -> String {
+    p.map(|p| p.display().to_string()).unwrap_or_default()
+}
+
+fn bad(arg: &str, reason: impl Into<String>) -> Error {
+    Error::Config {
+        arg: arg.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+fn parse_port(arg: &str, value: &str) -> Result<u16> {
+    match value.parse::<u16>() {
+        Ok(p) if p > 0 => Ok(p),
+        _ => Err(bad(
+            arg,
+            format!("must be a port number 1-65535, got '{value}'"),
+        )),
+    }
+}
+
+/// Parses `8388608`, `64kb`, `8mb`, `1gb` (Redis-style units, 1024-based).
+fn parse_size(arg: &str, value: &str) -> Result<u64> {
+    let lower = value.to_ascii_lowercase();
+    let (digits, unit) = match lower.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => lower.split_at(i),
+        None => (lower.as_str(), ""),
+    };
+    let mult: u64 = match unit {
+        "" | "b" => 1,
+        "k" | "kb" => 1 << 10,
+        "m" | "mb" => 1 << 20,
+        "g" | "gb" => 1 << 30,
+        _ => {
+            return Err(bad(
+                arg,
+                format!("unknown unit in '{value}' (use kb, mb, gb)"),
+            ))
+        }
+    };
+    digits
+        .parse::<u64>()
+        .ok()
+        .filter(|_| !digits.is_empty())
+        .and_then(|n| n.checked_mul(mult))
+        .ok_or_else(|| bad(arg, format!("not a size: '{value}'")))
+}
+
+/// A file the module reads at load: it must exist and be a regular file.
+fn parse_file(arg: &str, value: &str) -> Result<PathBuf> {
+    let path = PathBuf::from(value);
+    match std::fs::metadata(&path) {
+        Ok(m) if m.is_file() => Ok(path),
+        Ok(_) => Err(bad(arg, format!("'{value}' is not a regular file"))),
+        Err(e) => Err(bad(arg, format!("cannot read '{value}': {e}"))),
+    }
+}
+
+/// Reads a secret file: one trailing newline is not part of the secret.
+fn read_secret_file(arg: &str, value: &str) -> Result<(Secret, PathBuf)> {
+    let path = parse_file(arg, value)?;
+    let too_big = std::fs::metadata(&path).map_or(true, |m| m.len() > MAX_SECRET_LEN as u64 + 2);
+    if too_big {
+        return Err(bad(
+            arg,
+            format!("'{value}' is larger than a secret may be ({MAX_SECRET_LEN} bytes)"),
+        ));
+    }
+    let mut bytes =
+        std::fs::read(&path).map_err(|e| bad(arg, format!("cannot read '{value}': {e}")))?;
+    if bytes.ends_with(b"\n") {
+        bytes.pop();
+        if bytes.ends_with(b"\r") {
+            bytes.pop();
+        }
+    }
+    let secret =
+        Secret::new(bytes).map_err(|why| bad(arg, format!("secret in '{value}' is {why}")))?;
+    Ok((secret, path))
+}
+
+/// Parses the module's `key=value` arguments.
+///
+/// # Errors
+/// [`Error::Config`] naming the first argument that is unknown, repeated,
+/// missing or out of range.
+pub fn parse_args<S: AsRef<str>>(args: &[S]) -> Result<Config> {
+    let mut peer_host = None;
+    let mut peer_port = None;
+    let mut listen_port = None;
+    let mut bind = None;
+    let mut transport = None;
+    let mut node_id = None;
+    let mut ring_size = None;
+    let mut queue_size = None;
+    let mut backlog_ops = None;
+    let mut persist_versions = None;
+    let mut hot_key_rest_ms = None;
+    let mut secret = None;
+    let mut secret_file = None;
+    let mut handshake_timeout_ms = None;
+    let mut tls = None;
+    let mut tls_cert_file = None;
+    let mut tls_key_file = None;
+    let mut tls_ca_cert_file = None;
+    let mut seen: Vec<String> = Vec::new();
+
+    for raw in args {
+        let raw = raw.as_ref();
+        let Some((name, value)) = raw.split_once('=') else {
+            return Err(bad(raw, "expected name=value"));
+        };
+        if seen.iter().any(|s| s == name) {
+            return Err(bad(name, "given more than once"));
+        }
+        seen.push(name.to_owned());
+        if value.is_empty() {
+            return Err(bad(name, "empty value"));
+        }
+        match name {
+            "peer" => {
+                if value.chars().any(char::is_whitespace) {
+                    return Err(bad(name, format!("not a host name or address: '{value}'")));
+                }
+                peer_host = Some(value.to_owned());
+            }
+            "port" => peer_port = Some(parse_port(name, value)?),
+            "listen-port" => listen_port = Some(parse_port(name, value)?),
+            "bind" => {
+                bind = Some(
+                    value
+                        .parse::<IpAddr>()
+                        .map_err(|_| bad(name, format!("not an IP address: '{value}'")))?,
+                )
+            }
+            "transport" => {
+                transport = Some(match value {
+                    "auto" => TransportChoice::Auto,
+                    "rdma" => TransportChoice::Rdma,
+                    "tcp" => TransportChoice::Tcp,
+                    _ => {
+                        return Err(bad(
+                            name,
+                            format!("must be auto, rdma or tcp, got '{value}'"),
+                        ))
+                    }
+                })
+            }
+            "node-id" => match value.parse::<u64>() {
+                Ok(n) if n > 0 => node_id = Some(n),
+                _ => {
+                    return Err(bad(
+                        name,
+                        format!("must be an integer 1-{}, got '{value}'", u64::MAX),
+                    ))
+                }
+            },
+            "ring-size" => {
+                let n = parse_size(name, value)?;
+                if !(MIN_RING_SIZE..=MAX_RING_SIZE).contains(&n) || !n.is_power_of_two() {
+                    return Err(bad(
+                        name,
+                        format!(
+                            "must be a power of two between {MIN_RING_SIZE} (64kb) and {MAX_RING_SIZE} (1gb) bytes, got '{value}'"
+                        ),
+                    ));
+                }
+                ring_size = Some(n);
+            }
+            "queue-size" => match value.parse::<usize>() {
+                Ok(n) if (1..=MAX_QUEUE_SIZE).contains(&n) => queue_size = Some(n),
+                _ => {
+                    return Err(bad(
+                        name,
+                        format!("must be an integer 1-{MAX_QUEUE_SIZE} (batches), got '{value}'"),
+                    ))
+                }
+            },
+            "backlog-ops" => match value.parse::<usize>() {
+                Ok(n) if (1..=MAX_BACKLOG_OPS).contains(&n) => backlog_ops = Some(n),
+                _ => {
+                    return Err(bad(
+                        name,
+                        format!("must be an integer 1-{MAX_BACKLOG_OPS} (changes), got '{value}'"),
+                    ))
+                }
+            },
+            "hot-key-rest" => match value.parse::<u64>() {
+                Ok(n) if n <= MAX_HOT_KEY_REST_MS => hot_key_rest_ms = Some(n),
+                _ => {
+                    return Err(bad(
+                        name,
+                        format!(
+                            "must be an integer 0-{MAX_HOT_KEY_REST_MS} (milliseconds), got '{value}'"
+                        ),
+                    ))
+                }
+            },
+            "persist-versions" => {
+                persist_versions = Some(match value {
+                    "yes" => true,
+                    "no" => false,
+                    _ => return Err(bad(name, format!("must be yes or no, got '{value}'"))),
+                })
+            }
+            SECRET_ARG => {
+                // Never echo the value: it is the secret.
+                secret = Some(
+                    Secret::new(value.as_bytes().to_vec()).map_err(|why| bad(name, why))?,
+                );
+            }
+            "secret-file" => {
+                let (s, path) = read_secret_file(name, value)?;
+                secret_file = Some((s, path));
+            }
+            "handshake-timeout" => match value.parse::<u64>() {
+                Ok(n) if (MIN_HANDSHAKE_TIMEOUT_MS..=MAX_HANDSHAKE_TIMEOUT_MS).contains(&n) => {
+                    handshake_timeout_ms = Some(n)
+                }
+                _ => {
+                    return Err(bad(
+                        name,
+                        format!(
+                            "must be milliseconds {MIN_HANDSHAKE_TIMEOUT_MS}-{MAX_HANDSHAKE_TIMEOUT_MS}, got '{value}'"
+                        ),
+                    ))
+                }
+            },
+            "tls" => {
+                tls = Some(match value {
+                    "yes" => true,
+                    "no" => false,
+                    _ => return Err(bad(name, format!("must be yes or no, got '{value}'"))),
+                })
+            }
+            "tls-cert-file" => tls_cert_file = Some(parse_file(name, value)?),
+            "tls-key-file" => tls_key_file = Some(parse_file(name, value)?),
+            "tls-ca-cert-file" => tls_ca_cert_file = Some(parse_file(name, value)?),
+            _ => return Err(bad(name, format!("unknown argument (known: {})", known_list()))),
+        }
+    }
+    if secret.is_some() && secret_file.is_some() {
+        return Err(bad(
+            "secret-file",
+            "give either secret= or secret-file=, not both",
+        ));
+    }
+    let tls = tls.unwrap_or(false);
+    if tls {
+        for (arg, given) in [
+            ("tls-cert-file", tls_cert_file.is_some()),
+            ("tls-key-file", tls_key_file.is_some()),
+            ("tls-ca-cert-file", tls_ca_cert_file.is_some()),
+        ] {
+            if !given {
+                return Err(bad(arg, "required with tls=yes"));
+            }
+        }
+    }
+    let (secret, secret_file) = match secret_file {
+        Some((s, path)) => (Some(s), Some(path)),
+        None => (secret, None),
+    };
+
+    let peer_host = peer_host.ok_or_else(|| bad("peer", "required (peer=<ip or host>)"))?;
+    let peer_port = peer_port.ok_or_else(|| bad("port", "required (port=<peer's port>)"))?;
+    Ok(Config {
+        peer_host,
+        peer_port,
+        listen_port: listen_port.unwrap_or(peer_port),
+        bind: bind.unwrap_or(IpAddr::from([0, 0, 0, 0])),
+        transport: transport.unwrap_or(TransportChoice::Auto),
+        node_id,
+        ring_size: ring_size.unwrap_or(DEFAULT_RING_SIZE),
+        queue_size: queue_size.unwrap_or(DEFAULT_QUEUE_SIZE),
+        backlog_ops: backlog_ops.unwrap_or(DEFAULT_BACKLOG_OPS),
+        persist_versions: persist_versions.unwrap_or(true),
+        hot_key_rest_ms: hot_key_rest_ms.unwrap_or(DEFAULT_HOT_KEY_REST_MS),
+        secret,
+        secret_file,
+        handshake_timeout_ms: handshake_timeout_ms.unwrap_or(DEFAULT_HANDSHAKE_TIMEOUT_MS),
+        tls,
+        tls_cert_file,
+        tls_key_file,
+        tls_ca_cert_file,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn arg_of(r: Result<Config>) -> String {
+        match r {
+            Err(Error::Config { arg, .. }) => arg,
+            other => panic!("expected a config error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn minimal_arguments_take_defaults() {
+        let c = parse_args(&["peer=10.0.0.2", "port=7000"]).unwrap();
+        assert_eq!(c.peer_host, "10.0.0.2");
+        assert_eq!(c.peer_port, 7000);
+        assert_eq!(c.listen_port, 7000);
+        assert_eq!(c.bind.to_string(), "0.0.0.0");
+        assert_eq!(c.transport, TransportChoice::Auto);
+        assert_eq!(c.ring_size, DEFAULT_RING_SIZE);
+        assert_eq!(c.node_id, None);
+    }
+
+    #[test]
+    fn every_argument_parses() {
+        let c = parse_args(&[
+            "peer=host-b",
+            "port=7001",
+            "listen-port=7000",
+            "bind=127.0.0.1",
+            "transport=tcp",
+            "node-id=42",
+            "ring-size=64kb",
+            "queue-size=8",
+            "backlog-ops=10",
+            "persist-versions=no",
+            "hot-key-rest=0",
+        ])
+        .unwrap();
+        assert_eq!(c.hot_key_rest_ms, 0);
+        assert_eq!(c.listen_port, 7000);
+        assert_eq!(c.transport, TransportChoice::Tcp);
+        assert_eq!(c.node_id, Some(42));
+        assert_eq!(c.ring_size, 65536);
+        assert_eq!(c.queue_size, 8);
+        assert_eq!(c.peer_addr(), "host-b:7001");
+    }
+
+    #[test]
+    fn single_values_are_checked_alone() {
+        assert!(check_value("peer", "10.0.0.9").is_ok());
+        assert!(check_value("port", "7001").is_ok());
+        assert_eq!(
+            arg_of(check_value("port", "0").map(|_| unreachable!())),
+            "port"
+        );
+        assert_eq!(
+            arg_of(check_value("peer", "").map(|_| unreachable!())),
+            "peer"
+        );
+    }
+
+    #[test]
+    fn split_checks_names_but_requires_nothing() {
+        assert_eq!(
+            split_args(&["port=1"]).unwrap(),
+            vec![("port".to_string(), "1".to_string())]
+        );
+        assert_eq!(
+            arg_of(split_args(&["port=1", "port=2"]).map(|_| unreachable!())),
+            "port"
+        );
+        assert_eq!(
+            arg_of(split_args(&["nope=1"]).map(|_| unreachable!())),
+            "nope"
+        );
+        assert_eq!(
+            arg_of(split_args(&["bare"]).map(|_| unreachable!())),
+            "bare"
+        );
+    }
+
+    #[test]
+    fn bad_arguments_name_the_argument() {
+        let base = ["peer=a", "port=1"];
+        let with = |extra: &str| {
+            let mut v: Vec<&str> = base.to_vec();
+            v.push(extra);
+            arg_of(parse_args(&v))
+        };
+        assert_eq!(arg_of(parse_args(&["port=1"])), "peer");
+        assert_eq!(arg_of(parse_args(&["peer=a"])), "port");
+        assert_eq!(arg_of(parse_args(&["peer=a", "port=0"])), "port");
+        assert_eq!(arg_of(parse_args(&["peer=a", "port=70000"])), "port");
+        assert_eq!(arg_of(parse_args(&["peer=", "port=1"])), "peer");
+        assert_eq!(with("listen-port=-1"), "listen-port");
+        assert_eq!(with("bind=nowhere"), "bind");
+        assert_eq!(with("transport=udp"), "transport");
+        assert_eq!(with("node-id=0"), "node-id");
+        assert_eq!(with("node-id=x"), "node-id");
+        assert_eq!(with("ring-size=1000"), "ring-size");
+        assert_eq!(with("ring-size=4gb"), "ring-size");
+        assert_eq!(with("ring-size=12parsecs"), "ring-size");
+        assert_eq!(with("queue-size=0"), "queue-size");
+        assert_eq!(with("backlog-ops=0"), "backlog-ops");
+        assert_eq!(with("backlog-ops=-1"), "backlog-ops");
+        assert_eq!(with("persist-versions=maybe"), "persist-versions");
+        assert_eq!(with("hot-key-rest=-1"), "hot-key-rest");
+        assert_eq!(with("hot-key-rest=10001"), "hot-key-rest");
+        assert_eq!(with("hot-key-rest=soon"), "hot-key-rest");
+        assert_eq!(with("colour=blue"), "colour");
+        assert_eq!(with("justaword"), "justaword");
+        assert_eq!(with("port=2"), "port");
+        assert_eq!(with("secret=tooshort"), "secret");
+        assert_eq!(with("secret="), "secret");
+        assert_eq!(with("secret-file=/nonexistent/secret"), "secret-file");
+        assert_eq!(with("secret-file=/"), "secret-file");
+        assert_eq!(with("handshake-timeout=0"), "handshake-timeout");
+        assert_eq!(with("handshake-timeout=-1"), "handshake-timeout");
+        assert_eq!(with("handshake-timeout=soon"), "handshake-timeout");
+        assert_eq!(with("handshake-timeout=60001"), "handshake-timeout");
+        assert_eq!(with("tls=maybe"), "tls");
+        assert_eq!(with("tls=yes"), "tls-cert-file");
+        assert_eq!(with("tls-key-file=/nonexistent.pem"), "tls-key-file");
+        assert_eq!(with("tls-ca-cert-file="), "tls-ca-cert-file");
+    }
+
+    #[test]
+    fn secrets_come_from_an_argument_or_a_file_and_are_never_echoed() {
+        let c = parse_args(&["peer=a", "port=1", "secret=0123456789abcdef!"]).unwrap();
+        assert_eq!(
+            c.secret,
+            Some(Secret::new(b"0123456789abcdef!".to_vec()).unwrap())
+        );
+        assert!(!format!("{c:?}").contains("0123456789abcdef!"));
+        assert_eq!(c.effective(1)[8], "", "no secret file");
+        let err = parse_args(&["peer=a", "port=1", "secret=hunter2"]).unwrap_err();
+        assert!(!err.to_string().contains("hunter2"), "{err}");
+
+        let dir = std::env::temp_dir().join(format!("rdmasync-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("secret");
+        std::fs::write(&file, "from-a-file-0123456789\n").unwrap();
+        let arg = format!("secret-file={}", file.display());
+        let c = parse_args(&["peer=a", "port=1", arg.as_str()]).unwrap();
+        assert_eq!(
+            c.secret,
+            Some(Secret::new(b"from-a-file-0123456789".to_vec()).unwrap())
+        );
+        assert_eq!(c.effective(1)[8], file.display().to_string());
+        let both = parse_args(&["peer=a", "port=1", arg.as_str(), "secret=0123456789abcdef!"]);
+        assert_eq!(arg_of(both), "secret-file");
+        std::fs::write(&file, "short\n").unwrap();
+        let err = parse_args(&["peer=a", "port=1", arg.as_str()]).unwrap_err();
+        assert!(!err.to_string().contains("short\n"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn without_a_secret_the_load_warns() {
+        let c = parse_args(&["peer=a", "port=1"]).unwrap();
+        assert!(c.warnings()[0].contains("no secret configured"));
+        let c = parse_args(&["peer=a", "port=1", "secret=0123456789abcdef!"]).unwrap();
+        assert!(c.warnings().is_empty());
+    }
+}

@@ -1,0 +1,363 @@
+//! Counters shared by every stage, and the `RDMASYNC.STATUS` reply.
+
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+
+/// State of the link to the peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum LinkState {
+    /// Not connected and not trying (shutting down).
+    Down = 0,
+    /// Dialing, accepting or handshaking.
+    Connecting = 1,
+    /// Handshake done; frames flow.
+    Up = 2,
+}
+
+impl LinkState {
+    /// The spelling used in `RDMASYNC.STATUS`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Down => "down",
+            Self::Connecting => "connecting",
+            Self::Up => "up",
+        }
+    }
+}
+
+/// Monotonic counters and the link state, written by any thread, read by
+/// `RDMASYNC.STATUS`. Relaxed ordering: they are statistics, not synchronisation.
+#[derive(Debug, Default)]
+pub struct Stats {
+    link: AtomicU8,
+    /// Unix ms of the last link state change.
+    pub link_since_ms: AtomicU64,
+    /// Node id of the connected (or last connected) peer.
+    pub peer_node_id: AtomicU64,
+    /// Entries written into the peer's ring.
+    pub entries_sent: AtomicU64,
+    /// Batches written into the peer's ring.
+    pub batches_sent: AtomicU64,
+    /// Bytes written into the peer's ring (frames and padding).
+    pub bytes_sent: AtomicU64,
+    /// Bytes the peer wrote into our ring.
+    pub bytes_received: AtomicU64,
+    /// Remote entries applied to this node.
+    pub entries_applied: AtomicU64,
+    /// Remote batches applied to this node.
+    pub batches_applied: AtomicU64,
+    /// Remote entries Redis refused to apply.
+    pub apply_errors: AtomicU64,
+    /// Batches that found the queue full (their keys stay dirty and retry).
+    pub queue_overflows: AtomicU64,
+    /// Changed keys whose read failed at a flush (kept dirty, read again).
+    pub read_failures: AtomicU64,
+    /// Flushes held back because a costly key was snapshotted too recently.
+    pub flushes_deferred: AtomicU64,
+    /// Reads of changed keys costly enough to start a rest (`hotkeys`).
+    pub costly_reads: AtomicU64,
+    /// Microseconds those reads took together.
+    pub costly_read_us: AtomicU64,
+    /// Entries not replicated because the link was down (no catch-up yet).
+    pub entries_dropped: AtomicU64,
+    /// Entries refused because no frame can carry them (key too large).
+    pub entries_refused: AtomicU64,
+    /// Times the sender waited for credit.
+    pub credit_stalls: AtomicU64,
+    /// Sender's tail in the peer's ring (current link).
+    pub ring_tail: AtomicU64,
+    /// Head the peer last returned (current link).
+    pub ring_credit: AtomicU64,
+    /// Frames or messages from the peer that failed validation.
+    pub bad_frames: AtomicU64,
+    /// Times the local dataset was replaced wholesale (needs a resync).
+    pub resyncs_needed: AtomicU64,
+    /// Remote entries discarded because this node's version was newer.
+    pub conflicts_discarded: AtomicU64,
+    /// Remote entries this node already had (resends after a reconnect, full syncs).
+    pub entries_duplicate: AtomicU64,
+    /// Links established after the first one.
+    pub reconnects: AtomicU64,
+    /// Links established in total.
+    pub links_established: AtomicU64,
+    /// Unix ms of `last_error`.
+    pub last_error_ms: AtomicU64,
+    last_error: Mutex<String>,
+    /// Connections refused for a wrong or missing secret (or TLS certificate).
+    pub auth_failures: AtomicU64,
+    /// Connections refused for incompatible versions or a duplicate node id.
+    pub handshakes_refused: AtomicU64,
+    /// Connections closed, timed out or abandoned before completing the handshake.
+    pub handshakes_incomplete: AtomicU64,
+    /// Rings registered for an authenticated peer (one per link).
+    pub rings_registered: AtomicU64,
+}
+
+/// Unix time in milliseconds.
+pub fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+impl Stats {
+    /// Adds `n` to a counter.
+    pub fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Reads a counter.
+    pub fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+
+    /// Current link state.
+    pub fn link(&self) -> LinkState {
+        match self.link.load(Ordering::Relaxed) {
+            2 => LinkState::Up,
+            1 => LinkState::Connecting,
+            _ => LinkState::Down,
+        }
+    }
+
+    /// Records a link state change; returns whether it changed.
+    pub fn set_link(&self, state: LinkState) -> bool {
+        let changed = self.link.swap(state as u8, Ordering::Relaxed) != state as u8;
+        if changed {
+            self.link_since_ms.store(unix_ms(), Ordering::Relaxed);
+        }
+        changed
+    }
+
+    /// Bytes of ours in the peer's ring that it has not credited back yet.
+    pub fn ring_used(&self) -> u64 {
+        Self::get(&self.ring_tail).saturating_sub(Self::get(&self.ring_credit))
+    }
+
+    /// Remembers the latest error (and when) for `RDMASYNC.STATUS`.
+    pub fn set_error(&self, message: impl Into<String>) {
+        *self.last_error.lock() = message.into();
+        self.last_error_ms.store(unix_ms(), Ordering::Relaxed);
+    }
+
+    /// The latest error, empty if none.
+    pub fn last_error(&self) -> String {
+        self.last_error.lock().clone()
+    }
+}
+
+/// One `RDMASYNC.STATUS` field's value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Field {
+    /// An integer reply.
+    Int(i64),
+    /// A bulk string reply.
+    Text(String),
+}
+
+/// Inputs of the status reply that do not live in [`Stats`].
+#[derive(Debug, Clone)]
+pub struct Identity {
+    /// This node's id.
+    pub node_id: u64,
+    /// `peer:port`.
+    pub peer: String,
+    /// Transport in use.
+    pub transport: &'static str,
+    /// RDMA device of the current link, empty over TCP.
+    pub device: String,
+    /// Ring bytes this node registers for its peer.
+    pub ring_size: u64,
+    /// How peers are authenticated: `none` or `hmac-sha256`.
+    pub auth: &'static str,
+    /// Whether the TCP transport runs over TLS.
+    pub tls: bool,
+}
+
+/// Convergence figures of the status reply (from the main thread's state).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Convergence {
+    /// Keys with a recorded version (tombstones included).
+    pub versioned_keys: u64,
+    /// Tombstones held.
+    pub tombstones: u64,
+    /// Local changes waiting to ship.
+    pub backlog: u64,
+    /// Changes the peer has not applied yet (backlog plus unacknowledged).
+    pub lag_entries: u64,
+    /// Age of the oldest change the peer has not acknowledged, ms.
+    pub lag_ms: u64,
+    /// Full syncs sent to the peer.
+    pub full_syncs: u64,
+    /// Reconnects caught up from the backlog alone.
+    pub partial_syncs: u64,
+    /// A full sync or backlog drain is running.
+    pub sync_in_progress: bool,
+    /// Resent or full-sync changes waiting for a read that failed to succeed.
+    pub unread_keys: u64,
+    /// The last catch-up: `none`, `full`, `partial` or `since`.
+    pub catchup: &'static str,
+    /// Entries the last catch-up shipped.
+    pub catchup_entries: u64,
+    /// Our sequence number the last catch-up started after (partial: what
+    /// the peer had acknowledged; full: what had been sent).
+    pub catchup_from_seq: u64,
+    /// How long the last catch-up took (so far, while it runs), ms.
+    pub catchup_ms: u64,
+    /// The watermark the last catch-up started from, when a sync since one.
+    pub catchup_since: u64,
+    /// Syncs since a watermark sent to the peer.
+    pub since_syncs: u64,
+    /// This node holds every change of the peer stamped at or below this
+    /// clock (durable; what its requests ask the peer to sync from).
+    pub peer_watermark: u64,
+    /// Stamp records replayed from the AOF or a master's stream.
+    pub stamps_loaded: u64,
+    /// Changes a load found without their stamp, dated then.
+    pub stamps_dated: u64,
+}
+
+/// The ordered `(name, value)` pairs of `RDMASYNC.STATUS`.
+pub fn status_fields(
+    id: &Identity,
+    stats: &Stats,
+    queue_depth: usize,
+    conv: &Convergence,
+) -> Vec<(&'static str, Field)> {
+    let n = |v: u64| Field::Int(i64::try_from(v).unwrap_or(i64::MAX));
+    let c = |a: &AtomicU64| Field::Int(i64::try_from(Stats::get(a)).unwrap_or(i64::MAX));
+    let t = |s: String| Field::Text(s);
+    vec![
+        ("node_id", t(id.node_id.to_string())),
+        ("peer", t(id.peer.clone())),
+        (
+            "peer_node_id",
+            t(Stats::get(&stats.peer_node_id).to_string()),
+        ),
+        ("transport", t(id.transport.to_owned())),
+        ("device", t(id.device.clone())),
+        ("link", t(stats.link().as_str().to_owned())),
+        ("link_since_ms", c(&stats.link_since_ms)),
+        ("ring_size", Field::Int(id.ring_size as i64)),
+        ("entries_sent", c(&stats.entries_sent)),
+        ("batches_sent", c(&stats.batches_sent)),
+        ("bytes_sent", c(&stats.bytes_sent)),
+        ("bytes_received", c(&stats.bytes_received)),
+        ("entries_applied", c(&stats.entries_applied)),
+        ("batches_applied", c(&stats.batches_applied)),
+        ("apply_errors", c(&stats.apply_errors)),
+        ("queue_depth", Field::Int(queue_depth as i64)),
+        ("queue_overflows", c(&stats.queue_overflows)),
+        ("flushes_deferred", c(&stats.flushes_deferred)),
+        ("costly_reads", c(&stats.costly_reads)),
+        ("costly_read_us", c(&stats.costly_read_us)),
+        ("read_failures", c(&stats.read_failures)),
+        ("entries_dropped", c(&stats.entries_dropped)),
+        ("entries_refused", c(&stats.entries_refused)),
+        ("ring_used_bytes", Field::Int(stats.ring_used() as i64)),
+        ("credit_stalls", c(&stats.credit_stalls)),
+        ("bad_frames", c(&stats.bad_frames)),
+        ("reconnects", c(&stats.reconnects)),
+        ("resyncs_needed", c(&stats.resyncs_needed)),
+        ("conflicts_discarded", c(&stats.conflicts_discarded)),
+        ("entries_duplicate", c(&stats.entries_duplicate)),
+        ("versioned_keys", n(conv.versioned_keys)),
+        ("unread_keys", n(conv.unread_keys)),
+        ("tombstones", n(conv.tombstones)),
+        ("backlog", n(conv.backlog)),
+        ("lag_entries", n(conv.lag_entries)),
+        ("lag_ms", n(conv.lag_ms)),
+        ("full_syncs", n(conv.full_syncs)),
+        ("partial_syncs", n(conv.partial_syncs)),
+        ("sync_in_progress", n(u64::from(conv.sync_in_progress))),
+        ("catchup", t(conv.catchup.to_owned())),
+        ("catchup_entries", n(conv.catchup_entries)),
+        ("catchup_from_seq", n(conv.catchup_from_seq)),
+        ("catchup_ms", n(conv.catchup_ms)),
+        ("catchup_since", n(conv.catchup_since)),
+        ("since_syncs", n(conv.since_syncs)),
+        ("peer_watermark", n(conv.peer_watermark)),
+        ("stamps_loaded", n(conv.stamps_loaded)),
+        ("stamps_dated", n(conv.stamps_dated)),
+        ("last_error", t(stats.last_error())),
+        ("last_error_ms", c(&stats.last_error_ms)),
+        ("auth", t(id.auth.to_owned())),
+        ("tls", t(if id.tls { "yes" } else { "no" }.to_owned())),
+        ("auth_failures", c(&stats.auth_failures)),
+        ("handshakes_refused", c(&stats.handshakes_refused)),
+        ("handshakes_incomplete", c(&stats.handshakes_incomplete)),
+        ("rings_registered", c(&stats.rings_registered)),
+        (
+            "rings_live",
+            Field::Int(crate::transport::rings_live() as i64),
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_has_every_required_field() {
+        let stats = Stats::default();
+        stats.set_link(LinkState::Up);
+        Stats::add(&stats.entries_sent, 3);
+        stats.set_error("boom");
+        let id = Identity {
+            node_id: 1,
+            peer: "h:1".into(),
+            transport: "tcp",
+            device: String::new(),
+            ring_size: 65536,
+            auth: "none",
+            tls: false,
+        };
+        let conv = Convergence {
+            tombstones: 4,
+            ..Convergence::default()
+        };
+        let f = status_fields(&id, &stats, 2, &conv);
+        let get = |n: &str| f.iter().find(|(k, _)| *k == n).map(|(_, v)| v.clone());
+        for name in [
+            "node_id",
+            "peer",
+            "transport",
+            "link",
+            "entries_sent",
+            "entries_applied",
+            "bytes_sent",
+            "queue_depth",
+            "queue_overflows",
+            "ring_used_bytes",
+            "reconnects",
+            "last_error",
+            "conflicts_discarded",
+            "tombstones",
+            "full_syncs",
+            "partial_syncs",
+            "sync_in_progress",
+            "catchup",
+            "catchup_entries",
+            "catchup_from_seq",
+            "stamps_loaded",
+            "stamps_dated",
+            "lag_entries",
+            "lag_ms",
+            "auth",
+            "auth_failures",
+            "rings_live",
+        ] {
+            assert!(get(name).is_some(), "missing {name}");
+        }
+        assert_eq!(get("link"), Some(Field::Text("up".into())));
+        assert_eq!(get("entries_sent"), Some(Field::Int(3)));
+        assert_eq!(get("queue_depth"), Some(Field::Int(2)));
+        assert_eq!(get("tombstones"), Some(Field::Int(4)));
+        assert_eq!(get("last_error"), Some(Field::Text("boom".into())));
+    }
+}

@@ -1,0 +1,128 @@
+//! What travels: one captured change (`Entry`) and the atomic unit of apply (`Batch`).
+
+/// The change an entry carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    /// The key now holds this value, expiring at `expiry_ms` (Unix ms) if set.
+    Value {
+        /// Key name.
+        key: Vec<u8>,
+        /// The value, as `encoding` says.
+        payload: Vec<u8>,
+        /// Absolute expiry in Unix milliseconds.
+        expiry_ms: Option<u64>,
+        /// How `payload` holds the value.
+        encoding: Encoding,
+    },
+    /// The key no longer exists.
+    Delete {
+        /// Key name.
+        key: Vec<u8>,
+    },
+    /// `FLUSHDB` of the entry's database.
+    FlushDb,
+    /// `FLUSHALL`.
+    FlushAll,
+    /// `SWAPDB` of the entry's database with `other`.
+    SwapDb {
+        /// The second database.
+        other: u32,
+    },
+    /// The function libraries are now exactly these: a `FUNCTION DUMP`
+    /// payload (which may hold none), applied with `FUNCTION RESTORE ...
+    /// FLUSH`. One version covers them all (last writer wins).
+    Functions {
+        /// The `FUNCTION DUMP` payload.
+        payload: Vec<u8>,
+    },
+    /// The sender has applied every data entry of ours up to sequence
+    /// `applied` (trims what we keep for resending, collects tombstones).
+    Ack {
+        /// Our sequence number of the last entry it applied.
+        applied: u64,
+    },
+    /// The sender lost state (it restarted or its dataset was replaced), or
+    /// answers such a request of ours: send it what it misses, which is
+    /// everything (a full sync) unless `since` says what it holds.
+    SyncRequest {
+        /// Our sequence number of the last entry it had received when it
+        /// lost state (applied, an ack, or dropped while it was a replica):
+        /// a full sync of ours whose entries all come after it covers the
+        /// request.
+        received: u64,
+        /// It holds every change of ours stamped at or below this clock
+        /// (its durable watermark; 0: unknown, send everything).
+        since: u64,
+        /// It holds its own changes up to this clock (its newest own stamp
+        /// after a restart; it misses later ones we may hold).
+        own: u64,
+        /// An answer to a request of ours (none is sent back for it).
+        answer: bool,
+    },
+}
+
+/// How a value travels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Encoding {
+    /// A `DUMP` payload (RDB-encoded, version and checksum included),
+    /// applied with `RESTORE`: any type.
+    #[default]
+    Dump,
+    /// The bytes of a string value, applied with `SET`: cheaper both ways.
+    RawString,
+}
+
+/// One captured change, stamped at capture.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// Node id of the node where the write happened.
+    pub origin: u64,
+    /// Per-origin sequence number, increasing by one per entry.
+    pub seq: u64,
+    /// Hybrid logical clock at capture (see `clock`).
+    pub clock: u64,
+    /// Database index.
+    pub db: u32,
+    /// The change.
+    pub op: Op,
+}
+
+impl Entry {
+    /// Whether this entry changes data (not a link-level notice).
+    pub fn is_data(&self) -> bool {
+        !matches!(self.op, Op::Ack { .. } | Op::SyncRequest { .. })
+    }
+
+    /// The key, for per-key operations.
+    pub fn key(&self) -> Option<&[u8]> {
+        match &self.op {
+            Op::Value { key, .. } | Op::Delete { key } => Some(key),
+            _ => None,
+        }
+    }
+
+    /// Bytes of key and value carried (an estimate of the entry's weight).
+    pub fn payload_len(&self) -> usize {
+        match &self.op {
+            Op::Value { key, payload, .. } => key.len() + payload.len(),
+            Op::Delete { key } => key.len(),
+            Op::Functions { payload } => payload.len(),
+            _ => 0,
+        }
+    }
+}
+
+/// Entries that must be applied together: one event-loop iteration, one
+/// `MULTI/EXEC`, one script. Never empty when queued.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Batch {
+    /// The entries in capture order.
+    pub entries: Vec<Entry>,
+}
+
+impl Batch {
+    /// Sum of `Entry::payload_len`.
+    pub fn payload_len(&self) -> usize {
+        self.entries.iter().map(Entry::payload_len).sum()
+    }
+}

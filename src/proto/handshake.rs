@@ -1,0 +1,653 @@
+//! The link handshake, for every transport: HELLO both ways (versions,
+//! node id, auth mode, fresh nonce), then with a secret the dialer's PROOF
+//! and the acceptor's PROOF, then RING both ways. No ring address, length or
+//! key leaves a node before the peer has proven the secret, and nothing the
+//! peer sends before that is applied.
+//!
+//! `Handshake` is a pure state machine (fuzzed in `fuzz/`); [`run`] drives
+//! it over any [`MessageIo`] within a deadline.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use crate::error::{Error, HandshakeFailure as F, Result};
+use crate::proto::auth::{self, Secret, Side, Transcript, BINDING_LEN};
+use crate::proto::control::{
+    proof_message, refuse_message, server_field, AuthMode, ControlError, Hello, MessageHeader, Op,
+    RefuseReason, RemoteRing, HEADER_LEN, HELLO_LEN, NONCE_LEN,
+};
+use crate::proto::ring::RingGeometry;
+use crate::proto::ring::{MAX_RING_SIZE, MIN_RING_SIZE};
+
+/// What this node says about itself in its HELLO.
+#[derive(Debug, Clone)]
+pub struct Local {
+    /// This node's id.
+    pub node_id: u64,
+    /// RDB format of this server's DUMP payloads (0: unknown).
+    pub rdb_version: u16,
+    /// What this node runs ("redis 7.0.15").
+    pub server: String,
+    /// The shared secret, if configured.
+    pub secret: Option<Secret>,
+}
+
+impl Local {
+    fn auth(&self) -> AuthMode {
+        if self.secret.is_some() {
+            AuthMode::HmacSha256
+        } else {
+            AuthMode::None
+        }
+    }
+}
+
+/// Exactly one connection survives per pair: the one dialed by the node with
+/// the lower id. Both ends compute the same answer.
+pub fn keep(side: Side, me: u64, peer: u64) -> bool {
+    match side {
+        Side::Dialer => me < peer,
+        Side::Acceptor => peer < me,
+    }
+}
+
+/// What the caller does after a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Send this message, then read the next one.
+    Send(Vec<u8>),
+    /// Read the next message.
+    Wait,
+    /// The peer is authenticated (or neither side has a secret): send
+    /// `reply` if any; then, if `keep`, register a fresh ring and send
+    /// [`Handshake::ring_message`]; else close (the other connection of the
+    /// pair survives).
+    Authenticated {
+        /// Our proof, when we prove second.
+        reply: Option<Vec<u8>>,
+        /// Whether the tie-break keeps this connection.
+        keep: bool,
+    },
+    /// The handshake is complete: the ring the peer registered for us.
+    Done(RemoteRing),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    AwaitHello,
+    AwaitProof,
+    AwaitRing,
+    Done,
+}
+
+/// One side of one handshake.
+pub struct Handshake<'a> {
+    local: &'a Local,
+    side: Side,
+    ours: Hello,
+    binding: [u8; BINDING_LEN],
+    peer: Option<(Hello, [u8; HELLO_LEN])>,
+    state: State,
+}
+
+fn body_of(hello: &Hello) -> [u8; HELLO_LEN] {
+    let mut b = [0u8; HELLO_LEN];
+    b.copy_from_slice(&hello.encode()[HEADER_LEN..]);
+    b
+}
+
+impl<'a> Handshake<'a> {
+    /// Starts a handshake; returns it and the HELLO to send first.
+    /// `binding` ties the proofs to the channel (TLS exporter; zeros without TLS).
+    pub fn new(
+        local: &'a Local,
+        side: Side,
+        nonce: [u8; NONCE_LEN],
+        binding: [u8; BINDING_LEN],
+    ) -> (Self, Vec<u8>) {
+        let ours = Hello {
+            node_id: local.node_id,
+            frame_version: crate::proto::wire::VERSION,
+            auth: local.auth(),
+            rdb_version: local.rdb_version,
+            nonce,
+            server: server_field(&local.server),
+        };
+        let hello = ours.encode().to_vec();
+        let hs = Self {
+            local,
+            side,
+            ours,
+            binding,
+            peer: None,
+            state: State::AwaitHello,
+        };
+        (hs, hello)
+    }
+
+    /// The peer's HELLO, once received.
+    pub fn peer(&self) -> Option<&Hello> {
+        self.peer.as_ref().map(|(h, _)| h)
+    }
+
+    /// Whether the peer has been authenticated (or no secret is in use).
+    pub fn authenticated(&self) -> bool {
+        matches!(self.state, State::AwaitRing | State::Done)
+    }
+
+    /// The RING message announcing `ring`; only after [`Step::Authenticated`].
+    ///
+    /// # Errors
+    /// [`Error::Handshake`] when called before the peer is authenticated.
+    pub fn ring_message(&self, ring: &RemoteRing) -> Result<Vec<u8>> {
+        if !self.authenticated() {
+            return Err(Error::handshake(
+                F::Auth,
+                "ring requested before authentication",
+            ));
+        }
+        Ok(ring.encode().to_vec())
+    }
+
+    fn transcript(&self, peer_body: &[u8; HELLO_LEN]) -> Transcript {
+        let ours = body_of(&self.ours);
+        let (dialer_hello, acceptor_hello) = match self.side {
+            Side::Dialer => (ours, *peer_body),
+            Side::Acceptor => (*peer_body, ours),
+        };
+        Transcript {
+            dialer_hello,
+            acceptor_hello,
+            binding: self.binding,
+        }
+    }
+
+    /// Feeds the next message from the peer: its decoded header and its body
+    /// (exactly `header.len` bytes).
+    ///
+    /// # Errors
+    /// [`Error::Handshake`] saying why the connection must be refused.
+    pub fn on_message(&mut self, header: &MessageHeader, body: &[u8]) -> Result<Step> {
+        if body.len() != header.len as usize {
+            return Err(Error::handshake(F::Malformed, "body length mismatch"));
+        }
+        if header.op == Op::Refuse {
+            let reason = RefuseReason::from_arg(header.arg);
+            let failure = match reason {
+                RefuseReason::Auth => F::Auth,
+                RefuseReason::Version => F::Version,
+                RefuseReason::SameNodeId => F::SameNodeId,
+                RefuseReason::Malformed | RefuseReason::Other => F::Malformed,
+            };
+            return Err(Error::handshake(
+                failure,
+                format!("the peer refused the connection: {}", reason.as_str()),
+            ));
+        }
+        match (self.state, header.op) {
+            (State::AwaitHello, Op::Hello) => self.on_hello(body),
+            (State::AwaitProof, Op::Proof) => self.on_proof(body),
+            (State::AwaitProof, op) => Err(Error::handshake(
+                F::Auth,
+                format!("the peer sent {op:?} instead of its proof"),
+            )),
+            (State::AwaitRing, Op::Ring) => self.on_ring(body),
+            (state, op) => Err(Error::handshake(
+                F::Malformed,
+                format!("unexpected {op:?} during the handshake (waiting for {state:?})"),
+            )),
+        }
+    }
+
+    fn on_hello(&mut self, body: &[u8]) -> Result<Step> {
+        let peer = Hello::decode(body).map_err(|e| match e {
+            ControlError::BadVersion { .. } => Error::handshake(F::Version, e.to_string()),
+            other => Error::handshake(F::Malformed, other.to_string()),
+        })?;
+        let mut peer_body = [0u8; HELLO_LEN];
+        peer_body.copy_from_slice(body);
+        self.check_peer(&peer)?;
+        self.peer = Some((peer, peer_body));
+        if self.local.secret.is_none() {
+            // Neither side has a secret (checked above): nothing to prove.
+            self.state = State::AwaitRing;
+            return Ok(Step::Authenticated {
+                reply: None,
+                keep: keep(self.side, self.local.node_id, peer.node_id),
+            });
+        }
+        self.state = State::AwaitProof;
+        match (self.side, &self.local.secret) {
+            // The dialer proves first: whoever connects to a listener learns
+            // nothing about the secret before proving it.
+            (Side::Dialer, Some(secret)) => {
+                let tag = auth::proof(secret, Side::Dialer, &self.transcript(&peer_body));
+                Ok(Step::Send(proof_message(&tag).to_vec()))
+            }
+            _ => Ok(Step::Wait),
+        }
+    }
+
+    fn check_peer(&self, peer: &Hello) -> Result<()> {
+        if peer.frame_version != self.ours.frame_version {
+            return Err(Error::handshake(
+                F::Version,
+                format!(
+                    "the peer ({}) writes frame format {}, this node ({}) reads {}",
+                    peer.server_name(),
+                    peer.frame_version,
+                    self.local.server,
+                    self.ours.frame_version
+                ),
+            ));
+        }
+        if peer.rdb_version != self.ours.rdb_version {
+            return Err(Error::handshake(
+                F::Version,
+                format!(
+                    "the peer runs {} with RDB format {}, this node runs {} with RDB format {}: \
+                     DUMP payloads would not restore; run the same server version on both nodes",
+                    peer.server_name(),
+                    peer.rdb_version,
+                    self.local.server,
+                    self.ours.rdb_version
+                ),
+            ));
+        }
+        if peer.node_id == self.local.node_id {
+            return Err(Error::handshake(
+                F::SameNodeId,
+                format!(
+                    "the peer has the same node id {}; set node-id= on one of them",
+                    peer.node_id
+                ),
+            ));
+        }
+        match (self.ours.auth, peer.auth) {
+            (AuthMode::HmacSha256, AuthMode::None) => Err(Error::handshake(
+                F::Auth,
+                "authentication failed: the peer has no secret configured, this node requires one",
+            )),
+            (AuthMode::None, AuthMode::HmacSha256) => Err(Error::handshake(
+                F::Auth,
+                "authentication failed: the peer requires a secret, none is configured here",
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    fn on_proof(&mut self, body: &[u8]) -> Result<Step> {
+        let (Some(secret), Some((peer, peer_body))) = (&self.local.secret, &self.peer) else {
+            return Err(Error::handshake(F::Malformed, "PROOF without a secret"));
+        };
+        let transcript = self.transcript(peer_body);
+        let peer_side = match self.side {
+            Side::Dialer => Side::Acceptor,
+            Side::Acceptor => Side::Dialer,
+        };
+        if !auth::verify(secret, peer_side, &transcript, body) {
+            return Err(Error::handshake(
+                F::Auth,
+                "authentication failed: the peer's proof does not match (wrong secret on one side, or a replayed handshake)",
+            ));
+        }
+        let keep = keep(self.side, self.local.node_id, peer.node_id);
+        let reply = match self.side {
+            Side::Acceptor => {
+                Some(proof_message(&auth::proof(secret, Side::Acceptor, &transcript)).to_vec())
+            }
+            Side::Dialer => None,
+        };
+        self.state = State::AwaitRing;
+        Ok(Step::Authenticated { reply, keep })
+    }
+
+    fn on_ring(&mut self, body: &[u8]) -> Result<Step> {
+        let ring =
+            RemoteRing::decode(body).map_err(|e| Error::handshake(F::Malformed, e.to_string()))?;
+        if !(MIN_RING_SIZE..=MAX_RING_SIZE).contains(&ring.capacity)
+            || RingGeometry::new(ring.capacity).is_none()
+        {
+            return Err(Error::handshake(
+                F::Malformed,
+                format!(
+                    "the peer announced an invalid ring of {} bytes",
+                    ring.capacity
+                ),
+            ));
+        }
+        self.state = State::Done;
+        Ok(Step::Done(ring))
+    }
+}
+
+/// Moves handshake messages over a transport.
+pub trait MessageIo {
+    /// Sends one whole message.
+    ///
+    /// # Errors
+    /// I/O or transport errors.
+    fn send(&mut self, msg: &[u8]) -> Result<()>;
+
+    /// Receives the next message (header checked, body of `header.len`
+    /// bytes, at most [`crate::proto::control::MAX_CONTROL_LEN`] in all), giving up
+    /// at `deadline`.
+    ///
+    /// # Errors
+    /// Malformed headers ([`HandshakeFailure::Malformed`](F::Malformed)),
+    /// the deadline ([`HandshakeFailure::Incomplete`](F::Incomplete)), I/O errors.
+    fn recv(&mut self, deadline: Instant) -> Result<(MessageHeader, Vec<u8>)>;
+}
+
+/// Decodes a header received during the handshake (no WRITE allowed).
+///
+/// # Errors
+/// [`Error::Handshake`] ([`HandshakeFailure::Malformed`](F::Malformed)).
+pub fn decode_header(bytes: &[u8; HEADER_LEN]) -> Result<MessageHeader> {
+    MessageHeader::decode(bytes, 0).map_err(|e| {
+        Error::handshake(
+            F::Malformed,
+            format!("not an rdmasync handshake message: {e}"),
+        )
+    })
+}
+
+/// Shared between a handshake in progress and whoever may cut it short.
+#[derive(Debug, Default)]
+pub struct Watch {
+    abandoned: AtomicBool,
+    progressed: AtomicBool,
+}
+
+impl Watch {
+    /// Asks the handshake to give up at its next read tick.
+    pub fn abandon(&self) {
+        self.abandoned.store(true, Ordering::Release);
+    }
+
+    /// Whether the handshake was asked to give up.
+    pub fn is_abandoned(&self) -> bool {
+        self.abandoned.load(Ordering::Acquire)
+    }
+
+    /// Whether the peer has sent a valid HELLO: a real peer does so at
+    /// once, an idle or half-open connection never does.
+    pub fn progressed(&self) -> bool {
+        self.progressed.load(Ordering::Acquire)
+    }
+}
+
+/// What a completed handshake yields.
+#[derive(Debug, Clone, Copy)]
+pub struct Agreed {
+    /// The peer's HELLO (authenticated when a secret is in use).
+    pub peer: Hello,
+    /// The ring the peer registered for us.
+    pub peer_ring: RemoteRing,
+}
+
+/// Runs a handshake over `io` until `deadline`. `register` is called once
+/// the peer is authenticated and kept, and returns the fresh ring to
+/// announce. `Ok(None)`: authenticated but the tie-break drops this
+/// connection. On failure a REFUSE is sent (best effort) before returning.
+/// `watch` learns when the peer's HELLO was accepted.
+///
+/// # Errors
+/// [`Error::Handshake`] or transport errors.
+pub fn run(
+    io: &mut dyn MessageIo,
+    local: &Local,
+    side: Side,
+    binding: [u8; BINDING_LEN],
+    deadline: Instant,
+    watch: &Watch,
+    register: &mut dyn FnMut() -> Result<RemoteRing>,
+) -> Result<Option<Agreed>> {
+    let nonce = auth::nonce()?;
+    let (mut hs, hello) = Handshake::new(local, side, nonce, binding);
+    let result = drive(io, &mut hs, hello, deadline, watch, register);
+    if let Err(Error::Handshake { failure, .. }) = &result {
+        let reason = match failure {
+            F::Auth => Some(RefuseReason::Auth),
+            F::Version => Some(RefuseReason::Version),
+            F::SameNodeId => Some(RefuseReason::SameNodeId),
+            F::Malformed => Some(RefuseReason::Malformed),
+            F::Incomplete => None,
+        };
+        if let Some(r) = reason {
+            let _ = io.send(&refuse_message(r));
+        }
+    }
+    result
+}
+
+fn drive(
+    io: &mut dyn MessageIo,
+    hs: &mut Handshake<'_>,
+    hello: Vec<u8>,
+    deadline: Instant,
+    watch: &Watch,
+    register: &mut dyn FnMut() -> Result<RemoteRing>,
+) -> Result<Option<Agreed>> {
+    io.send(&hello)?;
+    loop {
+        let (header, body) = io.recv(deadline)?;
+        let step = hs.on_message(&header, &body)?;
+        watch.progressed.store(true, Ordering::Release);
+        match step {
+            Step::Send(msg) => io.send(&msg)?,
+            Step::Wait => {}
+            Step::Authenticated { reply, keep } => {
+                if let Some(msg) = reply {
+                    io.send(&msg)?;
+                }
+                if !keep {
+                    return Ok(None);
+                }
+                let ring = register()?;
+                io.send(&hs.ring_message(&ring)?)?;
+            }
+            Step::Done(peer_ring) => {
+                let peer = *hs
+                    .peer()
+                    .ok_or_else(|| Error::handshake(F::Malformed, "RING before HELLO"))?;
+                return Ok(Some(Agreed { peer, peer_ring }));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::VecDeque;
+
+    fn local(id: u64, secret: Option<&str>) -> Local {
+        Local {
+            node_id: id,
+            rdb_version: 10,
+            server: "redis 7.0.15".into(),
+            secret: secret.map(|s| Secret::new(s.as_bytes().to_vec()).unwrap()),
+        }
+    }
+
+    fn split(msg: &[u8]) -> (MessageHeader, Vec<u8>) {
+        let h = decode_header(msg[..HEADER_LEN].try_into().unwrap()).unwrap();
+        (h, msg[HEADER_LEN..].to_vec())
+    }
+
+    const RING: RemoteRing = RemoteRing {
+        capacity: 1 << 20,
+        addr: 0,
+        rkey: 0,
+    };
+
+    type Outcome = Option<Result<Option<RemoteRing>>>;
+
+    /// Feeds one message from `inbox` to `hs`, queueing what it sends.
+    fn step(
+        hs: &mut Handshake<'_>,
+        inbox: &mut VecDeque<Vec<u8>>,
+        outbox: &mut VecDeque<Vec<u8>>,
+        out: &mut Outcome,
+    ) {
+        if out.is_some() {
+            return;
+        }
+        let Some(msg) = inbox.pop_front() else { return };
+        let (h, b) = split(&msg);
+        match hs.on_message(&h, &b) {
+            Ok(Step::Send(m)) => outbox.push_back(m),
+            Ok(Step::Wait) => {}
+            Ok(Step::Authenticated { reply, keep }) => {
+                outbox.extend(reply);
+                if keep {
+                    outbox.push_back(hs.ring_message(&RING).unwrap());
+                } else {
+                    *out = Some(Ok(None));
+                }
+            }
+            Ok(Step::Done(r)) => *out = Some(Ok(Some(r))),
+            Err(e) => *out = Some(Err(e)),
+        }
+    }
+
+    /// Runs both state machines against each other; returns each side's outcome.
+    fn pair(d: &Local, a: &Local) -> (Result<Option<RemoteRing>>, Result<Option<RemoteRing>>) {
+        let (mut hd, hello_d) = Handshake::new(d, Side::Dialer, [1; NONCE_LEN], [0; 32]);
+        let (mut ha, hello_a) = Handshake::new(a, Side::Acceptor, [2; NONCE_LEN], [0; 32]);
+        let mut to_a: VecDeque<Vec<u8>> = VecDeque::from([hello_d]);
+        let mut to_d: VecDeque<Vec<u8>> = VecDeque::from([hello_a]);
+        let (mut out_d, mut out_a) = (None, None);
+        for _ in 0..10 {
+            step(&mut hd, &mut to_d, &mut to_a, &mut out_d);
+            step(&mut ha, &mut to_a, &mut to_d, &mut out_a);
+        }
+        (
+            out_d.unwrap_or(Err(Error::LinkClosed)),
+            out_a.unwrap_or(Err(Error::LinkClosed)),
+        )
+    }
+
+    fn failure<T: std::fmt::Debug>(r: Result<T>) -> F {
+        match r {
+            Err(e) => e.handshake_failure(),
+            Ok(v) => panic!("expected a failure, got {v:?}"),
+        }
+    }
+
+    #[test]
+    fn same_secret_connects_and_exchanges_rings() {
+        let s = Some("0123456789abcdef-secret");
+        let (d, a) = pair(&local(1, s), &local(2, s));
+        assert_eq!(d.unwrap(), Some(RING));
+        assert_eq!(a.unwrap(), Some(RING));
+    }
+
+    #[test]
+    fn no_secret_on_either_side_connects() {
+        let (d, a) = pair(&local(1, None), &local(2, None));
+        assert_eq!(d.unwrap(), Some(RING));
+        assert_eq!(a.unwrap(), Some(RING));
+    }
+
+    #[test]
+    fn tie_break_drops_the_connection_dialed_by_the_higher_id() {
+        let s = Some("0123456789abcdef-secret");
+        let (d, a) = pair(&local(9, s), &local(2, s));
+        assert_eq!(d.unwrap(), None);
+        assert_eq!(a.unwrap(), None);
+    }
+
+    #[test]
+    fn wrong_or_missing_secret_is_refused_by_the_acceptor_before_any_ring() {
+        let good = Some("0123456789abcdef-secret");
+        let bad = Some("0123456789abcdef-wrong!");
+        // The acceptor never proves anything to a dialer with the wrong secret.
+        let (d, a) = pair(&local(1, bad), &local(2, good));
+        assert_eq!(failure(a), F::Auth);
+        assert!(d.is_err());
+        for (x, y) in [(None, good), (good, None)] {
+            let (d, a) = pair(&local(1, x), &local(2, y));
+            assert_eq!(failure(d), F::Auth);
+            assert_eq!(failure(a), F::Auth);
+        }
+    }
+
+    #[test]
+    fn versions_and_identity_are_checked() {
+        let mut other = local(2, None);
+        other.rdb_version = 11;
+        other.server = "valkey 8.0.2".into();
+        let (d, a) = pair(&local(1, None), &other);
+        let msg = d.as_ref().unwrap_err().to_string();
+        assert!(
+            msg.contains("valkey 8.0.2 with RDB format 11")
+                && msg.contains("redis 7.0.15 with RDB format 10"),
+            "{msg}"
+        );
+        assert_eq!(failure(d), F::Version);
+        assert_eq!(failure(a), F::Version);
+        let (d, _) = pair(&local(3, None), &local(3, None));
+        assert_eq!(failure(d), F::SameNodeId);
+    }
+
+    #[test]
+    fn a_replayed_or_reflected_proof_fails() {
+        let s = local(2, Some("0123456789abcdef-secret"));
+        // Record a genuine dialer's proof on one connection...
+        let (mut acc1, hello_a1) = Handshake::new(&s, Side::Acceptor, [5; NONCE_LEN], [0; 32]);
+        let dialer = local(1, Some("0123456789abcdef-secret"));
+        let (mut dial, hello_d) = Handshake::new(&dialer, Side::Dialer, [6; NONCE_LEN], [0; 32]);
+        let (h, b) = split(&hello_a1);
+        let Step::Send(proof) = dial.on_message(&h, &b).unwrap() else {
+            panic!("dialer must prove")
+        };
+        let (h, b) = split(&hello_d);
+        assert_eq!(acc1.on_message(&h, &b).unwrap(), Step::Wait);
+        // ...and replay the same HELLO and PROOF to a new connection.
+        let (mut acc2, _) = Handshake::new(&s, Side::Acceptor, [7; NONCE_LEN], [0; 32]);
+        assert_eq!(acc2.on_message(&h, &b).unwrap(), Step::Wait);
+        let (ph, pb) = split(&proof);
+        assert_eq!(failure(acc2.on_message(&ph, &pb)), F::Auth);
+        // The genuine connection still works.
+        assert!(matches!(
+            acc1.on_message(&ph, &pb).unwrap(),
+            Step::Authenticated { keep: true, .. }
+        ));
+    }
+
+    #[test]
+    fn nothing_but_a_proof_passes_the_proof_state() {
+        let s = local(2, Some("0123456789abcdef-secret"));
+        let (mut acc, _) = Handshake::new(&s, Side::Acceptor, [5; NONCE_LEN], [0; 32]);
+        let dialer = local(1, Some("0123456789abcdef-secret"));
+        let (_, hello_d) = Handshake::new(&dialer, Side::Dialer, [6; NONCE_LEN], [0; 32]);
+        let (h, b) = split(&hello_d);
+        acc.on_message(&h, &b).unwrap();
+        let ring = RING.encode();
+        let (h, b) = split(&ring);
+        assert_eq!(failure(acc.on_message(&h, &b)), F::Auth);
+        assert!(acc.ring_message(&RING).is_err());
+    }
+
+    #[test]
+    fn an_invalid_ring_is_refused() {
+        let me = local(1, None);
+        let (mut d, _) = Handshake::new(&me, Side::Dialer, [1; NONCE_LEN], [0; 32]);
+        let peer = local(2, None);
+        let (_, hello_a) = Handshake::new(&peer, Side::Acceptor, [2; NONCE_LEN], [0; 32]);
+        let (h, b) = split(&hello_a);
+        d.on_message(&h, &b).unwrap();
+        for capacity in [0, 1000, 4096, 3 << 20, 1 << 40] {
+            let msg = RemoteRing {
+                capacity,
+                addr: 0,
+                rkey: 0,
+            }
+            .encode();
+            let (h, b) = split(&msg);
+            assert_eq!(failure(d.on_message(&h, &b)), F::Malformed, "{capacity}");
+        }
+    }
+}

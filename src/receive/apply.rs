@@ -1,0 +1,672 @@
+//! Batch -> Redis on the main thread: the link thread hands decoded batches
+//! to a bounded queue and wakes the event loop through a pipe; the main
+//! thread applies each batch whole (no client command interleaves), with the
+//! echo guard set, propagated to this node's replicas and AOF. No thread
+//! ever waits for the GIL, so a busy server cannot starve the apply path and
+//! unload cannot deadlock with it.
+
+use std::io::{Read as _, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crossbeam_queue::ArrayQueue;
+use hashbrown::HashSet;
+use parking_lot::Mutex;
+use redis_module::{CallOptions, CallOptionsBuilder, CallResult, Context, RedisModuleTimerID};
+
+use crate::capture::hook::Suppressed;
+use crate::catchup::replication::{Replication, STATE};
+use crate::converge::version::{Decision, KeyVersion, Stamp, GC_AT_NEXT_ACK};
+use crate::error::{Error, Result};
+use crate::ops::status::{unix_ms, Stats};
+use crate::proto::entry::{Batch, Encoding, Entry, Op};
+use crate::redis::server::{self, ThreadContext};
+use crate::redis::snapshot::{Read, Reader};
+use crate::runtime::{self, Shared};
+
+/// Batches decoded but not yet applied, at most.
+const PENDING_BATCHES: usize = 1024;
+/// Key and value bytes decoded but not yet applied, at most (beyond it the
+/// link thread stops consuming the ring, and credit stops: backpressure).
+const PENDING_BYTES: usize = 8 << 20;
+/// Longest the main thread applies in one go before serving clients again.
+const APPLY_SLICE: Duration = Duration::from_millis(2);
+/// How often a paused server is asked again whether batches may apply.
+const PAUSED_RETRY: Duration = Duration::from_millis(10);
+
+/// Link thread -> main thread hand-off.
+pub struct ApplyQueue {
+    batches: ArrayQueue<Batch>,
+    /// Payload bytes of the batches in `batches`.
+    bytes: std::sync::atomic::AtomicUsize,
+    /// A wake-up byte is in the pipe and not yet read.
+    signaled: AtomicBool,
+    /// Non-blocking: the event loop can report it readable after a nested
+    /// event loop (a load, `DEBUG LOADAOF`, a busy script) read the byte.
+    reader: Mutex<std::os::unix::net::UnixStream>,
+    writer: Mutex<std::os::unix::net::UnixStream>,
+    /// A detached context, used on the main thread only, to create the timer.
+    context: Mutex<Option<ThreadContext>>,
+    /// The apply timer, while one is pending (stopped at unload).
+    timer: Mutex<Option<RedisModuleTimerID>>,
+}
+
+impl ApplyQueue {
+    /// A queue and its wake-up pipe.
+    ///
+    /// # Errors
+    /// [`Error::LinkIo`] when the pipe cannot be created.
+    pub fn new() -> Result<Self> {
+        let (reader, writer) = std::os::unix::net::UnixStream::pair()?;
+        reader.set_nonblocking(true)?;
+        Ok(Self {
+            batches: ArrayQueue::new(PENDING_BATCHES),
+            bytes: std::sync::atomic::AtomicUsize::new(0),
+            signaled: AtomicBool::new(false),
+            reader: Mutex::new(reader),
+            writer: Mutex::new(writer),
+            context: Mutex::new(ThreadContext::new()),
+            timer: Mutex::new(None),
+        })
+    }
+
+    /// The pipe end the event loop watches.
+    pub fn wake_fd(&self) -> i32 {
+        use std::os::fd::AsRawFd;
+        self.reader.lock().as_raw_fd()
+    }
+
+    /// Reads the wake-up byte. A byte is in the pipe when `signaled` is
+    /// set; none when a nested event loop took it since the event was
+    /// reported: the read then fails at once instead of waiting.
+    fn take_wakeup(&self) {
+        let mut byte = [0u8; 1];
+        let _ = self.reader.lock().read(&mut byte);
+        self.signaled.store(false, Ordering::Release);
+    }
+
+    fn signal(&self) {
+        if !self.signaled.swap(true, Ordering::AcqRel) {
+            let _ = self.writer.lock().write_all(&[1]);
+        }
+    }
+
+    /// Hands a batch to the main thread, waiting while the queue is full
+    /// (that backpressure reaches the peer through credit).
+    ///
+    /// # Errors
+    /// [`Error::LinkClosed`] when unload begins while waiting.
+    pub fn submit(&self, shared: &Shared, mut batch: Batch) -> Result<()> {
+        let size = batch.payload_len();
+        loop {
+            let room = self.batches.is_empty()
+                || self.bytes.load(Ordering::Acquire) + size <= PENDING_BYTES;
+            if room {
+                match self.batches.push(batch) {
+                    Ok(()) => {
+                        self.bytes.fetch_add(size, Ordering::AcqRel);
+                        self.signal();
+                        return Ok(());
+                    }
+                    Err(back) => batch = back,
+                }
+            }
+            if shared.stopping() {
+                return Err(Error::LinkClosed);
+            }
+            self.signal();
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+
+    /// The oldest batch waiting, if any.
+    fn pop(&self) -> Option<Batch> {
+        let batch = self.batches.pop()?;
+        self.bytes.fetch_sub(batch.payload_len(), Ordering::AcqRel);
+        Some(batch)
+    }
+
+    /// Cancels a pending apply timer (main thread, at unload).
+    pub fn cancel_timer(&self) {
+        if let Some(id) = self.timer.lock().take() {
+            if let Some(tc) = self.context.lock().as_ref() {
+                let _ = tc.main_thread_context().stop_timer::<()>(id);
+            }
+        }
+    }
+
+    /// Batches received but not applied (dropped at unload).
+    pub fn discard(&self) -> u64 {
+        let mut n = 0;
+        while let Some(b) = self.pop() {
+            n += b.entries.len() as u64;
+        }
+        n
+    }
+}
+
+/// Event-loop callback on the main thread (the wake-up pipe is readable):
+/// schedules the apply in a 0 ms timer. Redis runs timer callbacks in a
+/// proper module context, which propagates the applied writes to replicas
+/// and AOF when it ends; a bare event-loop callback would leave them pending
+/// (and Redis asserts on that).
+pub fn on_wake(shared: &Shared) {
+    let queue = &shared.apply;
+    queue.take_wakeup();
+    let mut timer = queue.timer.lock();
+    if timer.is_none() {
+        if let Some(tc) = queue.context.lock().as_ref() {
+            let ctx = tc.main_thread_context();
+            *timer = Some(ctx.create_timer(Duration::ZERO, on_timer, ()));
+        }
+    }
+}
+
+fn on_timer(ctx: &Context, (): ()) {
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        runtime::with_shared(|shared| apply_pending(ctx, shared));
+    }));
+}
+
+/// Applies queued batches for at most [`APPLY_SLICE`], then lets Redis serve
+/// clients (waking itself again if batches remain).
+fn apply_pending(ctx: &Context, shared: &Shared) {
+    let queue = &shared.apply;
+    *queue.timer.lock() = None;
+    if server::clients_paused() {
+        // CLIENT PAUSE, FAILOVER, a SHUTDOWN waiting for replicas: the
+        // dataset must not change (and Redis asserts on propagation).
+        *queue.timer.lock() = Some(ctx.create_timer(PAUSED_RETRY, on_timer, ()));
+        return;
+    }
+    let started = Instant::now();
+    let mut flushed = false;
+    while let Some(batch) = queue.pop() {
+        // Local changes made earlier in this event-loop iteration are
+        // stamped (and shipped) before a remote entry that could overwrite
+        // or move them is applied: a stamp taken after applying would be
+        // newer than the write it did not see. A batch that touches none of
+        // them lets them wait (a resting hot key stays held; see `hotkeys`).
+        if !flushed && crate::capture::flush::local_changes_go_before(&batch) {
+            crate::capture::flush::flush_now(ctx, shared);
+            flushed = true;
+        }
+        apply_batch(ctx, shared, &batch);
+        if started.elapsed() > APPLY_SLICE {
+            break;
+        }
+    }
+    if !queue.batches.is_empty() {
+        queue.signal();
+    }
+}
+
+/// Event-loop callback trampoline (registered by `runtime`).
+pub fn on_wake_current() {
+    runtime::with_shared(|s| on_wake(s));
+}
+
+fn run(
+    ctx: &Context,
+    opts: &CallOptions,
+    cmd: &str,
+    args: &[&[u8]],
+) -> std::result::Result<(), String> {
+    match ctx.call_ext::<_, CallResult>(cmd, opts, args) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(format!("{cmd}: {}", e.to_utf8_string().unwrap_or_default())),
+    }
+}
+
+/// What became of one entry.
+enum Outcome {
+    /// Written to Redis.
+    Applied,
+    /// Older than this node's version: discarded (a conflict lost).
+    Discarded,
+    /// This node has exactly this version already.
+    Duplicate,
+    /// An ack or sync request: no data.
+    Notice,
+}
+
+fn restore(
+    ctx: &Context,
+    opts: &CallOptions,
+    key: &[u8],
+    payload: &[u8],
+    expiry_ms: Option<u64>,
+    encoding: Encoding,
+) -> std::result::Result<(), String> {
+    match (encoding, expiry_ms) {
+        // SET replaces any type and clears a TTL, like RESTORE REPLACE.
+        (Encoding::RawString, None) => run(ctx, opts, "SET", &[key, payload]),
+        (Encoding::RawString, Some(at)) => {
+            let at = at.to_string();
+            run(ctx, opts, "SET", &[key, payload, b"PXAT", at.as_bytes()])
+        }
+        (Encoding::Dump, _) => {
+            let ttl = expiry_ms.unwrap_or(0).to_string();
+            run(
+                ctx,
+                opts,
+                "RESTORE",
+                &[key, ttl.as_bytes(), payload, b"REPLACE", b"ABSTTL"],
+            )
+        }
+    }
+}
+
+/// String values without expiry, consecutive in a batch and of one
+/// database, written with one MSET (the same effect as one SET each).
+struct MsetRun<'a> {
+    db: u32,
+    /// key, value, key, value, ...
+    args: Vec<&'a [u8]>,
+    /// Each key's version before it joined the run (its new version is
+    /// recorded at once, for the rest of the batch to see): put back for a
+    /// key that could not be written.
+    before: Vec<Option<KeyVersion>>,
+    /// The keys in the run: a key appears at most once (a repeat starts a
+    /// new run, so each `before` is the version from outside the run).
+    keys: HashSet<&'a [u8]>,
+}
+
+impl<'a> MsetRun<'a> {
+    /// Keys per MSET, at most.
+    const MAX_KEYS: usize = 256;
+
+    /// Whether `e` may join the run: a plain string value of the run's
+    /// database (or any database while the run is empty), with room left.
+    /// A string value without expiry: what a run can carry.
+    fn is_plain(e: &Entry) -> Option<&[u8]> {
+        match &e.op {
+            Op::Value {
+                key,
+                encoding: Encoding::RawString,
+                expiry_ms: None,
+                ..
+            } => Some(key),
+            _ => None,
+        }
+    }
+
+    fn admits(&self, e: &Entry) -> bool {
+        let Some(key) = Self::is_plain(e) else {
+            return false;
+        };
+        self.args.is_empty()
+            || (self.db == e.db && self.args.len() < 2 * Self::MAX_KEYS && !self.keys.contains(key))
+    }
+
+    fn push(&mut self, db: u32, key: &'a [u8], value: &'a [u8], before: Option<KeyVersion>) {
+        self.db = db;
+        self.args.push(key);
+        self.args.push(value);
+        self.before.push(before);
+        self.keys.insert(key);
+    }
+
+    /// Writes the run. If the MSET fails, each key is written with SET;
+    /// a key that still fails gets its previous version back (so a resend
+    /// is not taken for a duplicate). On failure, how many keys were lost
+    /// and why.
+    fn write(
+        &mut self,
+        ctx: &Context,
+        opts: &CallOptions,
+        st: &mut Replication,
+    ) -> std::result::Result<(), (u64, String)> {
+        if self.args.is_empty() {
+            return Ok(());
+        }
+        let db = self.db;
+        let args = std::mem::take(&mut self.args);
+        let before = std::mem::take(&mut self.before);
+        self.keys.clear();
+        let db_ok = server::select_db(ctx, db);
+        if db_ok && run(ctx, opts, "MSET", &args).is_ok() {
+            return Ok(());
+        }
+        let (mut lost, mut why) = (0, format!("no database {db}"));
+        for (pair, before) in args.chunks(2).zip(before) {
+            let written = db_ok
+                && match run(ctx, opts, "SET", pair) {
+                    Ok(()) => true,
+                    Err(msg) => {
+                        why = msg;
+                        false
+                    }
+                };
+            if !written {
+                st.versions.reset(db, pair[0], before);
+                lost += 1;
+            }
+        }
+        if lost == 0 {
+            Ok(())
+        } else {
+            Err((lost, why))
+        }
+    }
+}
+
+/// A remote FLUSHDB/FLUSHALL: removes what is older than it and keeps the
+/// keys this node wrote (or applied) after it.
+fn apply_flush(
+    ctx: &Context,
+    opts: &CallOptions,
+    st: &mut Replication,
+    db: Option<u32>,
+    stamp: Stamp,
+) -> std::result::Result<Outcome, String> {
+    if !st.versions.flush_is_new(db, stamp) {
+        return Ok(Outcome::Discarded);
+    }
+    let mut survivors: hashbrown::HashMap<u32, Vec<Box<[u8]>>> = hashbrown::HashMap::new();
+    for (d, key) in st.versions.flush(db, stamp) {
+        survivors.entry(d).or_default().push(key);
+    }
+    let reader = Reader::new(ctx);
+    // FLUSHALL as one FLUSHDB per database: with save points configured,
+    // FLUSHALL also writes an RDB on the spot, whose aux data needs the
+    // convergence state this thread holds.
+    let dbs = match db {
+        Some(d) => d..d + 1,
+        None => 0..reader.databases(),
+    };
+    for d in dbs {
+        server::select_db(ctx, d);
+        let keep = survivors.remove(&d).unwrap_or_default();
+        flush_keeping(ctx, opts, &reader, &keep)?;
+    }
+    Ok(Outcome::Applied)
+}
+
+/// Empties the selected database but for the keys in `keep`: FLUSHDB, then
+/// each survivor restored from its DUMP. When a survivor cannot be read it
+/// could not be restored, so then every other key is unlinked instead
+/// (slower, and rare: nothing is lost).
+fn flush_keeping(
+    ctx: &Context,
+    opts: &CallOptions,
+    reader: &Reader,
+    keep: &[Box<[u8]>],
+) -> std::result::Result<(), String> {
+    let mut saved = Vec::with_capacity(keep.len());
+    for key in keep {
+        match reader.read_one(key) {
+            Read::Value(snap) => saved.push((key, snap)),
+            Read::Absent => {}
+            Read::Failed => return unlink_all_but(ctx, opts, reader, keep),
+        }
+    }
+    run(ctx, opts, "FLUSHDB", &[])?;
+    for (key, snap) in saved {
+        restore(ctx, opts, key, &snap.payload, snap.expiry_ms, snap.encoding)?;
+    }
+    Ok(())
+}
+
+/// UNLINKs every key of the selected database not in `keep`, a SCAN page at
+/// a time.
+fn unlink_all_but(
+    ctx: &Context,
+    opts: &CallOptions,
+    reader: &Reader,
+    keep: &[Box<[u8]>],
+) -> std::result::Result<(), String> {
+    let keep: HashSet<&[u8]> = keep.iter().map(|k| &**k).collect();
+    let mut cursor = 0;
+    loop {
+        let (next, keys) = reader
+            .scan(cursor, 1000)
+            .ok_or_else(|| "SCAN failed while flushing around an unreadable key".to_owned())?;
+        let doomed: Vec<&[u8]> = keys
+            .iter()
+            .map(Vec::as_slice)
+            .filter(|k| !keep.contains(k))
+            .collect();
+        if !doomed.is_empty() {
+            run(ctx, opts, "UNLINK", &doomed)?;
+        }
+        if next == 0 {
+            return Ok(());
+        }
+        cursor = next;
+    }
+}
+
+fn apply_entry<'a>(
+    ctx: &Context,
+    opts: &CallOptions,
+    st: &mut Replication,
+    me: u64,
+    e: &'a Entry,
+    mset: &mut MsetRun<'a>,
+) -> std::result::Result<Outcome, String> {
+    let stamp = Stamp::new(e.clock, e.origin);
+    match &e.op {
+        Op::Ack { applied } => {
+            // Received (not applied: acks are not acknowledged).
+            st.received(e.seq);
+            if !crate::ops::faults::acks_dropped() {
+                // Before the acknowledgement: one that answers our request
+                // ends the wait, and its own coverage (voided by the peer
+                // when it took the request) is not yet to be trusted.
+                let accepts = st.accepts_coverage();
+                st.acknowledged(*applied);
+                // Its clock says what the peer's stream has covered of the
+                // peer's own changes: all of it was applied here before
+                // this ack (same ordered stream). Durable with the batch.
+                if accepts {
+                    st.versions.record_covered(e.origin, e.clock);
+                }
+            }
+            return Ok(Outcome::Notice);
+        }
+        Op::SyncRequest {
+            received,
+            since,
+            own,
+            answer,
+        } => {
+            redis_module::logging::log_notice(if *answer {
+                format!("rdmasync: the peer asks for our changes after clock {since}")
+            } else {
+                format!(
+                    "rdmasync: the peer lost state (restart or reload) and asks for what it \
+                     misses: our changes after clock {since}, its own after {own}"
+                )
+            });
+            st.peer_asks_for_sync(*received, *since, *own, *answer);
+            // Acknowledged like data: the peer learns it arrived (one lost
+            // with a link drop is sent again).
+            st.applied(e.seq);
+            if !*answer {
+                // It lost its state, the swaps it had in flight with it:
+                // its next swaps may carry any stamp its clock gives them.
+                st.last_peer_swap = Stamp::default();
+            }
+            return Ok(Outcome::Notice);
+        }
+        _ => {}
+    }
+    st.applied(e.seq);
+    if !server::select_db(ctx, e.db) {
+        return Err(format!("no database {}", e.db));
+    }
+    // A key without a version: whether it exists, through the key API.
+    let decide = |st: &Replication, key: &[u8]| {
+        st.versions
+            .decide(e.db, key, stamp, me, || server::key_info(ctx, key).exists())
+    };
+    match &e.op {
+        Op::Value {
+            key,
+            payload,
+            expiry_ms,
+            encoding,
+        } => match decide(st, key) {
+            Decision::Apply => {
+                // The batch loop wrote the run first if `e` could not join it.
+                if MsetRun::is_plain(e).is_some() {
+                    let before = st.versions.get(e.db, key);
+                    mset.push(e.db, key, payload, before);
+                } else {
+                    restore(ctx, opts, key, payload, *expiry_ms, *encoding)?;
+                }
+                if expiry_ms.is_some_and(|at| at <= unix_ms()) {
+                    // Already expired: RESTORE did not create it.
+                    st.versions
+                        .record_delete(e.db, key, stamp, st.last_pushed.max(1));
+                } else {
+                    st.versions.record_write(e.db, key, stamp);
+                }
+                Ok(Outcome::Applied)
+            }
+            Decision::Stale => Ok(Outcome::Discarded),
+            Decision::Duplicate => Ok(Outcome::Duplicate),
+        },
+        Op::Delete { key } => match decide(st, key) {
+            Decision::Apply => {
+                run(ctx, opts, "DEL", &[key])?;
+                st.versions.record_delete(e.db, key, stamp, GC_AT_NEXT_ACK);
+                Ok(Outcome::Applied)
+            }
+            Decision::Stale => Ok(Outcome::Discarded),
+            Decision::Duplicate => Ok(Outcome::Duplicate),
+        },
+        Op::FlushDb => apply_flush(ctx, opts, st, Some(e.db), stamp),
+        Op::FlushAll => apply_flush(ctx, opts, st, None, stamp),
+        Op::SwapDb { other } => {
+            // A swap resent after a reconnect keeps its stamp: one applied
+            // here before the link broke must not swap the databases back.
+            if stamp <= st.last_peer_swap {
+                return Ok(Outcome::Duplicate);
+            }
+            let a = e.db.to_string();
+            let b = other.to_string();
+            run(ctx, opts, "SWAPDB", &[a.as_bytes(), b.as_bytes()])?;
+            st.swap_dbs(e.db, *other);
+            st.last_peer_swap = stamp;
+            Ok(Outcome::Applied)
+        }
+        Op::Functions { payload } => apply_functions(ctx, opts, st, payload, stamp),
+        Op::Ack { .. } | Op::SyncRequest { .. } => Ok(Outcome::Notice),
+    }
+}
+
+/// The peer's function libraries, if newer than ours (one version covers
+/// them all): `FUNCTION RESTORE ... FLUSH` replaces ours with exactly its
+/// set. The digest recorded is of our own `FUNCTION DUMP` after it (the
+/// bytes may differ from the peer's, e.g. with another `rdbcompression`),
+/// so that only a later change here reads as one.
+fn apply_functions(
+    ctx: &Context,
+    opts: &CallOptions,
+    st: &mut Replication,
+    payload: &[u8],
+    stamp: Stamp,
+) -> std::result::Result<Outcome, String> {
+    match st.versions.functions() {
+        Some(f) if f.stamp == stamp => return Ok(Outcome::Duplicate),
+        Some(f) if f.stamp > stamp => return Ok(Outcome::Discarded),
+        _ => {}
+    }
+    run(ctx, opts, "FUNCTION", &[b"RESTORE", payload, b"FLUSH"])?;
+    let digest = crate::redis::snapshot::functions_digest(
+        &crate::redis::server::functions_dump(ctx).unwrap_or_else(|| payload.to_vec()),
+    );
+    st.versions.record_functions(stamp, digest);
+    Ok(Outcome::Applied)
+}
+
+/// Applies one batch on the main thread, entry by entry under the
+/// last-writer-wins rule.
+fn apply_batch(ctx: &Context, shared: &Shared, batch: &Batch) {
+    let n = batch.entries.iter().filter(|e| e.is_data()).count() as u64;
+    if ctx.get_flags().contains(redis_module::ContextFlags::SLAVE) {
+        // Received, not applied (no ack): a sync request this node sends
+        // once it is a master again says so, and gets a full sync.
+        let newest = batch.entries.iter().map(|e| e.seq).max();
+        if let Some(seq) = newest {
+            STATE.lock().received(seq);
+        }
+        // Writing here would diverge from this node's own master.
+        Stats::add(&shared.stats.apply_errors, n);
+        shared
+            .stats
+            .set_error("this node is a replica (REPLICAOF): remote writes not applied");
+        return;
+    }
+    let opts = CallOptionsBuilder::new()
+        .errors_as_replies()
+        .replicate()
+        .build();
+    let original_db = server::selected_db(ctx);
+    let suppressed = Suppressed::new();
+    let mut st = STATE.lock();
+    st.versions
+        .warm(batch.entries.iter().filter_map(|e| Some((e.db, e.key()?))));
+    let (mut failed, mut discarded, mut duplicates) = (0, 0, 0);
+    let mut newest = 0;
+    let mut mset = MsetRun {
+        db: 0,
+        args: Vec::new(),
+        before: Vec::new(),
+        keys: HashSet::new(),
+    };
+    for e in &batch.entries {
+        newest = newest.max(e.clock);
+        if !mset.admits(e) {
+            // Writes stay in batch order: the run goes first.
+            if let Err((keys, msg)) = mset.write(ctx, &opts, &mut st) {
+                failed += keys;
+                shared.stats.set_error(format!("apply: {msg}"));
+            }
+        }
+        match apply_entry(ctx, &opts, &mut st, shared.node_id, e, &mut mset) {
+            Ok(Outcome::Discarded) => discarded += 1,
+            Ok(Outcome::Duplicate) => duplicates += 1,
+            Ok(Outcome::Applied | Outcome::Notice) => {}
+            Err(msg) => {
+                failed += 1;
+                shared.stats.set_error(format!("apply: {msg}"));
+            }
+        }
+    }
+    if let Err((keys, msg)) = mset.write(ctx, &opts, &mut st) {
+        failed += keys;
+        shared.stats.set_error(format!("apply: {msg}"));
+    }
+    // The peer's stamps go into this node's AOF in the batch's transaction.
+    crate::redis::persist::propagate_stamps(ctx, shared, &mut st.versions);
+    drop(st);
+    drop(suppressed);
+    server::select_db(ctx, original_db);
+    shared.clock.observe(newest);
+    Stats::add(&shared.stats.entries_applied, n - failed);
+    Stats::add(&shared.stats.conflicts_discarded, discarded);
+    Stats::add(&shared.stats.entries_duplicate, duplicates);
+    Stats::add(&shared.stats.apply_errors, failed);
+    Stats::add(&shared.stats.batches_applied, 1);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wakeup_with_nothing_to_read_returns_at_once() {
+        let queue = ApplyQueue::new().expect("a socket pair");
+        queue.signal();
+        queue.take_wakeup();
+        // Reported readable again after a nested event loop took the byte:
+        // a blocking read would never return.
+        queue.take_wakeup();
+        queue.signal();
+        queue.take_wakeup();
+        assert!(!queue.signaled.load(Ordering::Acquire));
+    }
+}

@@ -1,0 +1,472 @@
+//! Ring -> complete, verified frames -> entries -> batches. Transport-agnostic
+//! and pure: the transport says how far the ring is placed, the poller says
+//! how far it consumed (the head to return as credit).
+
+use crate::error::{Error, Result};
+use crate::proto::entry::{Batch, Encoding, Entry, Op};
+use crate::proto::ring::RingGeometry;
+use crate::proto::wire::{
+    self, FrameHeader, FrameKind, FrameRef, Peeked, WireError, FLAG_BATCH_END, FLAG_CONTINUATION,
+    FLAG_MORE, MAX_VALUE_LEN,
+};
+
+/// Most bytes a batch may hold before it completes; a peer that exceeds it is
+/// cut off rather than allowed to grow our memory without bound.
+pub const MAX_BATCH_BYTES: usize = 2 << 30;
+
+/// A chunked value being put back together.
+#[derive(Debug)]
+struct Reassembly {
+    header: FrameHeader,
+    key: Vec<u8>,
+    value: Vec<u8>,
+}
+
+/// Consumer side of one ring (one connection).
+#[derive(Debug)]
+pub struct Poller {
+    geometry: RingGeometry,
+    /// Next position to read; `head <= placed` always.
+    head: u64,
+    /// Entries of the batch not yet ended.
+    batch: Vec<Entry>,
+    /// Payload bytes in `batch`.
+    batch_bytes: usize,
+    /// A value whose remaining chunks have not arrived yet.
+    partial: Option<Reassembly>,
+    /// Frames decoded, for status.
+    frames: u64,
+}
+
+fn entry_from(header: &FrameHeader, key: Vec<u8>, value: Vec<u8>) -> Entry {
+    let op = match header.kind {
+        FrameKind::Value => Op::Value {
+            key,
+            payload: value,
+            expiry_ms: (header.expiry_ms != 0).then_some(header.expiry_ms),
+            encoding: if header.flags & crate::proto::wire::FLAG_RAW_STRING != 0 {
+                Encoding::RawString
+            } else {
+                Encoding::Dump
+            },
+        },
+        FrameKind::Delete => Op::Delete { key },
+        FrameKind::Functions => Op::Functions { payload: value },
+        FrameKind::FlushDb => Op::FlushDb,
+        FrameKind::FlushAll => Op::FlushAll,
+        FrameKind::SwapDb => Op::SwapDb { other: header.arg },
+        FrameKind::Ack => Op::Ack {
+            applied: header.expiry_ms,
+        },
+        FrameKind::SyncRequest => Op::SyncRequest {
+            received: header.expiry_ms,
+            since: header.clock,
+            own: (u64::from(header.db) << 32) | u64::from(header.arg),
+            answer: header.flags & crate::proto::wire::FLAG_ANSWER != 0,
+        },
+    };
+    let db = if header.kind == FrameKind::SyncRequest {
+        0
+    } else {
+        header.db
+    };
+    Entry {
+        origin: header.origin,
+        seq: header.seq,
+        clock: header.clock,
+        db,
+        op,
+    }
+}
+
+impl Poller {
+    /// A poller at the start of an empty ring.
+    pub fn new(geometry: RingGeometry) -> Self {
+        Self {
+            geometry,
+            head: 0,
+            batch: Vec::new(),
+            batch_bytes: 0,
+            partial: None,
+            frames: 0,
+        }
+    }
+
+    /// Position up to which the ring has been consumed.
+    pub fn head(&self) -> u64 {
+        self.head
+    }
+
+    /// Frames decoded so far.
+    pub fn frames(&self) -> u64 {
+        self.frames
+    }
+
+    /// Consumes every complete frame in `ring` between the head and `placed`,
+    /// pushing each finished batch to `out`.
+    ///
+    /// # Errors
+    /// [`Error::Wire`] or [`Error::Protocol`] for bytes no honest peer writes;
+    /// the link must then be closed.
+    pub fn consume(&mut self, ring: &[u8], placed: u64, out: &mut Vec<Batch>) -> Result<()> {
+        let cap = self.geometry.capacity();
+        if ring.len() as u64 != cap || placed < self.head || placed - self.head > cap {
+            return Err(Error::Protocol(format!(
+                "placed position {placed} outside ring (head {}, capacity {cap})",
+                self.head
+            )));
+        }
+        while self.head < placed {
+            let off = self.geometry.offset(self.head);
+            let avail = (placed - self.head).min(self.geometry.to_end(self.head)) as usize;
+            let bytes = &ring[off..off + avail];
+            match wire::peek(bytes) {
+                Ok(Peeked::Padding) => {
+                    let skip = self.geometry.to_end(self.head);
+                    if placed - self.head < skip {
+                        return Ok(()); // the next frame, at the ring's start, is not placed yet
+                    }
+                    self.head += skip;
+                }
+                Ok(Peeked::Frame(len)) => {
+                    // No sender writes a frame larger than this (it chunks):
+                    // a header claiming more would wait forever for bytes
+                    // the ring cannot hold.
+                    if len > self.geometry.max_frame() {
+                        return Err(Error::Protocol(format!(
+                            "frame of {len} bytes exceeds the largest frame ({} bytes)",
+                            self.geometry.max_frame()
+                        )));
+                    }
+                    if len > avail {
+                        if self.head + len as u64 <= placed {
+                            return Err(Error::Protocol("frame straddles the ring end".into()));
+                        }
+                        return Ok(()); // not completely placed yet
+                    }
+                    let frame = wire::decode_frame(&bytes[..len])?;
+                    self.take_frame(&frame, out)?;
+                    self.head += len as u64;
+                    self.frames += 1;
+                }
+                Err(WireError::Truncated { .. }) => return Ok(()),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    fn take_frame(&mut self, frame: &FrameRef<'_>, out: &mut Vec<Batch>) -> Result<()> {
+        let h = frame.header;
+        let entry = if h.flags & FLAG_CONTINUATION != 0 {
+            let Some(mut part) = self.partial.take() else {
+                return Err(Error::Protocol("continuation chunk without a start".into()));
+            };
+            if part.header.seq != h.seq || part.key != frame.key {
+                return Err(Error::Protocol("chunk of a different entry".into()));
+            }
+            if part.value.len() + frame.value.len() > part.header.value_total_len as usize {
+                return Err(Error::Protocol("chunks exceed the announced value".into()));
+            }
+            part.value.extend_from_slice(frame.value);
+            if h.flags & FLAG_MORE != 0 {
+                self.partial = Some(part);
+                None
+            } else if part.value.len() != part.header.value_total_len as usize {
+                return Err(Error::Protocol(
+                    "chunks fall short of the announced value".into(),
+                ));
+            } else {
+                Some(entry_from(&part.header, part.key, part.value))
+            }
+        } else {
+            if self.partial.is_some() {
+                return Err(Error::Protocol("new entry before the last chunk".into()));
+            }
+            if h.flags & FLAG_MORE != 0 {
+                let total = h.value_total_len as usize;
+                let mut value = Vec::with_capacity(total.min(16 << 20).min(MAX_VALUE_LEN));
+                value.extend_from_slice(frame.value);
+                self.partial = Some(Reassembly {
+                    header: h,
+                    key: frame.key.to_vec(),
+                    value,
+                });
+                None
+            } else {
+                Some(entry_from(&h, frame.key.to_vec(), frame.value.to_vec()))
+            }
+        };
+        if let Some(entry) = entry {
+            self.batch_bytes += entry.payload_len();
+            if self.batch_bytes > MAX_BATCH_BYTES {
+                return Err(Error::Protocol("batch over the size limit".into()));
+            }
+            self.batch.push(entry);
+        }
+        if h.flags & FLAG_BATCH_END != 0 {
+            if self.partial.is_some() {
+                return Err(Error::Protocol("batch ends inside a chunked value".into()));
+            }
+            self.batch_bytes = 0;
+            out.push(Batch {
+                entries: std::mem::take(&mut self.batch),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::ring::Placement;
+    use crate::proto::wire::{chunk_entry, encode_frame, encode_padding, frame_len, PAD_LEN};
+
+    /// A minimal sender: writes batches into a ring the way `sender` does.
+    struct TestSender {
+        g: RingGeometry,
+        tail: u64,
+        /// Where the last padding marker ended (what a transport had placed then).
+        pad_end: Option<u64>,
+    }
+
+    impl TestSender {
+        fn write_batch(&mut self, ring: &mut [u8], batch: &Batch) {
+            let n = batch.entries.len();
+            for (i, e) in batch.entries.iter().enumerate() {
+                let chunks = chunk_entry(e, self.g.max_frame()).unwrap();
+                let last_chunk = chunks.len() - 1;
+                let (_, key, value) = wire::entry_header(e);
+                for (j, c) in chunks.iter().enumerate() {
+                    let mut h = c.header;
+                    if i + 1 == n && j == last_chunk {
+                        h.flags |= FLAG_BATCH_END;
+                    }
+                    let part = &value[c.value_range.0..c.value_range.1];
+                    let len = frame_len(key.len(), part.len()) as u64;
+                    if let Placement::WrapAfterPadding { pad } = self.g.place(self.tail, len) {
+                        let o = self.g.offset(self.tail);
+                        encode_padding(&mut ring[o..o + PAD_LEN]).unwrap();
+                        self.pad_end = Some(self.tail + PAD_LEN as u64);
+                        self.tail += pad;
+                    }
+                    let o = self.g.offset(self.tail);
+                    encode_frame(&h, key, part, &mut ring[o..]).unwrap();
+                    self.tail += len;
+                }
+            }
+        }
+    }
+
+    fn entry(seq: u64, key: &str, len: usize) -> Entry {
+        Entry {
+            origin: 1,
+            seq,
+            clock: seq,
+            db: 0,
+            op: Op::Value {
+                key: key.as_bytes().to_vec(),
+                payload: vec![seq as u8; len],
+                expiry_ms: None,
+                encoding: if seq.is_multiple_of(2) {
+                    Encoding::RawString
+                } else {
+                    Encoding::Dump
+                },
+            },
+        }
+    }
+
+    #[test]
+    fn batches_come_out_whole_and_in_order_across_wraps() {
+        let g = RingGeometry::new(4096).unwrap();
+        let mut ring = vec![0u8; 4096];
+        let mut s = TestSender {
+            g,
+            tail: 0,
+            pad_end: None,
+        };
+        let mut p = Poller::new(g);
+        let mut out = Vec::new();
+        let mut seq = 0;
+        let mut wrapped = 0;
+        for round in 0..50 {
+            let batch = Batch {
+                entries: (0..3)
+                    .map(|i| {
+                        seq += 1;
+                        entry(seq, &format!("k{round}-{i}"), 100 + round * 7)
+                    })
+                    .collect(),
+            };
+            s.write_batch(&mut ring, &batch);
+            if let Some(pad_end) = s.pad_end.take() {
+                // Placed only up to the padding marker: wait, do not fail.
+                if pad_end > p.head() {
+                    p.consume(&ring, pad_end, &mut out).unwrap();
+                    wrapped += 1;
+                }
+            }
+            p.consume(&ring, s.tail, &mut out).unwrap();
+            assert_eq!(p.head(), s.tail);
+            assert_eq!(out.pop().unwrap(), batch);
+            assert!(out.is_empty());
+        }
+        assert!(
+            wrapped > 3,
+            "the test must cross the ring end several times"
+        );
+    }
+
+    #[test]
+    fn notices_come_out_with_what_they_carry() {
+        let g = RingGeometry::new(4096).unwrap();
+        let mut ring = vec![0u8; 4096];
+        let mut s = TestSender {
+            g,
+            tail: 0,
+            pad_end: None,
+        };
+        let notice = |seq: u64, clock: u64, op: Op| Entry {
+            origin: 7,
+            seq,
+            clock,
+            db: 0,
+            op,
+        };
+        let batch = Batch {
+            entries: vec![
+                notice(1, 1 << 40, Op::Ack { applied: 99 }),
+                notice(
+                    2,
+                    5 << 30,
+                    Op::SyncRequest {
+                        received: 12,
+                        since: 5 << 30,
+                        own: (3 << 33) | 0xdead_beef,
+                        answer: true,
+                    },
+                ),
+                notice(
+                    3,
+                    0,
+                    Op::SyncRequest {
+                        received: 0,
+                        since: 0,
+                        own: u64::MAX,
+                        answer: false,
+                    },
+                ),
+            ],
+        };
+        s.write_batch(&mut ring, &batch);
+        let mut p = Poller::new(g);
+        let mut out = Vec::new();
+        p.consume(&ring, s.tail, &mut out).unwrap();
+        assert_eq!(out, vec![batch]);
+    }
+
+    #[test]
+    fn incomplete_batch_is_held_back() {
+        let g = RingGeometry::new(4096).unwrap();
+        let mut ring = vec![0u8; 4096];
+        let mut s = TestSender {
+            g,
+            tail: 0,
+            pad_end: None,
+        };
+        let batch = Batch {
+            entries: vec![entry(1, "a", 10), entry(2, "b", 10)],
+        };
+        s.write_batch(&mut ring, &batch);
+        let first_len = frame_len(1, 10) as u64;
+        let mut p = Poller::new(g);
+        let mut out = Vec::new();
+        // Only the first frame placed, then half of the second.
+        p.consume(&ring, first_len, &mut out).unwrap();
+        p.consume(&ring, first_len + 20, &mut out).unwrap();
+        assert!(out.is_empty());
+        assert_eq!(p.head(), first_len);
+        p.consume(&ring, s.tail, &mut out).unwrap();
+        assert_eq!(out, vec![batch]);
+    }
+
+    #[test]
+    fn value_larger_than_ring_is_reassembled() {
+        let g = RingGeometry::new(4096).unwrap();
+        let mut ring = vec![0u8; 4096];
+        let mut s = TestSender {
+            g,
+            tail: 0,
+            pad_end: None,
+        };
+        let mut p = Poller::new(g);
+        let big = entry(1, "big", 50_000);
+        let mut out = Vec::new();
+        // Feed chunk by chunk, consuming as we go (the ring is far too small otherwise).
+        let chunks = chunk_entry(&big, g.max_frame()).unwrap();
+        let (_, key, value) = wire::entry_header(&big);
+        for (j, c) in chunks.iter().enumerate() {
+            let mut h = c.header;
+            if j + 1 == chunks.len() {
+                h.flags |= FLAG_BATCH_END;
+            }
+            let part = &value[c.value_range.0..c.value_range.1];
+            let len = frame_len(key.len(), part.len()) as u64;
+            if let Placement::WrapAfterPadding { pad } = g.place(s.tail, len) {
+                let o = g.offset(s.tail);
+                encode_padding(&mut ring[o..o + PAD_LEN]).unwrap();
+                s.tail += pad;
+            }
+            let o = g.offset(s.tail);
+            encode_frame(&h, key, part, &mut ring[o..]).unwrap();
+            s.tail += len;
+            p.consume(&ring, s.tail, &mut out).unwrap();
+        }
+        assert_eq!(out, vec![Batch { entries: vec![big] }]);
+    }
+
+    #[test]
+    fn a_header_claiming_a_huge_frame_is_refused_at_once() {
+        let g = RingGeometry::new(65536).unwrap();
+        let mut ring = vec![0u8; 65536];
+        let value = vec![0u8; 10];
+        let h = FrameHeader {
+            kind: FrameKind::Value,
+            flags: FLAG_BATCH_END,
+            db: 0,
+            origin: 1,
+            seq: 1,
+            clock: 1,
+            expiry_ms: 0,
+            key_len: 1,
+            value_len: 10,
+            value_total_len: 10,
+            arg: 0,
+        };
+        encode_frame(&h, b"k", &value, &mut ring).unwrap();
+        // Rewrite the lengths: a value of 1 GiB - 4 KiB, consistent fields.
+        let v = (MAX_VALUE_LEN - 4096) as u32;
+        ring[52..56].copy_from_slice(&v.to_le_bytes());
+        ring[56..60].copy_from_slice(&v.to_le_bytes());
+        let len = frame_len(1, v as usize) as u32;
+        ring[8..12].copy_from_slice(&len.to_le_bytes());
+        let mut p = Poller::new(g);
+        let err = p.consume(&ring, 4096, &mut Vec::new()).unwrap_err();
+        assert!(
+            err.to_string().contains("exceeds the largest frame"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        let g = RingGeometry::new(4096).unwrap();
+        let ring: Vec<u8> = (0..4096u32).map(|i| (i * 31) as u8).collect();
+        let mut p = Poller::new(g);
+        assert!(p.consume(&ring, 200, &mut Vec::new()).is_err());
+        let mut p = Poller::new(g);
+        assert!(p.consume(&ring, 5000, &mut Vec::new()).is_err());
+    }
+}

@@ -1,0 +1,255 @@
+//! Reads of one key through the key API (no command runs): its type, expiry
+//! and access stamp, and the value of a long string or a collection.
+
+use redis_module::{raw, Context};
+
+use super::collections;
+
+/// What a key holds, read through the key API (no command runs, the key's
+/// access time is not touched).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyInfo {
+    /// `REDISMODULE_KEYTYPE_*`; `EMPTY` when the key does not exist.
+    pub kind: i32,
+    /// Absolute expiry in Unix milliseconds.
+    pub expiry_ms: Option<u64>,
+    /// Its access stamp, to put back after a command read it.
+    pub access: Access,
+}
+
+/// What eviction knows of a key's use: its idle time (LRU policies) or its
+/// access frequency (LFU policies).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Not read (absent key).
+    Unknown,
+    /// Idle for this many milliseconds.
+    IdleMs(i64),
+    /// LFU counter.
+    Frequency(i64),
+}
+
+impl Access {
+    /// Whether a command reading the key changes what eviction and `OBJECT
+    /// IDLETIME/FREQ` see: always under LFU (the counter moves); under LRU
+    /// only for a key idle a second or more (the LRU clock counts whole
+    /// seconds, so a key just written reads as just used anyway).
+    pub fn read_changes_it(self) -> bool {
+        match self {
+            Access::Unknown => false,
+            Access::IdleMs(ms) => ms >= 1000,
+            Access::Frequency(_) => true,
+        }
+    }
+}
+
+impl KeyInfo {
+    /// Whether the key exists.
+    pub fn exists(&self) -> bool {
+        self.kind != raw::REDISMODULE_KEYTYPE_EMPTY as i32
+    }
+
+    /// Whether it holds a string.
+    pub fn is_string(&self) -> bool {
+        self.kind == raw::REDISMODULE_KEYTYPE_STRING as i32
+    }
+
+    /// Whether the key holds a stream.
+    pub fn is_stream(&self) -> bool {
+        self.kind == raw::REDISMODULE_KEYTYPE_STREAM as i32
+    }
+}
+
+/// Type and absolute expiry of `key` in the selected database (an expired
+/// key is reclaimed by the lookup, as a command would).
+pub fn key_info(ctx: &Context, key: &[u8]) -> KeyInfo {
+    key_info_of(
+        ctx,
+        &redis_module::RedisString::create_from_slice(std::ptr::null_mut(), key),
+    )
+}
+
+/// [`key_info`] of a name already made into a Redis string (a caller that
+/// also passes the name to a command makes it once).
+pub fn key_info_of(ctx: &Context, name: &redis_module::RedisString) -> KeyInfo {
+    open_key(ctx, name, false).0
+}
+
+/// Strings longer than this are always stored `raw` (an sds of their own):
+/// `embstr` holds at most 44 bytes and `int` at most 20 digits, in Redis 7.0
+/// and Valkey 8 alike. Only those are read in place (`RM_StringDMA` would
+/// convert the other two encodings, rewriting the key); a margin is kept
+/// for servers that embed somewhat longer values.
+pub const READ_IN_PLACE_ABOVE: usize = 256;
+
+/// A value read in place through the key API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InPlace {
+    /// The bytes of a string longer than [`READ_IN_PLACE_ABOVE`].
+    String(Vec<u8>),
+    /// A list, set, sorted set or hash as a DUMP payload (`crate::redis::dump`),
+    /// and how long reading it took.
+    Dump(Vec<u8>, std::time::Duration),
+}
+
+/// [`key_info_of`], and the value where the key API reads it without a
+/// command (one lookup, one copy, no reply to build and parse): a string
+/// longer than [`READ_IN_PLACE_ABOVE`], or a list, set, sorted set or hash.
+/// `None` for the rest: shorter strings (`RM_StringDMA` would re-encode
+/// them), streams (their consumer groups have no reader), module types, or
+/// a read that did not complete.
+pub fn key_info_and_value(
+    ctx: &Context,
+    name: &redis_module::RedisString,
+) -> (KeyInfo, Option<InPlace>) {
+    open_key(ctx, name, true)
+}
+
+/// Type and expiry of `name`, and (`read_value`) its value where read in
+/// place.
+fn open_key(
+    ctx: &Context,
+    name: &redis_module::RedisString,
+    read_value: bool,
+) -> (KeyInfo, Option<InPlace>) {
+    let absent = KeyInfo {
+        kind: raw::REDISMODULE_KEYTYPE_EMPTY as i32,
+        expiry_ms: None,
+        access: Access::Unknown,
+    };
+    // SAFETY: the API table is filled by RedisModule_Init; reading pointers.
+    let api = unsafe {
+        (
+            raw::RedisModule_OpenKey,
+            raw::RedisModule_KeyType,
+            raw::RedisModule_GetAbsExpire,
+            raw::RedisModule_CloseKey,
+        )
+    };
+    let (Some(open), Some(kind_of), Some(expire_of), Some(close)) = api else {
+        return (absent, None);
+    };
+    // SAFETY: main thread with a valid context; `name` is a live Redis
+    // string borrowed for the call; the key handle is checked for null
+    // before use and closed here, after the value was copied out of it.
+    unsafe {
+        let handle = open(ctx.ctx, name.inner, quiet_read_mode());
+        if handle.is_null() {
+            return (absent, None);
+        }
+        let expiry = expire_of(handle);
+        let info = KeyInfo {
+            kind: kind_of(handle),
+            expiry_ms: u64::try_from(expiry).ok().filter(|&at| at > 0),
+            access: access_of(handle),
+        };
+        let value = if !read_value {
+            None
+        } else if info.is_string() {
+            long_string(handle).map(InPlace::String)
+        } else {
+            let started = std::time::Instant::now();
+            collections::dump_payload(handle, info.kind)
+                .map(|p| InPlace::Dump(p, started.elapsed()))
+        };
+        close(handle);
+        (info, value)
+    }
+}
+
+/// The bytes of the string `handle` holds if it is longer than
+/// [`READ_IN_PLACE_ABOVE`].
+///
+/// # Safety
+/// `handle` is a live, non-null key handle of a string, opened for reading.
+unsafe fn long_string(handle: *mut raw::RedisModuleKey) -> Option<Vec<u8>> {
+    // SAFETY: the API table is filled by RedisModule_Init; reading pointers.
+    let (value_len, dma) = unsafe { (raw::RedisModule_ValueLength?, raw::RedisModule_StringDMA?) };
+    // SAFETY: `handle` is live (the caller's contract). StringDMA in read
+    // mode on a raw string (longer than READ_IN_PLACE_ABOVE, see there)
+    // returns `len` bytes that stay valid and unchanged until the key is
+    // closed; they are copied before.
+    unsafe {
+        if value_len(handle) <= READ_IN_PLACE_ABOVE {
+            return None;
+        }
+        let mut len = 0usize;
+        let at = dma(handle, &mut len, raw::REDISMODULE_READ as i32);
+        (!at.is_null()).then(|| std::slice::from_raw_parts(at.cast::<u8>(), len).to_vec())
+    }
+}
+
+/// The mode to open keys for reading without a trace: no access-time
+/// update, and where the server has them (7.2+, Valkey) no keyspace
+/// hit/miss counted and no key-miss event.
+fn quiet_read_mode() -> i32 {
+    static MODE: std::sync::OnceLock<i32> = std::sync::OnceLock::new();
+    *MODE.get_or_init(|| {
+        let base = (raw::REDISMODULE_READ | raw::REDISMODULE_OPEN_KEY_NOTOUCH) as i32;
+        // SAFETY: the API table is filled by RedisModule_Init; the pointer
+        // is null on servers before 7.2.
+        let Some(modes) = (unsafe { raw::RedisModule_GetOpenKeyModesAll }) else {
+            return base;
+        };
+        let quiet = (raw::REDISMODULE_OPEN_KEY_NOSTATS | raw::REDISMODULE_OPEN_KEY_NONOTIFY) as i32;
+        // SAFETY: a plain query of the server's supported modes.
+        let supported = unsafe { modes() };
+        base | (supported & quiet)
+    })
+}
+
+/// The access stamp of an open key (LRU idle time, or LFU counter under an
+/// LFU policy, where the LRU read fails).
+///
+/// # Safety
+/// `handle` is a live, non-null key handle.
+unsafe fn access_of(handle: *mut raw::RedisModuleKey) -> Access {
+    // SAFETY: the API table is filled by RedisModule_Init; reading pointers.
+    let (get_lru, get_lfu) = unsafe { (raw::RedisModule_GetLRU, raw::RedisModule_GetLFU) };
+    let ok = raw::REDISMODULE_OK as i32;
+    let mut value = 0i64;
+    // SAFETY: `handle` is live (the caller's contract); `value` outlives the call.
+    if get_lru.is_some_and(|f| unsafe { f(handle, &raw mut value) } == ok) {
+        return Access::IdleMs(value);
+    }
+    // SAFETY: as above.
+    if get_lfu.is_some_and(|f| unsafe { f(handle, &raw mut value) } == ok) {
+        return Access::Frequency(value);
+    }
+    Access::Unknown
+}
+
+/// Puts back a key's access stamp that a command reading it (MGET, DUMP)
+/// reset: eviction and `OBJECT IDLETIME/FREQ` see what clients did.
+pub fn restore_access(ctx: &Context, name: &redis_module::RedisString, access: Access) {
+    if !access.read_changes_it() {
+        return;
+    }
+    // SAFETY: the API table is filled by RedisModule_Init; reading pointers.
+    let api = unsafe {
+        (
+            raw::RedisModule_OpenKey,
+            raw::RedisModule_CloseKey,
+            raw::RedisModule_SetLRU,
+            raw::RedisModule_SetLFU,
+        )
+    };
+    let (Some(open), Some(close), Some(set_lru), Some(set_lfu)) = api else {
+        return;
+    };
+    // SAFETY: main thread with a valid context; `name` is a live Redis
+    // string; the handle is checked for null and closed here. Setting the
+    // access stamp changes no data and signals nothing.
+    unsafe {
+        let handle = open(ctx.ctx, name.inner, quiet_read_mode());
+        if handle.is_null() {
+            return;
+        }
+        match access {
+            Access::IdleMs(idle) => set_lru(handle, idle),
+            Access::Frequency(freq) => set_lfu(handle, freq),
+            Access::Unknown => 0,
+        };
+        close(handle);
+    }
+}

@@ -1,0 +1,225 @@
+//! Function libraries (`FUNCTION LOAD/DELETE/FLUSH/RESTORE`), which Redis
+//! replicates to its replicas without a keyspace event, reach the peer:
+//! directly, in MULTI/EXEC, after a link cut (last writer wins for the set
+//! of libraries as a whole), after a restart from the AOF, and in the full
+//! sync of a fresh node.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{cut, free_port, module_args_at, test_ip, test_ip_b, wait_until, Node, Pair};
+use redis::{Connection, Value};
+
+const SETTLE: Duration = Duration::from_secs(10);
+
+fn library(name: &str, function: &str, reply: &str) -> String {
+    format!(
+        "#!lua name={name}\nredis.register_function('{function}', function(keys, args) return '{reply}' end)"
+    )
+}
+
+fn load(c: &mut Connection, code: &str, replace: bool) {
+    let mut cmd = redis::cmd("FUNCTION");
+    cmd.arg("LOAD");
+    if replace {
+        cmd.arg("REPLACE");
+    }
+    let _: String = cmd.arg(code).query(c).unwrap();
+}
+
+/// What `FCALL function 0` answers on `node` (`None`: an error, e.g. no
+/// such function).
+fn fcall(node: &Node, function: &str) -> Option<String> {
+    redis::cmd("FCALL")
+        .arg(function)
+        .arg(0)
+        .query(&mut node.conn())
+        .ok()
+}
+
+/// The names of the libraries `node` holds, sorted.
+fn libraries(node: &Node) -> Vec<String> {
+    let list: Vec<Value> = redis::cmd("FUNCTION")
+        .arg("LIST")
+        .query(&mut node.conn())
+        .unwrap();
+    let mut names: Vec<String> = list
+        .iter()
+        .filter_map(|lib| {
+            let Value::Array(fields) = lib else {
+                return None;
+            };
+            let at = fields
+                .iter()
+                .position(|f| matches!(f, Value::BulkString(b) if b == b"library_name"))?;
+            redis::from_redis_value(fields.get(at + 1)?).ok()
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+fn wait_fcall(node: &Node, function: &str, want: Option<&str>) {
+    let mut got = None;
+    let ok = wait_until(SETTLE, || {
+        got = fcall(node, function);
+        got.as_deref() == want
+    });
+    assert!(
+        ok,
+        "FCALL {function} on {}: {got:?}, wanted {want:?}; {:?}",
+        node.name,
+        node.status()
+    );
+}
+
+fn wait_same_libraries(pair: &Pair) -> Vec<String> {
+    let mut last = (Vec::new(), Vec::new());
+    let ok = wait_until(SETTLE, || {
+        last = (libraries(&pair.a), libraries(&pair.b));
+        last.0 == last.1
+    });
+    assert!(ok, "libraries differ: a={:?} b={:?}", last.0, last.1);
+    last.0
+}
+
+#[test]
+fn function_loads_replacements_deletes_and_flushes_reach_the_peer() {
+    let pair = Pair::start();
+    let (mut a, mut b) = (pair.a.conn(), pair.b.conn());
+    load(&mut a, &library("lib1", "f1", "one"), false);
+    wait_fcall(&pair.b, "f1", Some("one"));
+    load(&mut b, &library("lib1", "f1", "uno"), true);
+    wait_fcall(&pair.a, "f1", Some("uno"));
+    load(&mut b, &library("lib2", "f2", "two"), false);
+    wait_fcall(&pair.a, "f2", Some("two"));
+    let _: String = redis::cmd("FUNCTION")
+        .arg("DELETE")
+        .arg("lib1")
+        .query(&mut a)
+        .unwrap();
+    wait_fcall(&pair.b, "f1", None);
+    assert_eq!(wait_same_libraries(&pair), ["lib2"]);
+    // FUNCTION RESTORE of a dump, then FLUSH.
+    let dump: Vec<u8> = redis::cmd("FUNCTION").arg("DUMP").query(&mut b).unwrap();
+    let _: String = redis::cmd("FUNCTION").arg("FLUSH").query(&mut b).unwrap();
+    wait_fcall(&pair.a, "f2", None);
+    let _: String = redis::cmd("FUNCTION")
+        .arg("RESTORE")
+        .arg(dump)
+        .query(&mut a)
+        .unwrap();
+    wait_fcall(&pair.b, "f2", Some("two"));
+    // Reads change nothing and ship nothing.
+    let before = pair.a.stat("entries_sent");
+    let _: Value = redis::cmd("FUNCTION").arg("LIST").query(&mut a).unwrap();
+    let _: Value = redis::cmd("FUNCTION").arg("STATS").query(&mut a).unwrap();
+    let _: Value = redis::cmd("FUNCTION").arg("DUMP").query(&mut a).unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("marker")
+        .arg("1")
+        .query(&mut a)
+        .unwrap();
+    assert!(wait_until(SETTLE, || pair.a.stat("entries_sent") > before));
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(
+        pair.a.stat("entries_sent"),
+        before + 1,
+        "{:?}",
+        pair.a.status()
+    );
+    pair.wait_converged(SETTLE);
+}
+
+#[test]
+fn a_function_load_inside_multi_reaches_the_peer() {
+    let pair = Pair::start();
+    let mut a = pair.a.conn();
+    let mut p = redis::pipe();
+    p.atomic()
+        .cmd("SET")
+        .arg("k")
+        .arg("v")
+        .ignore()
+        .cmd("FUNCTION")
+        .arg("LOAD")
+        .arg(library("inmulti", "fm", "queued"))
+        .ignore();
+    let _: () = p.query(&mut a).unwrap();
+    wait_fcall(&pair.b, "fm", Some("queued"));
+}
+
+fn heal(pair: &Pair) {
+    pair.a.set_peer_port(&pair.b.listen_port().to_string());
+    pair.b.set_peer_port(&pair.a.listen_port().to_string());
+    pair.wait_linked();
+}
+
+#[test]
+fn concurrent_changes_while_cut_converge_on_the_last_writer() {
+    let pair = Pair::start();
+    pair.wait_in_step();
+    cut(&pair);
+    load(&mut pair.a.conn(), &library("from_a", "fa", "a"), false);
+    std::thread::sleep(Duration::from_millis(20));
+    // B's change is the later one: its set of libraries wins on both.
+    load(&mut pair.b.conn(), &library("from_b", "fb", "b"), false);
+    heal(&pair);
+    wait_fcall(&pair.a, "fb", Some("b"));
+    assert_eq!(wait_same_libraries(&pair), ["from_b"]);
+    assert_eq!(fcall(&pair.a, "fa"), None);
+}
+
+/// A pair whose servers run with `appendonly yes`, `appendfsync always`.
+fn aof_pair() -> Pair {
+    let (pa, pb) = (free_port(), free_port());
+    let (ia, ib) = (test_ip(), test_ip_b());
+    let server = ["--appendonly", "yes", "--appendfsync", "always"].map(String::from);
+    let mut a_args = server.to_vec();
+    a_args.extend(module_args_at(&ia, pa, &ib, pb, &[]));
+    let mut b_args = server.to_vec();
+    b_args.extend(module_args_at(&ib, pb, &ia, pa, &[]));
+    let pair = Pair {
+        a: Node::start("a", a_args),
+        b: Node::start("b", b_args),
+    };
+    pair.wait_linked();
+    pair
+}
+
+#[test]
+fn a_change_made_while_cut_survives_a_restart_from_the_aof() {
+    let mut pair = aof_pair();
+    load(&mut pair.a.conn(), &library("lib", "f", "v1"), false);
+    wait_fcall(&pair.b, "f", Some("v1"));
+    cut(&pair);
+    // Acknowledged on A while B cannot hear it, then A goes down hard.
+    load(&mut pair.a.conn(), &library("lib", "f", "v2"), true);
+    pair.a.restart();
+    // A comes back pointed at B's real port (its arguments); B at A's.
+    pair.b.set_peer_port(&pair.a.listen_port().to_string());
+    pair.wait_linked();
+    wait_fcall(&pair.b, "f", Some("v2"));
+    assert_eq!(fcall(&pair.a, "f").as_deref(), Some("v2"));
+    // The restart changed nothing in A's libraries: nothing was restamped,
+    // so a later change on B still wins.
+    load(&mut pair.b.conn(), &library("lib", "f", "v3"), true);
+    wait_fcall(&pair.a, "f", Some("v3"));
+}
+
+#[test]
+fn a_fresh_node_gets_the_libraries_in_its_full_sync() {
+    let (pa, pb) = (free_port(), free_port());
+    let (ia, ib) = (test_ip(), test_ip_b());
+    let a = Node::start("a", module_args_at(&ia, pa, &ib, pb, &[]));
+    load(
+        &mut a.conn(),
+        &library("early", "fe", "before the peer"),
+        false,
+    );
+    let b = Node::start("b", module_args_at(&ib, pb, &ia, pa, &[]));
+    let pair = Pair { a, b };
+    pair.wait_linked();
+    wait_fcall(&pair.b, "fe", Some("before the peer"));
+}

@@ -1,0 +1,117 @@
+# Loaded by scripts/server-suite.sh into the server's own test framework,
+# after its support files: every `test` is followed by a check that the
+# linked peer holds what the node under test holds.
+#
+#   RDMASYNC_PEER_HOST / RDMASYNC_PEER_PORT   the other node
+#   RDMASYNC_CHECK_LOG                        where differences are written
+#   RDMASYNC_CHECK_WAIT_MS                    how long the peer may take
+#
+# Equal means: DEBUG DIGEST equal (every database, values and expiries),
+# the same function libraries (name and code), and for every stream (whose consumer groups DEBUG DIGEST leaves out) the
+# same DUMP on both nodes. A stream whose only difference is its consumers'
+# seen-times is reported as such ("seen-time only"): a reload from an AOF
+# without an RDB preamble recreates consumers with the time of the load on
+# that node alone, as it would against a replica. Against a plain server the runner points the
+# "peer" at the server itself, so that both runs send the same commands.
+
+rename test rdmasync_framework_test
+
+# The client constructor: `redis` in Redis's framework, `valkey` in Valkey's.
+proc rdmasync_client {host port} {
+    if {[info commands valkey] ne ""} { return [valkey $host $port 0 $::tls] }
+    return [redis $host $port 0 $::tls]
+}
+
+proc test {name code {okpattern undefined} {tags {}}} {
+    uplevel 1 [list rdmasync_framework_test $name $code $okpattern $tags]
+    rdmasync_check_peer $name
+}
+
+# The streams of every database holding keys, as {db key} pairs.
+proc rdmasync_streams {r} {
+    set found {}
+    foreach line [split [$r info keyspace] "\n"] {
+        if {![regexp {^db([0-9]+):} $line -> db]} continue
+        $r select $db
+        set cursor 0
+        while 1 {
+            lassign [$r scan $cursor count 1000 type stream] cursor keys
+            foreach k $keys { lappend found [list $db $k] }
+            if {$cursor == 0} break
+        }
+    }
+    return [lsort -unique $found]
+}
+
+# XINFO STREAM FULL of a stream without its consumers' seen and active
+# times: what is left when those are all that differ.
+proc rdmasync_stream_sans_times {r key} {
+    set full [$r xinfo stream $key full]
+    regsub -all {(seen-time|active-time) [0-9]+} $full {\1 _} full
+    return $full
+}
+
+# The function libraries, as sorted {name code} pairs (their order in
+# FUNCTION LIST is the server's hash order).
+proc rdmasync_libraries {r} {
+    set libs {}
+    foreach lib [$r function list withcode] {
+        set d [dict create {*}$lib]
+        lappend libs [list [dict get $d library_name] [dict get $d library_code]]
+    }
+    return [lsort $libs]
+}
+
+# What differs between the two nodes now ("" when nothing).
+proc rdmasync_difference {a b} {
+    set da [$a debug digest]
+    set db [$b debug digest]
+    if {$da ne $db} { return "digest $da vs $db" }
+    if {[rdmasync_libraries $a] ne [rdmasync_libraries $b]} {
+        return "function libraries differ"
+    }
+    set streams [lsort -unique [concat [rdmasync_streams $a] [rdmasync_streams $b]]]
+    foreach s $streams {
+        lassign $s n key
+        $a select $n
+        $b select $n
+        if {[$a dump $key] eq [$b dump $key]} continue
+        if {[rdmasync_stream_sans_times $a $key] eq [rdmasync_stream_sans_times $b $key]} {
+            return "seen-time only: stream db$n $key"
+        }
+        return "stream db$n $key: DUMP differs"
+    }
+    return ""
+}
+
+proc rdmasync_check_peer {name} {
+    if {![info exists ::env(RDMASYNC_PEER_PORT)]} return
+    set wait [expr {[info exists ::env(RDMASYNC_CHECK_WAIT_MS)] ? $::env(RDMASYNC_CHECK_WAIT_MS) : 5000}]
+    set diff ""
+    if {[catch {srv 0 host}]} {
+        # A test that starts servers of its own has no node to check.
+        set diff "not checked: the test ran its own servers"
+    } elseif {[catch {
+        set a [rdmasync_client [srv 0 host] [srv 0 port]]
+        set b [rdmasync_client $::env(RDMASYNC_PEER_HOST) $::env(RDMASYNC_PEER_PORT)]
+        set start [clock milliseconds]
+        while 1 {
+            set diff [rdmasync_difference $a $b]
+            set waited [expr {[clock milliseconds] - $start}]
+            if {$diff eq "" || $waited > $wait} break
+            # Left by an earlier test's reload: no need to wait it out.
+            if {[string match "seen-time only*" $diff] && $waited > 500} break
+            after 20
+        }
+        $a close
+        $b close
+    } err]} {
+        set diff "check failed: $err"
+    }
+    if {$diff ne ""} {
+        regsub {^tests/(.*)\.tcl$} $::curfile {\1} file
+        set fd [open $::env(RDMASYNC_CHECK_LOG) a]
+        puts $fd "$file\t$name\t$diff"
+        close $fd
+    }
+}
