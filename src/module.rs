@@ -21,40 +21,14 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     std::panic::set_hook(Box::new(|info| {
         redis_module::logging::log_warning(format!("rdmasync: internal error (caught): {info}"));
     }));
-    let args: Vec<String> = args.iter().map(|a| a.to_string_lossy()).collect();
-    let config = match settings::register(ctx, &args).and_then(|merged| config::parse_args(&merged))
-    {
-        Ok(c) => c,
-        Err(e) => {
-            ctx.log_warning(&format!("rdmasync: refusing to load: {e}"));
-            return Status::Err;
-        }
-    };
-    if config.persist_versions && persist::VERSIONS_TYPE.create_data_type(ctx.ctx).is_err() {
-        ctx.log_warning(
-            "rdmasync: refusing to load: cannot register the data type that persists key versions \
-             (persist-versions=no runs without it)",
-        );
-        return Status::Err;
-    }
-    raw::register_info_function(ctx.ctx, Some(info_func));
-    if !(server::set_command_docs(ctx, &STATUS_DOCS) && server::set_command_docs(ctx, &DEBUG_DOCS))
-    {
-        ctx.log_notice("rdmasync: COMMAND DOCS not set (RedisModule_SetCommandInfo refused)");
-    }
-    let apis = server::detect_newer_apis();
-    ctx.log_notice(&format!(
-        "rdmasync: server module API: post-notification jobs {}, key event {} (neither is needed: the hook only records keys)",
-        if apis.post_notification_jobs { "yes" } else { "no (Redis 7.0)" },
-        if apis.key_event { "yes" } else { "no (Redis 7.0)" },
-    ));
-    server::init_role(ctx);
-    // A fresh start: the first contact with the peer is a full sync both ways.
-    *STATE.lock() = Replication::new(config.backlog_ops);
-    let line = match runtime::start(config, server::server_info(ctx)) {
+    let line = match prepare(ctx, args).and_then(|config| {
+        // A fresh start: the first contact with the peer is a full sync both ways.
+        *STATE.lock() = Replication::new(config.backlog_ops);
+        runtime::start(config, server::server_info(ctx)).map_err(|e| e.to_string())
+    }) {
         Ok(line) => line,
-        Err(e) => {
-            ctx.log_warning(&format!("rdmasync: refusing to load: {e}"));
+        Err(why) => {
+            ctx.log_warning(&format!("rdmasync: refusing to load: {why}"));
             return Status::Err;
         }
     };
@@ -83,6 +57,34 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     // CONFIG GET shows what is in effect, defaults and derived node id included.
     runtime::with_shared(|s| settings::show_effective(s.config.effective(s.node_id)));
     Status::Ok
+}
+
+/// What the load needs before the threads start: the configuration, the
+/// data type, INFO, command docs, the role. Returns why the load is
+/// refused otherwise.
+fn prepare(ctx: &Context, args: &[RedisString]) -> std::result::Result<config::Config, String> {
+    let args: Vec<String> = args.iter().map(|a| a.to_string_lossy()).collect();
+    let config = settings::register(ctx, &args)
+        .and_then(|merged| config::parse_args(&merged))
+        .map_err(|e| e.to_string())?;
+    if config.persist_versions && persist::VERSIONS_TYPE.create_data_type(ctx.ctx).is_err() {
+        return Err("cannot register the data type that persists key versions \
+             (persist-versions=no runs without it)"
+            .into());
+    }
+    raw::register_info_function(ctx.ctx, Some(info_func));
+    if !(server::set_command_docs(ctx, &STATUS_DOCS) && server::set_command_docs(ctx, &DEBUG_DOCS))
+    {
+        ctx.log_notice("rdmasync: COMMAND DOCS not set (RedisModule_SetCommandInfo refused)");
+    }
+    let apis = server::detect_newer_apis();
+    ctx.log_notice(&format!(
+        "rdmasync: server module API: post-notification jobs {}, key event {} (neither is needed: the hook only records keys)",
+        if apis.post_notification_jobs { "yes" } else { "no (Redis 7.0)" },
+        if apis.key_event { "yes" } else { "no (Redis 7.0)" },
+    ));
+    server::init_role(ctx);
+    Ok(config)
 }
 
 fn deinit(ctx: &Context) -> Status {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use redis_module::Context;
 
-use crate::capture::hook::{PendingOp, Suppressed, DIRTY, EXPIRED};
+use crate::capture::hook::{ExpiredKey, PendingOp, Suppressed, DIRTY, EXPIRED};
 use crate::capture::hotkeys::{is_costly, HotKeys};
 use crate::catchup::fullsync::FullSync;
 use crate::catchup::inflight::SentBatch;
@@ -234,49 +234,12 @@ fn record_local(
         }
         let stamp = Stamp::new(shared.clock.now(), shared.node_id);
         st.last_local_stamp = stamp.clock;
-        match op {
-            PendingOp::Key { db, key } => {
-                server::select_db(reader.ctx(), db);
-                if reader.exists(&key) {
-                    st.versions.record_write(db, &key, stamp);
-                } else {
-                    st.versions.record_delete(db, &key, stamp, 0);
-                }
-                deferred.push(PendingOp::Key { db, key });
-            }
-            PendingOp::FlushDb(db) => {
-                st.versions.flush(Some(db), stamp);
-                if direct {
-                    entries.push(entry(shared, db, stamp, Op::FlushDb));
-                } else {
-                    deferred.push(op);
-                }
-            }
-            PendingOp::FlushAll => {
-                st.versions.flush(None, stamp);
-                if direct {
-                    entries.push(entry(shared, 0, stamp, Op::FlushAll));
-                } else {
-                    deferred.push(op);
-                }
-            }
-            PendingOp::SwapDb(a, b, _) => {
-                st.swap_dbs(a, b);
-                if direct {
-                    entries.push(entry(shared, a, stamp, Op::SwapDb { other: b }));
-                } else {
-                    deferred.push(op);
-                }
-            }
-            PendingOp::Functions => {
-                if let Some(payload) = changed_functions(reader, shared, st, stamp) {
-                    if direct {
-                        entries.push(entry(shared, 0, stamp, Op::Functions { payload }));
-                    } else {
-                        deferred.push(op);
-                    }
-                }
-            }
+        match record_change(reader, shared, st, &op, stamp) {
+            Some((db, wire)) if direct => entries.push(entry(shared, db, stamp, wire)),
+            Some(_) => deferred.push(op),
+            // A key is read when it ships (from the backlog).
+            None if matches!(op, PendingOp::Key { .. }) => deferred.push(op),
+            None => {}
         }
     }
     run.ship(reader, shared, st, &mut entries);
@@ -284,6 +247,43 @@ fn record_local(
         st.defer(deferred);
     }
     entries
+}
+
+/// Records the version of one local change stamped `stamp`; returns the
+/// entry that ships it, except for a key (read when it ships) and for
+/// function libraries that did not change.
+fn record_change(
+    reader: &Reader,
+    shared: &Shared,
+    st: &mut Replication,
+    op: &PendingOp,
+    stamp: Stamp,
+) -> Option<(u32, Op)> {
+    match *op {
+        PendingOp::Key { db, ref key } => {
+            server::select_db(reader.ctx(), db);
+            if reader.exists(key) {
+                st.versions.record_write(db, key, stamp);
+            } else {
+                st.versions.record_delete(db, key, stamp, 0);
+            }
+            None
+        }
+        PendingOp::FlushDb(db) => {
+            st.versions.flush(Some(db), stamp);
+            Some((db, Op::FlushDb))
+        }
+        PendingOp::FlushAll => {
+            st.versions.flush(None, stamp);
+            Some((0, Op::FlushAll))
+        }
+        PendingOp::SwapDb(a, b, _) => {
+            st.swap_dbs(a, b);
+            Some((a, Op::SwapDb { other: b }))
+        }
+        PendingOp::Functions => changed_functions(reader, shared, st, stamp)
+            .map(|payload| (0, Op::Functions { payload })),
+    }
 }
 
 /// The function libraries if they changed since their recorded version
@@ -429,37 +429,11 @@ pub fn flush_before_save(ctx: &Context, shared: &Shared) {
 /// now (else at the next flush that may).
 fn flush_changes(ctx: &Context, shared: &Shared, may_wait: bool, propagate: bool) {
     crate::capture::hook::resolve_silent(ctx);
-    // Only changes that would ship at once may wait: while catching up the
-    // backlog, the full sync and the retries of unread keys read current
-    // values, which would overtake the held changes.
-    let may_wait = may_wait && !HOT.lock().is_empty() && shared.stats.link() == LinkState::Up && {
-        let st = STATE.lock();
-        let epoch = Stats::get(&shared.stats.links_established);
-        !st.catching_up()
-            && st.unread.is_empty()
-            && !st.full_sync_wanted
-            && st.since_sync_wanted.is_none()
-            && !st.sync_requested
-            && !st.request_sync
-            && !st.answer_wanted
-            && !st.is_new_link(epoch)
-    };
-    let mut held = false;
-    let ops = {
-        let mut dirty = DIRTY.lock();
-        if dirty.is_empty() {
-            Vec::new()
-        } else if may_wait && {
-            let mut hot = HOT.lock();
-            !hot.is_empty()
-                && hot.holds_back(Instant::now(), dirty.len(), |db, k| dirty.contains(db, k))
-        } {
-            held = true;
-            Vec::new()
-        } else {
-            dirty.take()
-        }
-    };
+    let link_up = shared.stats.link() == LinkState::Up;
+    let epoch = Stats::get(&shared.stats.links_established);
+    let resting = may_wait && link_up && !HOT.lock().is_empty();
+    let may_wait = resting && STATE.lock().lets_changes_rest(epoch);
+    let (ops, held) = take_changes(may_wait);
     if held {
         Stats::add(&shared.stats.flushes_deferred, 1);
     }
@@ -469,51 +443,23 @@ fn flush_changes(ctx: &Context, shared: &Shared, may_wait: bool, propagate: bool
         return;
     }
     let expired = std::mem::take(&mut *EXPIRED.lock());
-    let link_up = shared.stats.link() == LinkState::Up;
-    let epoch = Stats::get(&shared.stats.links_established);
     let mut st = STATE.lock();
     let new_link = link_up && st.is_new_link(epoch);
-    let busy = link_up
-        && (st.catching_up()
-            || st.full_sync_wanted
-            || st.since_sync_wanted.is_some()
-            || st.sync_requested
-            || st.request_sync
-            || st.answer_wanted
-            || st.ack_due()
-            || st.coverage().is_some_and(|c| c > st.coverage_sent())
-            || st.collection_due()
-            || !st.unread.is_empty());
+    let link_work = link_up && st.has_link_work();
     let stamps_pending = propagate && st.versions.journal_pending();
-    if ops.is_empty() && expired.is_empty() && !new_link && !busy && !held && !stamps_pending {
+    if ops.is_empty() && expired.is_empty() && !new_link && !link_work && !held && !stamps_pending {
         return;
     }
     // Snapshots and lazy expiry raise events that are not local writes.
     let _guard = Suppressed::new();
     let reader = Reader::new(ctx);
     let original_db = server::selected_db(ctx);
-    for (db, key) in expired {
-        server::select_db(ctx, db);
-        // Written again since it expired: that write has its own version.
-        if !reader.exists(&key) {
-            let gc_after = st.last_pushed;
-            st.versions.expired(db, &key, gc_after);
-        }
-    }
+    record_expired(ctx, &reader, &mut st, expired);
     if new_link {
         on_link_up(&mut st, epoch);
     }
     if link_up {
-        ask_for_sync(shared, &mut st);
-        if st.sync_requested {
-            // Every key here has a version: a sync since a watermark
-            // misses nothing.
-            let versioned = reader.total_keys() <= st.versions.live_len() as u64;
-            let peer = Stats::get(&shared.stats.peer_node_id);
-            st.take_sync_request(versioned, shared.node_id, peer);
-            ask_for_sync(shared, &mut st);
-        }
-        start_due_sync(&reader, shared, &mut st);
+        start_syncs(&reader, shared, &mut st);
     }
     let direct = link_up && st.backlog.is_empty() && !shared.queue.is_full();
     let entries = record_local(&reader, shared, &mut st, ops, direct);
@@ -524,42 +470,7 @@ fn flush_changes(ctx: &Context, shared: &Shared, may_wait: bool, propagate: bool
         st.defer(ops);
     }
     if link_up {
-        let deadline = Instant::now() + CATCH_UP_SLICE;
-        resend::drain_backlog(&reader, shared, &mut st, deadline);
-        resend::retry_unread(&reader, shared, &mut st);
-        resend::advance_full_sync(&reader, shared, &mut st, deadline);
-        let mut acked = false;
-        if st.last_local_stamp == 0 && st.coverage().is_some() {
-            // No change of ours since this node started, and in step: every
-            // change of ours up to now is held by the peer (or was shipped),
-            // and later ones are stamped after now.
-            st.last_local_stamp = shared.clock.now();
-        }
-        if let Some((applied, coverage)) = st.take_ack() {
-            // The ack's clock is what our stream has covered of our own
-            // changes (the peer's watermark of us).
-            let ack = entry(
-                shared,
-                0,
-                Stamp::new(coverage, shared.node_id),
-                Op::Ack { applied },
-            );
-            acked = push(shared, &mut st, vec![ack], false).is_ok();
-            if !acked {
-                st.ack_lost();
-            }
-        }
-        st.collect_tombstones(acked);
-        if st.coverage().is_some_and(|c| c > st.coverage_sent()) {
-            // An ack held by the interval: come back for it even if idle.
-            keep_awake(ctx, &mut st);
-        }
-        if st.catching_up() {
-            if shared.queue.is_full() {
-                Stats::add(&shared.stats.queue_overflows, 1);
-            }
-            keep_awake(ctx, &mut st);
-        }
+        catch_up_and_ack(ctx, &reader, shared, &mut st);
     }
     if held {
         // Come back when the rest may be over, even if no client writes.
@@ -570,4 +481,95 @@ fn flush_changes(ctx: &Context, shared: &Shared, may_wait: bool, propagate: bool
         crate::redis::persist::propagate_stamps(ctx, shared, &mut st.versions);
     }
     server::select_db(ctx, original_db);
+}
+
+/// Takes the dirty set, unless `may_wait` and a resting hot key in it holds
+/// the lot back; returns the changes taken and whether they were held.
+fn take_changes(may_wait: bool) -> (Vec<PendingOp>, bool) {
+    let mut dirty = DIRTY.lock();
+    if dirty.is_empty() {
+        return (Vec::new(), false);
+    }
+    if may_wait {
+        let mut hot = HOT.lock();
+        if !hot.is_empty()
+            && hot.holds_back(Instant::now(), dirty.len(), |db, k| dirty.contains(db, k))
+        {
+            return (Vec::new(), true);
+        }
+    }
+    (dirty.take(), false)
+}
+
+/// Tombstones for keys that expired, unless written again since.
+fn record_expired(ctx: &Context, reader: &Reader, st: &mut Replication, expired: Vec<ExpiredKey>) {
+    for (db, key) in expired {
+        server::select_db(ctx, db);
+        // Written again since it expired: that write has its own version.
+        if !reader.exists(&key) {
+            let gc_after = st.last_pushed;
+            st.versions.expired(db, &key, gc_after);
+        }
+    }
+}
+
+/// Asks for, answers and starts the syncs the link needs.
+fn start_syncs(reader: &Reader, shared: &Shared, st: &mut Replication) {
+    ask_for_sync(shared, st);
+    if st.sync_requested {
+        // Every key here has a version: a sync since a watermark misses
+        // nothing.
+        let versioned = reader.total_keys() <= st.versions.live_len() as u64;
+        let peer = Stats::get(&shared.stats.peer_node_id);
+        st.take_sync_request(versioned, shared.node_id, peer);
+        ask_for_sync(shared, st);
+    }
+    start_due_sync(reader, shared, st);
+}
+
+/// One slice of catching up (backlog, unread keys, full sync), then the ack
+/// and the collection of acknowledged tombstones.
+fn catch_up_and_ack(ctx: &Context, reader: &Reader, shared: &Shared, st: &mut Replication) {
+    let deadline = Instant::now() + CATCH_UP_SLICE;
+    resend::drain_backlog(reader, shared, st, deadline);
+    resend::retry_unread(reader, shared, st);
+    resend::advance_full_sync(reader, shared, st, deadline);
+    if st.last_local_stamp == 0 && st.coverage().is_some() {
+        // No change of ours since this node started, and in step: every
+        // change of ours up to now is held by the peer (or was shipped),
+        // and later ones are stamped after now.
+        st.last_local_stamp = shared.clock.now();
+    }
+    let acked = send_ack(shared, st);
+    st.collect_tombstones(acked);
+    if st.coverage().is_some_and(|c| c > st.coverage_sent()) {
+        // An ack held by the interval: come back for it even if idle.
+        keep_awake(ctx, st);
+    }
+    if st.catching_up() {
+        if shared.queue.is_full() {
+            Stats::add(&shared.stats.queue_overflows, 1);
+        }
+        keep_awake(ctx, st);
+    }
+}
+
+/// Queues the ack that is due, if any; whether one was queued.
+fn send_ack(shared: &Shared, st: &mut Replication) -> bool {
+    let Some((applied, coverage)) = st.take_ack() else {
+        return false;
+    };
+    // The ack's clock is what our stream has covered of our own changes
+    // (the peer's watermark of us).
+    let ack = entry(
+        shared,
+        0,
+        Stamp::new(coverage, shared.node_id),
+        Op::Ack { applied },
+    );
+    let acked = push(shared, st, vec![ack], false).is_ok();
+    if !acked {
+        st.ack_lost();
+    }
+    acked
 }

@@ -176,89 +176,112 @@ impl FullSync {
         max: usize,
     ) -> Vec<Shipment> {
         let mut out = Vec::new();
-        match &mut self.phase {
-            Phase::Floors => {
-                let since = self.since;
-                for (db, stamp) in versions.floors() {
-                    if !self.wanted(stamp) {
-                        continue;
-                    }
-                    match db {
-                        Some(d) => out.push((d, stamp, Op::FlushDb)),
-                        None => out.push((0, stamp, Op::FlushAll)),
-                    }
-                }
-                // FLUSHALL first: it covers the per-database floors.
-                out.sort_by_key(|(_, _, op)| !matches!(op, Op::FlushAll));
-                if let Some(f) = versions.functions().filter(|f| self.wanted(f.stamp)) {
-                    if let Some(payload) = reader.functions() {
-                        out.push((0, f.stamp, Op::Functions { payload }));
-                    }
-                }
-                self.phase = match since {
-                    None => Phase::Keys {
-                        db: 0,
-                        walk: KeyWalk::start(),
-                    },
-                    Some(_) => Phase::Owned { next: 0 },
-                };
-            }
+        let max = max.max(1);
+        self.phase = match std::mem::replace(&mut self.phase, Phase::Done) {
+            Phase::Floors => self.ship_floors(reader, versions, &mut out),
             Phase::Owned { next } => {
-                let start = *next;
                 let mut unread = Vec::new();
-                let end =
-                    self.ship_owned(reader, versions, start, max.max(1), &mut out, &mut unread);
+                let end = self.ship_owned(reader, versions, next, max, &mut out, &mut unread);
                 self.unread.extend(unread);
                 if end >= self.owned.len() {
                     self.owned = Vec::new();
-                    self.phase = Phase::Done;
+                    Phase::Done
                 } else {
-                    self.phase = Phase::Owned { next: end };
+                    Phase::Owned { next: end }
                 }
             }
             Phase::Keys { db, walk } => {
-                let original = server::selected_db(reader.ctx());
-                server::select_db(reader.ctx(), *db);
-                let keys = walk.next_page(reader);
-                let reads = reader.read_many(&keys);
-                for (key, read) in keys.into_iter().zip(reads) {
-                    let stamp = match versions.get(*db, &key) {
-                        Some(KeyVersion::Live(s)) => s,
-                        // Present without a version (or a stale tombstone):
-                        // written at clock 0 here.
-                        _ => Stamp::new(0, me),
-                    };
-                    match read {
-                        Read::Value(snap) => out.push((*db, stamp, snap.into_op(key))),
-                        // Gone since the scan: its delete ships by itself.
-                        Read::Absent => {}
-                        Read::Failed => self.unread.push((*db, key, stamp)),
-                    }
-                }
-                server::select_db(reader.ctx(), original);
-                if walk.is_done() && *db + 1 < self.databases {
-                    *db += 1;
-                    *walk = KeyWalk::start();
-                } else if walk.is_done() {
-                    self.phase = Phase::Tombstones { next: 0 };
-                }
+                self.ship_key_page(reader, versions, me, db, walk, &mut out)
             }
             Phase::Tombstones { next } => {
-                let end = versions.tombstone_index_len().min(*next + max.max(1));
-                for i in *next..end {
+                let end = versions.tombstone_index_len().min(next + max);
+                for i in next..end {
                     if let Some((db, key, stamp)) = versions.tombstone_at(i) {
                         out.push((db, stamp, Op::Delete { key: key.into() }));
                     }
                 }
-                *next = end;
                 if end == versions.tombstone_index_len() {
-                    self.phase = Phase::Done;
+                    Phase::Done
+                } else {
+                    Phase::Tombstones { next: end }
                 }
             }
-            Phase::Done => {}
-        }
+            Phase::Done => Phase::Done,
+        };
         self.sent += out.len() as u64;
         out
+    }
+
+    /// The floors wanted (FLUSHALL first: it covers the per-database
+    /// ones) and the function libraries; returns the phase that follows.
+    fn ship_floors(
+        &self,
+        reader: &Reader,
+        versions: &VersionStore,
+        out: &mut Vec<Shipment>,
+    ) -> Phase {
+        for (db, stamp) in versions.floors() {
+            if !self.wanted(stamp) {
+                continue;
+            }
+            match db {
+                Some(d) => out.push((d, stamp, Op::FlushDb)),
+                None => out.push((0, stamp, Op::FlushAll)),
+            }
+        }
+        out.sort_by_key(|(_, _, op)| !matches!(op, Op::FlushAll));
+        if let Some(f) = versions.functions().filter(|f| self.wanted(f.stamp)) {
+            if let Some(payload) = reader.functions() {
+                out.push((0, f.stamp, Op::Functions { payload }));
+            }
+        }
+        match self.since {
+            None => Phase::Keys {
+                db: 0,
+                walk: KeyWalk::start(),
+            },
+            Some(_) => Phase::Owned { next: 0 },
+        }
+    }
+
+    /// One page of database `db`'s keys, each with its version (a key
+    /// without one was written at clock 0 here); returns the phase that
+    /// follows.
+    fn ship_key_page(
+        &mut self,
+        reader: &Reader,
+        versions: &VersionStore,
+        me: u64,
+        db: u32,
+        mut walk: KeyWalk,
+        out: &mut Vec<Shipment>,
+    ) -> Phase {
+        let original = server::selected_db(reader.ctx());
+        server::select_db(reader.ctx(), db);
+        let keys = walk.next_page(reader);
+        let reads = reader.read_many(&keys);
+        for (key, read) in keys.into_iter().zip(reads) {
+            let stamp = match versions.get(db, &key) {
+                Some(KeyVersion::Live(s)) => s,
+                // Present without a version (or a stale tombstone).
+                _ => Stamp::new(0, me),
+            };
+            match read {
+                Read::Value(snap) => out.push((db, stamp, snap.into_op(key))),
+                // Gone since the scan: its delete ships by itself.
+                Read::Absent => {}
+                Read::Failed => self.unread.push((db, key, stamp)),
+            }
+        }
+        server::select_db(reader.ctx(), original);
+        match (walk.is_done(), db + 1 < self.databases) {
+            (false, _) => Phase::Keys { db, walk },
+            (true, true) => Phase::Keys {
+                db: db + 1,
+                walk: KeyWalk::start(),
+            },
+            (true, false) => Phase::Tombstones { next: 0 },
+        }
     }
 }
 

@@ -599,6 +599,38 @@ impl Replication {
         !self.backlog.is_empty() || self.full_sync.is_some()
     }
 
+    /// A sync is wanted, asked for or owed to the peer.
+    pub fn sync_pending(&self) -> bool {
+        self.full_sync_wanted
+            || self.since_sync_wanted.is_some()
+            || self.sync_requested
+            || self.request_sync
+            || self.answer_wanted
+    }
+
+    /// Whether a resting hot key may hold changes back on link `epoch`:
+    /// only changes that would ship at once may wait. A catch-up (backlog,
+    /// full sync, a sync owed, retries of unread keys) reads current values,
+    /// which would overtake the held changes.
+    pub fn lets_changes_rest(&self, epoch: u64) -> bool {
+        !self.catching_up()
+            && self.unread.is_empty()
+            && !self.sync_pending()
+            && !self.is_new_link(epoch)
+    }
+
+    /// Whether a flush has work on an up link even with no change of its
+    /// own: catching up, a sync, an ack or coverage to send, tombstones to
+    /// collect, unread keys to retry.
+    pub fn has_link_work(&self) -> bool {
+        self.catching_up()
+            || self.sync_pending()
+            || self.ack_due()
+            || self.coverage().is_some_and(|c| c > self.coverage_sent())
+            || self.collection_due()
+            || !self.unread.is_empty()
+    }
+
     /// The figures of `RDMASYNC.STATUS`.
     pub fn convergence(&self) -> Convergence {
         Convergence {
@@ -682,6 +714,49 @@ mod tests {
             db: 0,
             key: k.as_bytes().to_vec(),
         }
+    }
+
+    /// Linked on link 1, the request a fresh node makes already sent.
+    fn settled() -> Replication {
+        let mut r = Replication::new(10);
+        r.link_up(1);
+        r.request_sync = false;
+        r
+    }
+
+    #[test]
+    fn changes_rest_only_when_nothing_is_caught_up_or_owed() {
+        let r = settled();
+        assert!(r.lets_changes_rest(1));
+        assert!(!r.has_link_work());
+        // A link not seen yet: its catch-up comes first.
+        assert!(!r.lets_changes_rest(2));
+        for set in [
+            (|r: &mut Replication| r.full_sync_wanted = true) as fn(&mut Replication),
+            |r| r.since_sync_wanted = Some((1, 2)),
+            |r| r.sync_requested = true,
+            |r| r.request_sync = true,
+            |r| r.answer_wanted = true,
+            |r| r.defer(vec![key("k")]),
+            |r| {
+                r.unread.insert((0, b"k".to_vec().into()), Stamp::new(1, 1));
+            },
+        ] {
+            let mut busy = settled();
+            set(&mut busy);
+            assert!(!busy.lets_changes_rest(1));
+            assert!(busy.has_link_work());
+        }
+    }
+
+    #[test]
+    fn an_ack_due_is_link_work_but_lets_changes_rest() {
+        let mut r = settled();
+        r.received(5);
+        r.applied(5);
+        assert!(r.ack_due());
+        assert!(r.has_link_work());
+        assert!(r.lets_changes_rest(1));
     }
 
     #[test]

@@ -60,9 +60,16 @@ fn is_known(name: &str) -> bool {
     name == SECRET_ARG || ARG_NAMES.contains(&name)
 }
 
+/// The known arguments for an error message: the configs, with the secret
+/// beside its file.
 fn known_list() -> String {
-    let mut names: Vec<&str> = ARG_NAMES.to_vec();
-    names.insert(8, SECRET_ARG);
+    let mut names: Vec<&str> = Vec::with_capacity(ARG_NAMES.len() + 1);
+    for name in ARG_NAMES {
+        if name == "secret-file" {
+            names.push(SECRET_ARG);
+        }
+        names.push(name);
+    }
     names.join(", ")
 }
 
@@ -323,205 +330,226 @@ fn read_secret_file(arg: &str, value: &str) -> Result<(Secret, PathBuf)> {
 /// [`Error::Config`] naming the first argument that is unknown, repeated,
 /// missing or out of range.
 pub fn parse_args<S: AsRef<str>>(args: &[S]) -> Result<Config> {
-    let mut peer_host = None;
-    let mut peer_port = None;
-    let mut listen_port = None;
-    let mut bind = None;
-    let mut transport = None;
-    let mut node_id = None;
-    let mut ring_size = None;
-    let mut queue_size = None;
-    let mut backlog_ops = None;
-    let mut persist_versions = None;
-    let mut hot_key_rest_ms = None;
-    let mut secret = None;
-    let mut secret_file = None;
-    let mut handshake_timeout_ms = None;
-    let mut tls = None;
-    let mut tls_cert_file = None;
-    let mut tls_key_file = None;
-    let mut tls_ca_cert_file = None;
-    let mut seen: Vec<String> = Vec::new();
-
+    let mut draft = Draft::default();
+    let mut seen: Vec<&str> = Vec::new();
     for raw in args {
         let raw = raw.as_ref();
         let Some((name, value)) = raw.split_once('=') else {
             return Err(bad(raw, "expected name=value"));
         };
-        if seen.iter().any(|s| s == name) {
+        if seen.contains(&name) {
             return Err(bad(name, "given more than once"));
         }
-        seen.push(name.to_owned());
+        seen.push(name);
         if value.is_empty() {
             return Err(bad(name, "empty value"));
         }
-        match name {
-            "peer" => {
-                if value.chars().any(char::is_whitespace) {
-                    return Err(bad(name, format!("not a host name or address: '{value}'")));
-                }
-                peer_host = Some(value.to_owned());
-            }
-            "port" => peer_port = Some(parse_port(name, value)?),
-            "listen-port" => listen_port = Some(parse_port(name, value)?),
-            "bind" => {
-                bind = Some(
-                    value
-                        .parse::<IpAddr>()
-                        .map_err(|_| bad(name, format!("not an IP address: '{value}'")))?,
-                )
-            }
-            "transport" => {
-                transport = Some(match value {
-                    "auto" => TransportChoice::Auto,
-                    "rdma" => TransportChoice::Rdma,
-                    "tcp" => TransportChoice::Tcp,
-                    _ => {
-                        return Err(bad(
-                            name,
-                            format!("must be auto, rdma or tcp, got '{value}'"),
-                        ))
-                    }
-                })
-            }
-            "node-id" => match value.parse::<u64>() {
-                Ok(n) if n > 0 => node_id = Some(n),
-                _ => {
-                    return Err(bad(
-                        name,
-                        format!("must be an integer 1-{}, got '{value}'", u64::MAX),
-                    ))
-                }
-            },
-            "ring-size" => {
-                let n = parse_size(name, value)?;
-                if !(MIN_RING_SIZE..=MAX_RING_SIZE).contains(&n) || !n.is_power_of_two() {
-                    return Err(bad(
-                        name,
-                        format!(
-                            "must be a power of two between {MIN_RING_SIZE} (64kb) and {MAX_RING_SIZE} (1gb) bytes, got '{value}'"
-                        ),
-                    ));
-                }
-                ring_size = Some(n);
-            }
-            "queue-size" => match value.parse::<usize>() {
-                Ok(n) if (1..=MAX_QUEUE_SIZE).contains(&n) => queue_size = Some(n),
-                _ => {
-                    return Err(bad(
-                        name,
-                        format!("must be an integer 1-{MAX_QUEUE_SIZE} (batches), got '{value}'"),
-                    ))
-                }
-            },
-            "backlog-ops" => match value.parse::<usize>() {
-                Ok(n) if (1..=MAX_BACKLOG_OPS).contains(&n) => backlog_ops = Some(n),
-                _ => {
-                    return Err(bad(
-                        name,
-                        format!("must be an integer 1-{MAX_BACKLOG_OPS} (changes), got '{value}'"),
-                    ))
-                }
-            },
-            "hot-key-rest" => match value.parse::<u64>() {
-                Ok(n) if n <= MAX_HOT_KEY_REST_MS => hot_key_rest_ms = Some(n),
-                _ => {
-                    return Err(bad(
-                        name,
-                        format!(
-                            "must be an integer 0-{MAX_HOT_KEY_REST_MS} (milliseconds), got '{value}'"
-                        ),
-                    ))
-                }
-            },
-            "persist-versions" => {
-                persist_versions = Some(match value {
-                    "yes" => true,
-                    "no" => false,
-                    _ => return Err(bad(name, format!("must be yes or no, got '{value}'"))),
-                })
-            }
-            SECRET_ARG => {
-                // Never echo the value: it is the secret.
-                secret = Some(
-                    Secret::new(value.as_bytes().to_vec()).map_err(|why| bad(name, why))?,
-                );
-            }
-            "secret-file" => {
-                let (s, path) = read_secret_file(name, value)?;
-                secret_file = Some((s, path));
-            }
-            "handshake-timeout" => match value.parse::<u64>() {
-                Ok(n) if (MIN_HANDSHAKE_TIMEOUT_MS..=MAX_HANDSHAKE_TIMEOUT_MS).contains(&n) => {
-                    handshake_timeout_ms = Some(n)
-                }
-                _ => {
-                    return Err(bad(
-                        name,
-                        format!(
-                            "must be milliseconds {MIN_HANDSHAKE_TIMEOUT_MS}-{MAX_HANDSHAKE_TIMEOUT_MS}, got '{value}'"
-                        ),
-                    ))
-                }
-            },
-            "tls" => {
-                tls = Some(match value {
-                    "yes" => true,
-                    "no" => false,
-                    _ => return Err(bad(name, format!("must be yes or no, got '{value}'"))),
-                })
-            }
-            "tls-cert-file" => tls_cert_file = Some(parse_file(name, value)?),
-            "tls-key-file" => tls_key_file = Some(parse_file(name, value)?),
-            "tls-ca-cert-file" => tls_ca_cert_file = Some(parse_file(name, value)?),
-            _ => return Err(bad(name, format!("unknown argument (known: {})", known_list()))),
-        }
+        draft.take(name, value)?;
     }
-    if secret.is_some() && secret_file.is_some() {
+    draft.finish()
+}
+
+/// The arguments seen so far; `finish` checks what they need together.
+#[derive(Default)]
+struct Draft {
+    peer_host: Option<String>,
+    peer_port: Option<u16>,
+    listen_port: Option<u16>,
+    bind: Option<IpAddr>,
+    transport: Option<TransportChoice>,
+    node_id: Option<u64>,
+    ring_size: Option<u64>,
+    queue_size: Option<usize>,
+    backlog_ops: Option<usize>,
+    persist_versions: Option<bool>,
+    hot_key_rest_ms: Option<u64>,
+    secret: Option<Secret>,
+    secret_file: Option<(Secret, PathBuf)>,
+    handshake_timeout_ms: Option<u64>,
+    tls: Option<bool>,
+    tls_cert_file: Option<PathBuf>,
+    tls_key_file: Option<PathBuf>,
+    tls_ca_cert_file: Option<PathBuf>,
+}
+
+impl Draft {
+    /// Validates one argument and keeps its value.
+    fn take(&mut self, name: &str, value: &str) -> Result<()> {
+        match name {
+            "peer" => self.peer_host = Some(parse_host(name, value)?),
+            "port" => self.peer_port = Some(parse_port(name, value)?),
+            "listen-port" => self.listen_port = Some(parse_port(name, value)?),
+            "bind" => self.bind = Some(parse_ip(name, value)?),
+            "transport" => self.transport = Some(parse_transport(name, value)?),
+            "node-id" => self.node_id = Some(int_in(name, value, 1, u64::MAX, "")?),
+            "ring-size" => self.ring_size = Some(parse_ring_size(name, value)?),
+            "queue-size" => {
+                self.queue_size = Some(count_in(name, value, MAX_QUEUE_SIZE, "batches")?)
+            }
+            "backlog-ops" => {
+                self.backlog_ops = Some(count_in(name, value, MAX_BACKLOG_OPS, "changes")?)
+            }
+            "hot-key-rest" => {
+                self.hot_key_rest_ms = Some(int_in(
+                    name,
+                    value,
+                    0,
+                    MAX_HOT_KEY_REST_MS,
+                    " (milliseconds)",
+                )?)
+            }
+            "persist-versions" => self.persist_versions = Some(parse_yes_no(name, value)?),
+            // Never echo the value: it is the secret.
+            SECRET_ARG => {
+                self.secret =
+                    Some(Secret::new(value.as_bytes().to_vec()).map_err(|why| bad(name, why))?)
+            }
+            "secret-file" => self.secret_file = Some(read_secret_file(name, value)?),
+            "handshake-timeout" => {
+                self.handshake_timeout_ms = Some(parse_handshake_timeout(name, value)?)
+            }
+            "tls" => self.tls = Some(parse_yes_no(name, value)?),
+            "tls-cert-file" => self.tls_cert_file = Some(parse_file(name, value)?),
+            "tls-key-file" => self.tls_key_file = Some(parse_file(name, value)?),
+            "tls-ca-cert-file" => self.tls_ca_cert_file = Some(parse_file(name, value)?),
+            _ => {
+                return Err(bad(
+                    name,
+                    format!("unknown argument (known: {})", known_list()),
+                ))
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks what the arguments need together and fills in the defaults.
+    fn finish(self) -> Result<Config> {
+        if self.secret.is_some() && self.secret_file.is_some() {
+            return Err(bad(
+                "secret-file",
+                "give either secret= or secret-file=, not both",
+            ));
+        }
+        let tls = self.tls.unwrap_or(false);
+        if tls {
+            for (arg, given) in [
+                ("tls-cert-file", self.tls_cert_file.is_some()),
+                ("tls-key-file", self.tls_key_file.is_some()),
+                ("tls-ca-cert-file", self.tls_ca_cert_file.is_some()),
+            ] {
+                if !given {
+                    return Err(bad(arg, "required with tls=yes"));
+                }
+            }
+        }
+        let (secret, secret_file) = match self.secret_file {
+            Some((s, path)) => (Some(s), Some(path)),
+            None => (self.secret, None),
+        };
+        let peer_host = self
+            .peer_host
+            .ok_or_else(|| bad("peer", "required (peer=<ip or host>)"))?;
+        let peer_port = self
+            .peer_port
+            .ok_or_else(|| bad("port", "required (port=<peer's port>)"))?;
+        Ok(Config {
+            peer_host,
+            peer_port,
+            listen_port: self.listen_port.unwrap_or(peer_port),
+            bind: self.bind.unwrap_or(IpAddr::from([0, 0, 0, 0])),
+            transport: self.transport.unwrap_or(TransportChoice::Auto),
+            node_id: self.node_id,
+            ring_size: self.ring_size.unwrap_or(DEFAULT_RING_SIZE),
+            queue_size: self.queue_size.unwrap_or(DEFAULT_QUEUE_SIZE),
+            backlog_ops: self.backlog_ops.unwrap_or(DEFAULT_BACKLOG_OPS),
+            persist_versions: self.persist_versions.unwrap_or(true),
+            hot_key_rest_ms: self.hot_key_rest_ms.unwrap_or(DEFAULT_HOT_KEY_REST_MS),
+            secret,
+            secret_file,
+            handshake_timeout_ms: self
+                .handshake_timeout_ms
+                .unwrap_or(DEFAULT_HANDSHAKE_TIMEOUT_MS),
+            tls,
+            tls_cert_file: self.tls_cert_file,
+            tls_key_file: self.tls_key_file,
+            tls_ca_cert_file: self.tls_ca_cert_file,
+        })
+    }
+}
+
+fn parse_host(arg: &str, value: &str) -> Result<String> {
+    if value.chars().any(char::is_whitespace) {
+        return Err(bad(arg, format!("not a host name or address: '{value}'")));
+    }
+    Ok(value.to_owned())
+}
+
+fn parse_ip(arg: &str, value: &str) -> Result<IpAddr> {
+    value
+        .parse::<IpAddr>()
+        .map_err(|_| bad(arg, format!("not an IP address: '{value}'")))
+}
+
+fn parse_transport(arg: &str, value: &str) -> Result<TransportChoice> {
+    match value {
+        "auto" => Ok(TransportChoice::Auto),
+        "rdma" => Ok(TransportChoice::Rdma),
+        "tcp" => Ok(TransportChoice::Tcp),
+        _ => Err(bad(
+            arg,
+            format!("must be auto, rdma or tcp, got '{value}'"),
+        )),
+    }
+}
+
+fn parse_yes_no(arg: &str, value: &str) -> Result<bool> {
+    match value {
+        "yes" => Ok(true),
+        "no" => Ok(false),
+        _ => Err(bad(arg, format!("must be yes or no, got '{value}'"))),
+    }
+}
+
+/// An integer in `lo..=hi`; `unit` (" (batches)") follows the range in the error.
+fn int_in(arg: &str, value: &str, lo: u64, hi: u64, unit: &str) -> Result<u64> {
+    match value.parse::<u64>() {
+        Ok(n) if (lo..=hi).contains(&n) => Ok(n),
+        _ => Err(bad(
+            arg,
+            format!("must be an integer {lo}-{hi}{unit}, got '{value}'"),
+        )),
+    }
+}
+
+/// A count of `unit` in `1..=max`.
+fn count_in(arg: &str, value: &str, max: usize, unit: &str) -> Result<usize> {
+    let n = int_in(arg, value, 1, max as u64, &format!(" ({unit})"))?;
+    usize::try_from(n).map_err(|_| bad(arg, format!("too large: '{value}'")))
+}
+
+fn parse_ring_size(arg: &str, value: &str) -> Result<u64> {
+    let n = parse_size(arg, value)?;
+    if !(MIN_RING_SIZE..=MAX_RING_SIZE).contains(&n) || !n.is_power_of_two() {
         return Err(bad(
-            "secret-file",
-            "give either secret= or secret-file=, not both",
+            arg,
+            format!(
+                "must be a power of two between {MIN_RING_SIZE} (64kb) and {MAX_RING_SIZE} (1gb) bytes, got '{value}'"
+            ),
         ));
     }
-    let tls = tls.unwrap_or(false);
-    if tls {
-        for (arg, given) in [
-            ("tls-cert-file", tls_cert_file.is_some()),
-            ("tls-key-file", tls_key_file.is_some()),
-            ("tls-ca-cert-file", tls_ca_cert_file.is_some()),
-        ] {
-            if !given {
-                return Err(bad(arg, "required with tls=yes"));
-            }
-        }
-    }
-    let (secret, secret_file) = match secret_file {
-        Some((s, path)) => (Some(s), Some(path)),
-        None => (secret, None),
-    };
+    Ok(n)
+}
 
-    let peer_host = peer_host.ok_or_else(|| bad("peer", "required (peer=<ip or host>)"))?;
-    let peer_port = peer_port.ok_or_else(|| bad("port", "required (port=<peer's port>)"))?;
-    Ok(Config {
-        peer_host,
-        peer_port,
-        listen_port: listen_port.unwrap_or(peer_port),
-        bind: bind.unwrap_or(IpAddr::from([0, 0, 0, 0])),
-        transport: transport.unwrap_or(TransportChoice::Auto),
-        node_id,
-        ring_size: ring_size.unwrap_or(DEFAULT_RING_SIZE),
-        queue_size: queue_size.unwrap_or(DEFAULT_QUEUE_SIZE),
-        backlog_ops: backlog_ops.unwrap_or(DEFAULT_BACKLOG_OPS),
-        persist_versions: persist_versions.unwrap_or(true),
-        hot_key_rest_ms: hot_key_rest_ms.unwrap_or(DEFAULT_HOT_KEY_REST_MS),
-        secret,
-        secret_file,
-        handshake_timeout_ms: handshake_timeout_ms.unwrap_or(DEFAULT_HANDSHAKE_TIMEOUT_MS),
-        tls,
-        tls_cert_file,
-        tls_key_file,
-        tls_ca_cert_file,
-    })
+fn parse_handshake_timeout(arg: &str, value: &str) -> Result<u64> {
+    match value.parse::<u64>() {
+        Ok(n) if (MIN_HANDSHAKE_TIMEOUT_MS..=MAX_HANDSHAKE_TIMEOUT_MS).contains(&n) => Ok(n),
+        _ => Err(bad(
+            arg,
+            format!(
+                "must be milliseconds {MIN_HANDSHAKE_TIMEOUT_MS}-{MAX_HANDSHAKE_TIMEOUT_MS}, got '{value}'"
+            ),
+        )),
+    }
 }
 
 #[cfg(test)]

@@ -91,6 +91,15 @@ impl RingGeometry {
             && pos + len - head <= self.capacity
     }
 
+    /// Where the bytes placed end after a WRITE_WITH_IMM whose immediate is
+    /// the low 32 bits of its end position, with bytes placed up to
+    /// `placed` and the receiver's head at `head`. `None` when that end does
+    /// not move forward or lies more than a ring past the head.
+    pub fn imm_write_end(self, placed: u64, imm: u32, head: u64) -> Option<u64> {
+        let end = placed + u64::from(imm.wrapping_sub(placed as u32));
+        (end > placed && end - head <= self.capacity).then_some(end)
+    }
+
     /// Largest frame a sender may write: a quarter of the ring, at most 1 MiB,
     /// so that wrapping never needs more than the ring and bulk traffic keeps
     /// several frames in flight.
@@ -160,6 +169,19 @@ mod tests {
         assert!(RingGeometry::new(1000).is_none());
         assert!(RingGeometry::new(2048).is_none());
         assert_eq!(RingGeometry::new(65536).unwrap().capacity(), 65536);
+    }
+
+    #[test]
+    fn an_immediate_extends_what_is_placed_across_32_bit_wraps() {
+        let g = RingGeometry::new(65536).unwrap();
+        assert_eq!(g.imm_write_end(0, 100, 0), Some(100));
+        // The immediate carries the low 32 bits of the end position.
+        let placed = (5u64 << 32) - 10;
+        assert_eq!(g.imm_write_end(placed, 20, placed), Some((5 << 32) + 20));
+        // Nothing new, or further than a ring past the head: refused.
+        assert_eq!(g.imm_write_end(100, 100, 0), None);
+        assert_eq!(g.imm_write_end(0, 65537, 0), None);
+        assert_eq!(g.imm_write_end(0, 65536, 0), Some(65536));
     }
 
     #[test]

@@ -230,6 +230,17 @@ enum Outcome {
     Notice,
 }
 
+impl Outcome {
+    /// What a decision other than `Apply` makes of an entry.
+    fn not_applied(decision: Decision) -> Self {
+        match decision {
+            Decision::Stale => Self::Discarded,
+            Decision::Duplicate => Self::Duplicate,
+            Decision::Apply => Self::Applied,
+        }
+    }
+}
+
 fn restore(
     ctx: &Context,
     opts: &CallOptions,
@@ -437,6 +448,8 @@ fn unlink_all_but(
     }
 }
 
+/// Applies one entry of the peer's (a data change, or a notice for the
+/// convergence state), dispatched by kind.
 fn apply_entry<'a>(
     ctx: &Context,
     opts: &CallOptions,
@@ -447,48 +460,16 @@ fn apply_entry<'a>(
 ) -> std::result::Result<Outcome, String> {
     let stamp = Stamp::new(e.clock, e.origin);
     match &e.op {
-        Op::Ack { applied } => {
-            // Received (not applied: acks are not acknowledged).
-            st.received(e.seq);
-            if !crate::ops::faults::acks_dropped() {
-                // Before the acknowledgement: one that answers our request
-                // ends the wait, and its own coverage (voided by the peer
-                // when it took the request) is not yet to be trusted.
-                let accepts = st.accepts_coverage();
-                st.acknowledged(*applied);
-                // Its clock says what the peer's stream has covered of the
-                // peer's own changes: all of it was applied here before
-                // this ack (same ordered stream). Durable with the batch.
-                if accepts {
-                    st.versions.record_covered(e.origin, e.clock);
-                }
-            }
-            return Ok(Outcome::Notice);
-        }
+        Op::Ack { applied } => return Ok(note_ack(st, e, *applied)),
         Op::SyncRequest {
             received,
             since,
             own,
             answer,
         } => {
-            redis_module::logging::log_notice(if *answer {
-                format!("rdmasync: the peer asks for our changes after clock {since}")
-            } else {
-                format!(
-                    "rdmasync: the peer lost state (restart or reload) and asks for what it \
-                     misses: our changes after clock {since}, its own after {own}"
-                )
-            });
-            st.peer_asks_for_sync(*received, *since, *own, *answer);
-            // Acknowledged like data: the peer learns it arrived (one lost
-            // with a link drop is sent again).
-            st.applied(e.seq);
-            if !*answer {
-                // It lost its state, the swaps it had in flight with it:
-                // its next swaps may carry any stamp its clock gives them.
-                st.last_peer_swap = Stamp::default();
-            }
-            return Ok(Outcome::Notice);
+            return Ok(note_sync_request(
+                st, e.seq, *received, *since, *own, *answer,
+            ))
         }
         _ => {}
     }
@@ -496,18 +477,13 @@ fn apply_entry<'a>(
     if !server::select_db(ctx, e.db) {
         return Err(format!("no database {}", e.db));
     }
-    // A key without a version: whether it exists, through the key API.
-    let decide = |st: &Replication, key: &[u8]| {
-        st.versions
-            .decide(e.db, key, stamp, me, || server::key_info(ctx, key).exists())
-    };
     match &e.op {
         Op::Value {
             key,
             payload,
             expiry_ms,
             encoding,
-        } => match decide(st, key) {
+        } => match decide(ctx, st, me, e, key) {
             Decision::Apply => {
                 // The batch loop wrote the run first if `e` could not join it.
                 if MsetRun::is_plain(e).is_some() {
@@ -516,45 +492,114 @@ fn apply_entry<'a>(
                 } else {
                     restore(ctx, opts, key, payload, *expiry_ms, *encoding)?;
                 }
-                if expiry_ms.is_some_and(|at| at <= unix_ms()) {
-                    // Already expired: RESTORE did not create it.
-                    st.versions
-                        .record_delete(e.db, key, stamp, st.last_pushed.max(1));
-                } else {
-                    st.versions.record_write(e.db, key, stamp);
-                }
+                record_value(st, e.db, key, stamp, *expiry_ms);
                 Ok(Outcome::Applied)
             }
-            Decision::Stale => Ok(Outcome::Discarded),
-            Decision::Duplicate => Ok(Outcome::Duplicate),
+            other => Ok(Outcome::not_applied(other)),
         },
-        Op::Delete { key } => match decide(st, key) {
+        Op::Delete { key } => match decide(ctx, st, me, e, key) {
             Decision::Apply => {
                 run(ctx, opts, "DEL", &[key])?;
                 st.versions.record_delete(e.db, key, stamp, GC_AT_NEXT_ACK);
                 Ok(Outcome::Applied)
             }
-            Decision::Stale => Ok(Outcome::Discarded),
-            Decision::Duplicate => Ok(Outcome::Duplicate),
+            other => Ok(Outcome::not_applied(other)),
         },
         Op::FlushDb => apply_flush(ctx, opts, st, Some(e.db), stamp),
         Op::FlushAll => apply_flush(ctx, opts, st, None, stamp),
-        Op::SwapDb { other } => {
-            // A swap resent after a reconnect keeps its stamp: one applied
-            // here before the link broke must not swap the databases back.
-            if stamp <= st.last_peer_swap {
-                return Ok(Outcome::Duplicate);
-            }
-            let a = e.db.to_string();
-            let b = other.to_string();
-            run(ctx, opts, "SWAPDB", &[a.as_bytes(), b.as_bytes()])?;
-            st.swap_dbs(e.db, *other);
-            st.last_peer_swap = stamp;
-            Ok(Outcome::Applied)
-        }
+        Op::SwapDb { other } => apply_swap(ctx, opts, st, e.db, *other, stamp),
         Op::Functions { payload } => apply_functions(ctx, opts, st, payload, stamp),
         Op::Ack { .. } | Op::SyncRequest { .. } => Ok(Outcome::Notice),
     }
+}
+
+/// Last-writer-wins on `key` for entry `e`; a key without a version is
+/// looked up through the key API.
+fn decide(ctx: &Context, st: &Replication, me: u64, e: &Entry, key: &[u8]) -> Decision {
+    let stamp = Stamp::new(e.clock, e.origin);
+    st.versions
+        .decide(e.db, key, stamp, me, || server::key_info(ctx, key).exists())
+}
+
+/// The version of a value just applied: a write, or a delete when it had
+/// already expired (RESTORE did not create it).
+fn record_value(st: &mut Replication, db: u32, key: &[u8], stamp: Stamp, expiry_ms: Option<u64>) {
+    if expiry_ms.is_some_and(|at| at <= unix_ms()) {
+        st.versions
+            .record_delete(db, key, stamp, st.last_pushed.max(1));
+    } else {
+        st.versions.record_write(db, key, stamp);
+    }
+}
+
+/// The peer's ack: received (acks are not acknowledged), and unless the
+/// fault switch drops acks, what it acknowledges and covers.
+fn note_ack(st: &mut Replication, e: &Entry, applied: u64) -> Outcome {
+    st.received(e.seq);
+    if !crate::ops::faults::acks_dropped() {
+        // Before the acknowledgement: one that answers our request ends
+        // the wait, and its own coverage (voided by the peer when it took
+        // the request) is not yet to be trusted.
+        let accepts = st.accepts_coverage();
+        st.acknowledged(applied);
+        // Its clock says what the peer's stream has covered of the peer's
+        // own changes: all of it was applied here before this ack (same
+        // ordered stream). Durable with the batch.
+        if accepts {
+            st.versions.record_covered(e.origin, e.clock);
+        }
+    }
+    Outcome::Notice
+}
+
+/// The peer asks for a sync (it lost state, or answers our request).
+fn note_sync_request(
+    st: &mut Replication,
+    seq: u64,
+    received: u64,
+    since: u64,
+    own: u64,
+    answer: bool,
+) -> Outcome {
+    redis_module::logging::log_notice(if answer {
+        format!("rdmasync: the peer asks for our changes after clock {since}")
+    } else {
+        format!(
+            "rdmasync: the peer lost state (restart or reload) and asks for what it \
+             misses: our changes after clock {since}, its own after {own}"
+        )
+    });
+    st.peer_asks_for_sync(received, since, own, answer);
+    // Acknowledged like data: the peer learns it arrived (one lost with a
+    // link drop is sent again).
+    st.applied(seq);
+    if !answer {
+        // It lost its state, the swaps it had in flight with it: its next
+        // swaps may carry any stamp its clock gives them.
+        st.last_peer_swap = Stamp::default();
+    }
+    Outcome::Notice
+}
+
+/// SWAPDB from the peer. A swap resent after a reconnect keeps its stamp:
+/// one applied here before the link broke must not swap the databases back.
+fn apply_swap(
+    ctx: &Context,
+    opts: &CallOptions,
+    st: &mut Replication,
+    db: u32,
+    other: u32,
+    stamp: Stamp,
+) -> std::result::Result<Outcome, String> {
+    if stamp <= st.last_peer_swap {
+        return Ok(Outcome::Duplicate);
+    }
+    let a = db.to_string();
+    let b = other.to_string();
+    run(ctx, opts, "SWAPDB", &[a.as_bytes(), b.as_bytes()])?;
+    st.swap_dbs(db, other);
+    st.last_peer_swap = stamp;
+    Ok(Outcome::Applied)
 }
 
 /// The peer's function libraries, if newer than ours (one version covers
@@ -587,17 +632,7 @@ fn apply_functions(
 fn apply_batch(ctx: &Context, shared: &Shared, batch: &Batch) {
     let n = batch.entries.iter().filter(|e| e.is_data()).count() as u64;
     if ctx.get_flags().contains(redis_module::ContextFlags::SLAVE) {
-        // Received, not applied (no ack): a sync request this node sends
-        // once it is a master again says so, and gets a full sync.
-        let newest = batch.entries.iter().map(|e| e.seq).max();
-        if let Some(seq) = newest {
-            STATE.lock().received(seq);
-        }
-        // Writing here would diverge from this node's own master.
-        Stats::add(&shared.stats.apply_errors, n);
-        shared
-            .stats
-            .set_error("this node is a replica (REPLICAOF): remote writes not applied");
+        refuse_as_replica(shared, batch, n);
         return;
     }
     let opts = CallOptionsBuilder::new()
@@ -609,8 +644,52 @@ fn apply_batch(ctx: &Context, shared: &Shared, batch: &Batch) {
     let mut st = STATE.lock();
     st.versions
         .warm(batch.entries.iter().filter_map(|e| Some((e.db, e.key()?))));
-    let (mut failed, mut discarded, mut duplicates) = (0, 0, 0);
-    let mut newest = 0;
+    let tally = apply_entries(ctx, &opts, shared, &mut st, batch);
+    // The peer's stamps go into this node's AOF in the batch's transaction.
+    crate::redis::persist::propagate_stamps(ctx, shared, &mut st.versions);
+    drop(st);
+    drop(suppressed);
+    server::select_db(ctx, original_db);
+    shared.clock.observe(tally.newest);
+    Stats::add(&shared.stats.entries_applied, n - tally.failed);
+    Stats::add(&shared.stats.conflicts_discarded, tally.discarded);
+    Stats::add(&shared.stats.entries_duplicate, tally.duplicates);
+    Stats::add(&shared.stats.apply_errors, tally.failed);
+    Stats::add(&shared.stats.batches_applied, 1);
+}
+
+/// A replica writes nothing of the peer's: that would diverge from its own
+/// master. Received, not applied (no ack): a sync request this node sends
+/// once it is a master again says so, and gets a full sync.
+fn refuse_as_replica(shared: &Shared, batch: &Batch, data_entries: u64) {
+    if let Some(seq) = batch.entries.iter().map(|e| e.seq).max() {
+        STATE.lock().received(seq);
+    }
+    Stats::add(&shared.stats.apply_errors, data_entries);
+    shared
+        .stats
+        .set_error("this node is a replica (REPLICAOF): remote writes not applied");
+}
+
+/// What became of a batch's entries.
+#[derive(Default)]
+struct Tally {
+    failed: u64,
+    discarded: u64,
+    duplicates: u64,
+    /// The newest clock among them.
+    newest: u64,
+}
+
+/// Applies the entries in order, plain string writes gathered into MSET runs.
+fn apply_entries(
+    ctx: &Context,
+    opts: &CallOptions,
+    shared: &Shared,
+    st: &mut Replication,
+    batch: &Batch,
+) -> Tally {
+    let mut tally = Tally::default();
     let mut mset = MsetRun {
         db: 0,
         args: Vec::new(),
@@ -618,39 +697,29 @@ fn apply_batch(ctx: &Context, shared: &Shared, batch: &Batch) {
         keys: HashSet::new(),
     };
     for e in &batch.entries {
-        newest = newest.max(e.clock);
+        tally.newest = tally.newest.max(e.clock);
         if !mset.admits(e) {
             // Writes stay in batch order: the run goes first.
-            if let Err((keys, msg)) = mset.write(ctx, &opts, &mut st) {
-                failed += keys;
+            if let Err((keys, msg)) = mset.write(ctx, opts, st) {
+                tally.failed += keys;
                 shared.stats.set_error(format!("apply: {msg}"));
             }
         }
-        match apply_entry(ctx, &opts, &mut st, shared.node_id, e, &mut mset) {
-            Ok(Outcome::Discarded) => discarded += 1,
-            Ok(Outcome::Duplicate) => duplicates += 1,
+        match apply_entry(ctx, opts, st, shared.node_id, e, &mut mset) {
+            Ok(Outcome::Discarded) => tally.discarded += 1,
+            Ok(Outcome::Duplicate) => tally.duplicates += 1,
             Ok(Outcome::Applied | Outcome::Notice) => {}
             Err(msg) => {
-                failed += 1;
+                tally.failed += 1;
                 shared.stats.set_error(format!("apply: {msg}"));
             }
         }
     }
-    if let Err((keys, msg)) = mset.write(ctx, &opts, &mut st) {
-        failed += keys;
+    if let Err((keys, msg)) = mset.write(ctx, opts, st) {
+        tally.failed += keys;
         shared.stats.set_error(format!("apply: {msg}"));
     }
-    // The peer's stamps go into this node's AOF in the batch's transaction.
-    crate::redis::persist::propagate_stamps(ctx, shared, &mut st.versions);
-    drop(st);
-    drop(suppressed);
-    server::select_db(ctx, original_db);
-    shared.clock.observe(newest);
-    Stats::add(&shared.stats.entries_applied, n - failed);
-    Stats::add(&shared.stats.conflicts_discarded, discarded);
-    Stats::add(&shared.stats.entries_duplicate, duplicates);
-    Stats::add(&shared.stats.apply_errors, failed);
-    Stats::add(&shared.stats.batches_applied, 1);
+    tally
 }
 
 #[cfg(test)]

@@ -116,48 +116,58 @@ impl<'a> Reader<'a> {
             .iter()
             .zip(names.iter().zip(looked_up.iter_mut()))
             .map(|(key, (name, (info, value)))| {
-                if !info.exists() {
-                    return Read::Absent;
-                }
-                let value = value.take();
-                let by_mget = info.is_string() && value.is_none();
-                if crate::ops::faults::read_fails(key.as_ref()) {
-                    // Its string value (if any) is still taken, in order.
-                    if by_mget {
-                        values.next();
-                    }
-                    return Read::Failed;
-                }
-                let read = match value {
-                    Some(InPlace::String(bytes)) => {
-                        Some((bytes, Encoding::RawString, Duration::ZERO))
-                    }
-                    Some(InPlace::Dump(payload, took)) => Some((payload, Encoding::Dump, took)),
-                    None if by_mget => values
-                        .next()
-                        .flatten()
-                        .map(|v| (v, Encoding::RawString, Duration::ZERO)),
-                    None => {
-                        let started = Instant::now();
-                        self.bytes_of("DUMP", name)
-                            .map(|p| (p, Encoding::Dump, started.elapsed()))
-                    }
-                };
-                match read {
-                    Some((payload, encoding, read_time)) => Read::Value(Snapshot {
-                        payload,
-                        expiry_ms: info.expiry_ms,
-                        encoding,
-                        read_time,
-                    }),
-                    None => Read::Failed,
-                }
+                self.finish_read(key.as_ref(), name, info, value.take(), &mut values)
             })
             .collect();
         for (i, access) in restore {
             server::restore_access(self.ctx, &names[i], access);
         }
         reads
+    }
+
+    /// The read of one key looked up by `read_many`: its value read in
+    /// place, else its string from `mget_values` (in order), else its DUMP.
+    fn finish_read(
+        &self,
+        key: &[u8],
+        name: &RedisString,
+        info: &server::KeyInfo,
+        value: Option<InPlace>,
+        mget_values: &mut impl Iterator<Item = Option<Vec<u8>>>,
+    ) -> Read {
+        if !info.exists() {
+            return Read::Absent;
+        }
+        let by_mget = info.is_string() && value.is_none();
+        if crate::ops::faults::read_fails(key) {
+            // Its string value (if any) is still taken, in order.
+            if by_mget {
+                mget_values.next();
+            }
+            return Read::Failed;
+        }
+        let read = match value {
+            Some(InPlace::String(bytes)) => Some((bytes, Encoding::RawString, Duration::ZERO)),
+            Some(InPlace::Dump(payload, took)) => Some((payload, Encoding::Dump, took)),
+            None if by_mget => mget_values
+                .next()
+                .flatten()
+                .map(|v| (v, Encoding::RawString, Duration::ZERO)),
+            None => {
+                let started = Instant::now();
+                self.bytes_of("DUMP", name)
+                    .map(|p| (p, Encoding::Dump, started.elapsed()))
+            }
+        };
+        match read {
+            Some((payload, encoding, read_time)) => Read::Value(Snapshot {
+                payload,
+                expiry_ms: info.expiry_ms,
+                encoding,
+                read_time,
+            }),
+            None => Read::Failed,
+        }
     }
 
     /// `MGET keys`: one entry per key, `None` for a key that holds no

@@ -77,46 +77,42 @@ unsafe extern "C" fn on_server_event(
     subevent: u64,
     data: *mut c_void,
 ) {
-    let event = match eid.id {
+    // SAFETY: Redis passes the data that goes with `eid` (see server_event).
+    let Some(event) = (unsafe { server_event(eid.id, subevent, data) }) else {
+        return;
+    };
+    if let Some(handler) = HANDLER.get() {
+        let context = Context::new(ctx);
+        // A panic must not unwind into redis-server.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(&context, event)));
+    }
+}
+
+/// The event the handler gets for server event `id`/`subevent`, if any
+/// (role and loading flags are kept here either way).
+///
+/// # Safety
+/// `data` is what Redis passes with that event.
+unsafe fn server_event(id: u64, subevent: u64, data: *mut c_void) -> Option<ServerEvent> {
+    match id {
         raw::REDISMODULE_EVENT_FLUSHDB if subevent == raw::REDISMODULE_SUBEVENT_FLUSHDB_START => {
             // SAFETY: for FLUSHDB events Redis passes a RedisModuleFlushInfo (7.0: version 1).
             let info = unsafe { &*(data as *const raw::RedisModuleFlushInfo) };
-            ServerEvent::FlushStarting(u32::try_from(info.dbnum).ok())
+            Some(ServerEvent::FlushStarting(u32::try_from(info.dbnum).ok()))
         }
         raw::REDISMODULE_EVENT_SWAPDB => {
             // SAFETY: for SWAPDB events Redis passes a RedisModuleSwapDbInfo (version 1).
             let info = unsafe { &*(data as *const raw::RedisModuleSwapDbInfo) };
-            match (
-                u32::try_from(info.dbnum_first),
-                u32::try_from(info.dbnum_second),
-            ) {
-                (Ok(a), Ok(b)) => ServerEvent::Swapped(a, b),
-                _ => return,
-            }
+            let a = u32::try_from(info.dbnum_first).ok()?;
+            let b = u32::try_from(info.dbnum_second).ok()?;
+            Some(ServerEvent::Swapped(a, b))
         }
         raw::REDISMODULE_EVENT_EVENTLOOP
             if subevent == raw::REDISMODULE_SUBEVENT_EVENTLOOP_BEFORE_SLEEP =>
         {
-            ServerEvent::BeforeSleep
+            Some(ServerEvent::BeforeSleep)
         }
-        raw::REDISMODULE_EVENT_LOADING => {
-            let starting = matches!(
-                subevent,
-                raw::REDISMODULE_SUBEVENT_LOADING_RDB_START
-                    | raw::REDISMODULE_SUBEVENT_LOADING_AOF_START
-                    | raw::REDISMODULE_SUBEVENT_LOADING_REPL_START
-            );
-            LOADING.store(starting, std::sync::atomic::Ordering::Relaxed);
-            if subevent == raw::REDISMODULE_SUBEVENT_LOADING_ENDED {
-                ServerEvent::LoadingEnded
-            } else if !starting {
-                return;
-            } else {
-                ServerEvent::DatasetReplaced(
-                    subevent != raw::REDISMODULE_SUBEVENT_LOADING_REPL_START,
-                )
-            }
-        }
+        raw::REDISMODULE_EVENT_LOADING => loading_event(subevent),
         // Only the saves made by the server process itself: RDB_START and
         // AOF_START fire in the forked child, where nothing may ship.
         raw::REDISMODULE_EVENT_PERSISTENCE
@@ -126,40 +122,58 @@ unsafe extern "C" fn on_server_event(
                     | raw::REDISMODULE_SUBEVENT_PERSISTENCE_SYNC_AOF_START
             ) =>
         {
-            ServerEvent::SavingStarts
+            Some(ServerEvent::SavingStarts)
         }
         raw::REDISMODULE_EVENT_REPLICA_CHANGE => {
             // Redis keeps a replication backlog from now on: it propagates.
             REPLICAS_SEEN.store(true, std::sync::atomic::Ordering::Relaxed);
-            return;
+            None
         }
         raw::REDISMODULE_EVENT_FORK_CHILD
             if subevent == raw::REDISMODULE_SUBEVENT_FORK_CHILD_BORN =>
         {
-            ServerEvent::ChildBorn
+            Some(ServerEvent::ChildBorn)
         }
-        raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED => {
-            let replica = subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA;
-            if replica {
-                // The rest of this event-loop iteration still runs this
-                // node's own clients (a MULTI that holds REPLICAOF): their
-                // changes ship, stamped, before it acts as a replica
-                // (`settle_role`, after the flush before sleeping). Nothing
-                // from the new master arrives within this iteration.
-                BECOMING_REPLICA.store(true, std::sync::atomic::Ordering::Relaxed);
-                return;
-            }
-            BECOMING_REPLICA.store(false, std::sync::atomic::Ordering::Relaxed);
-            REPLICA.store(false, std::sync::atomic::Ordering::Relaxed);
-            ServerEvent::BecameMaster
-        }
-        _ => return,
-    };
-    if let Some(handler) = HANDLER.get() {
-        let context = Context::new(ctx);
-        // A panic must not unwind into redis-server.
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(&context, event)));
+        raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED => role_event(subevent),
+        _ => None,
     }
+}
+
+/// A load starts (the dataset is replaced; `true` unless from a master)
+/// or ends; keeps whether one runs.
+fn loading_event(subevent: u64) -> Option<ServerEvent> {
+    let starting = matches!(
+        subevent,
+        raw::REDISMODULE_SUBEVENT_LOADING_RDB_START
+            | raw::REDISMODULE_SUBEVENT_LOADING_AOF_START
+            | raw::REDISMODULE_SUBEVENT_LOADING_REPL_START
+    );
+    LOADING.store(starting, std::sync::atomic::Ordering::Relaxed);
+    if subevent == raw::REDISMODULE_SUBEVENT_LOADING_ENDED {
+        Some(ServerEvent::LoadingEnded)
+    } else if starting {
+        Some(ServerEvent::DatasetReplaced(
+            subevent != raw::REDISMODULE_SUBEVENT_LOADING_REPL_START,
+        ))
+    } else {
+        None
+    }
+}
+
+/// The node becomes a replica (noted, acted on later) or a master.
+fn role_event(subevent: u64) -> Option<ServerEvent> {
+    if subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA {
+        // The rest of this event-loop iteration still runs this node's own
+        // clients (a MULTI that holds REPLICAOF): their changes ship,
+        // stamped, before it acts as a replica (`settle_role`, after the
+        // flush before sleeping). Nothing from the new master arrives
+        // within this iteration.
+        BECOMING_REPLICA.store(true, std::sync::atomic::Ordering::Relaxed);
+        return None;
+    }
+    BECOMING_REPLICA.store(false, std::sync::atomic::Ordering::Relaxed);
+    REPLICA.store(false, std::sync::atomic::Ordering::Relaxed);
+    Some(ServerEvent::BecameMaster)
 }
 
 /// Subscribes to FLUSHDB, SWAPDB and event-loop events; `handler` receives them.

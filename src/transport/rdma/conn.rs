@@ -601,11 +601,9 @@ impl RingWriter for RdmaLink {
 /// # Errors
 /// Why the link ended.
 pub(crate) fn receive(link: &RdmaLink, delivery: &mut dyn Delivery) -> Result<()> {
-    let ep = &link.ep;
-    let capacity = ep.ring().len() as u64;
-    if capacity == 0 {
-        return Err(Error::Protocol("no ring registered".into()));
-    }
+    let capacity = link.ep.ring().len() as u64;
+    let geometry =
+        RingGeometry::new(capacity).ok_or_else(|| Error::Protocol("no ring registered".into()))?;
     let mut wcs = std::array::from_fn::<_, 16, _>(|_| verbs::empty_wc());
     let mut placed = 0u64;
     let mut last_rx = Instant::now();
@@ -613,40 +611,9 @@ pub(crate) fn receive(link: &RdmaLink, delivery: &mut dyn Delivery) -> Result<()
     // on the completion channel; an idle link does not spin at all.
     let mut spins_left = 0u32;
     loop {
-        let mut n = ep.recv_cq.poll(&mut wcs)?;
+        let n = next_completions(link, delivery, &mut wcs, &mut spins_left, last_rx)?;
         if n == 0 {
-            if spins_left > 0 {
-                spins_left -= 1;
-                std::hint::spin_loop();
-                continue;
-            }
-            if !link.is_alive() {
-                return Err(Error::LinkClosed);
-            }
-            if let Some(ev) = ep.channel.next_event(Duration::ZERO)? {
-                return Err(RdmaError::CmEvent {
-                    step: "established link",
-                    event: ev.kind,
-                    status: ev.status,
-                }
-                .into());
-            }
-            delivery.idle(last_rx)?;
-            if let Some(head) = delivery.idle_credit(last_rx) {
-                link.return_credit(head)?;
-            }
-            if link.flags.credit_waiting() {
-                if let Some(mut st) = link.send.try_lock() {
-                    link.flush_credit(&mut st)?;
-                }
-            }
-            ep.recv_cq.arm()?;
-            // A completion that landed before arming raised no event: poll again.
-            n = ep.recv_cq.poll(&mut wcs)?;
-            if n == 0 {
-                ep.recv_cq.wait(crate::link::session::IDLE_TICK);
-                continue;
-            }
+            continue;
         }
         spins_left = SPIN_POLLS;
         last_rx = Instant::now();
@@ -654,54 +621,9 @@ pub(crate) fn receive(link: &RdmaLink, delivery: &mut dyn Delivery) -> Result<()
             check_status(wc)?;
             match wc.opcode {
                 ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM => {
-                    ep.post_slot(wc.wr_id)?;
-                    // SAFETY: for RECV_RDMA_WITH_IMM completions the union holds imm_data.
-                    let imm = u32::from_be(unsafe { wc.imm_data_invalidated_rkey_union.imm_data });
-                    let end = placed + u64::from(imm.wrapping_sub(placed as u32));
-                    if end <= placed || end - delivery.head() > capacity {
-                        delivery.rejected();
-                        return Err(Error::Protocol(format!(
-                            "write ends at {end}, outside the ring (placed {placed}, head {})",
-                            delivery.head()
-                        )));
-                    }
-                    placed = end;
-                    delivery.received(u64::from(wc.byte_len));
-                    if let Some(head) = delivery.placed(ep.ring(), placed)? {
-                        link.return_credit(head)?;
-                    }
+                    placed = on_ring_write(link, delivery, wc, geometry, placed)?;
                 }
-                ibv_wc_opcode::IBV_WC_RECV => {
-                    let bytes = ep.slot_bytes(wc.wr_id)?;
-                    ep.post_slot(wc.wr_id)?;
-                    if (wc.byte_len as usize) < HEADER_LEN {
-                        delivery.rejected();
-                        return Err(Error::Protocol(format!(
-                            "control message of {} bytes",
-                            wc.byte_len
-                        )));
-                    }
-                    let head: &[u8; HEADER_LEN] = bytes[..HEADER_LEN]
-                        .try_into()
-                        .map_err(|_| Error::Protocol("slot".into()))?;
-                    let msg = MessageHeader::decode(head, 0).map_err(|e| {
-                        delivery.rejected();
-                        Error::Protocol(e.to_string())
-                    })?;
-                    match msg.op {
-                        Op::Credit => {
-                            link.flags.credit_received(msg.arg);
-                            delivery.credit(msg.arg);
-                        }
-                        Op::Keepalive => {}
-                        other => {
-                            delivery.rejected();
-                            return Err(Error::Protocol(format!(
-                                "unexpected {other:?} on an established link"
-                            )));
-                        }
-                    }
-                }
+                ibv_wc_opcode::IBV_WC_RECV => on_control_message(link, delivery, wc)?,
                 other => {
                     return Err(Error::Protocol(format!(
                         "unexpected completion opcode {other}"
@@ -710,4 +632,121 @@ pub(crate) fn receive(link: &RdmaLink, delivery: &mut dyn Delivery) -> Result<()
             }
         }
     }
+}
+
+/// Polls the receive completions into `wcs`: spins while `spins_left`, else
+/// does the idle work (liveness, CM events, idle credit), arms the queue
+/// and sleeps on its channel for up to one idle tick. Returns how many
+/// completions arrived (0: poll again).
+fn next_completions(
+    link: &RdmaLink,
+    delivery: &mut dyn Delivery,
+    wcs: &mut [ibv_wc],
+    spins_left: &mut u32,
+    last_rx: Instant,
+) -> Result<usize> {
+    let ep = &link.ep;
+    let n = ep.recv_cq.poll(wcs)?;
+    if n > 0 {
+        return Ok(n);
+    }
+    if *spins_left > 0 {
+        *spins_left -= 1;
+        std::hint::spin_loop();
+        return Ok(0);
+    }
+    idle_work(link, delivery, last_rx)?;
+    ep.recv_cq.arm()?;
+    // A completion that landed before arming raised no event: poll again.
+    let n = ep.recv_cq.poll(wcs)?;
+    if n == 0 {
+        ep.recv_cq.wait(crate::link::session::IDLE_TICK);
+    }
+    Ok(n)
+}
+
+/// What an idle receiver checks: the link is alive, no CM event ended it,
+/// the delivery's idle duties, credit owed to the peer.
+fn idle_work(link: &RdmaLink, delivery: &mut dyn Delivery, last_rx: Instant) -> Result<()> {
+    if !link.is_alive() {
+        return Err(Error::LinkClosed);
+    }
+    if let Some(ev) = link.ep.channel.next_event(Duration::ZERO)? {
+        return Err(RdmaError::CmEvent {
+            step: "established link",
+            event: ev.kind,
+            status: ev.status,
+        }
+        .into());
+    }
+    delivery.idle(last_rx)?;
+    if let Some(head) = delivery.idle_credit(last_rx) {
+        link.return_credit(head)?;
+    }
+    if link.flags.credit_waiting() {
+        if let Some(mut st) = link.send.try_lock() {
+            link.flush_credit(&mut st)?;
+        }
+    }
+    Ok(())
+}
+
+/// A WRITE_WITH_IMM landed in the ring: its immediate says where the bytes
+/// placed now end. Returns that end.
+fn on_ring_write(
+    link: &RdmaLink,
+    delivery: &mut dyn Delivery,
+    wc: &ibv_wc,
+    geometry: RingGeometry,
+    placed: u64,
+) -> Result<u64> {
+    link.ep.post_slot(wc.wr_id)?;
+    // SAFETY: for RECV_RDMA_WITH_IMM completions the union holds imm_data.
+    let imm = u32::from_be(unsafe { wc.imm_data_invalidated_rkey_union.imm_data });
+    let Some(end) = geometry.imm_write_end(placed, imm, delivery.head()) else {
+        delivery.rejected();
+        return Err(Error::Protocol(format!(
+            "write with immediate {imm} ends outside the ring (placed {placed}, head {})",
+            delivery.head()
+        )));
+    };
+    delivery.received(u64::from(wc.byte_len));
+    if let Some(head) = delivery.placed(link.ep.ring(), end)? {
+        link.return_credit(head)?;
+    }
+    Ok(end)
+}
+
+/// A control message (credit or keepalive) arrived in a receive slot.
+fn on_control_message(link: &RdmaLink, delivery: &mut dyn Delivery, wc: &ibv_wc) -> Result<()> {
+    let bytes = link.ep.slot_bytes(wc.wr_id)?;
+    link.ep.post_slot(wc.wr_id)?;
+    if (wc.byte_len as usize) < HEADER_LEN {
+        delivery.rejected();
+        return Err(Error::Protocol(format!(
+            "control message of {} bytes",
+            wc.byte_len
+        )));
+    }
+    let head: &[u8; HEADER_LEN] = bytes[..HEADER_LEN]
+        .try_into()
+        .map_err(|_| Error::Protocol("slot".into()))?;
+    let msg = MessageHeader::decode(head, 0).map_err(|e| {
+        delivery.rejected();
+        Error::Protocol(e.to_string())
+    })?;
+    match msg.op {
+        Op::Credit => {
+            link.flags.credit_received(msg.arg);
+            delivery.credit(msg.arg);
+        }
+        Op::Keepalive => {}
+        other => {
+            delivery.rejected();
+            return Err(Error::Protocol(format!(
+                "unexpected {other:?} on an established link"
+            )));
+        }
+    }
+    Ok(())
 }
