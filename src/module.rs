@@ -8,7 +8,8 @@ use redis_module::{
     raw, redis_module, Context, RedisError, RedisResult, RedisString, RedisValue, Status,
 };
 
-use crate::catchup::replication::{Replication, STATE};
+use crate::capture::state::{main_state, try_main_state};
+use crate::catchup::replication::Replication;
 use crate::ops::status::{status_fields, Field};
 use crate::redis::server::{self, ServerEvent};
 use crate::{
@@ -23,7 +24,9 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     }));
     let line = match prepare(ctx, args).and_then(|config| {
         // A fresh start: the first contact with the peer is a full sync both ways.
-        *STATE.lock() = Replication::new(config.backlog_ops);
+        if let Some(mut st) = main_state().replication.get() {
+            *st = Replication::new(config.backlog_ops);
+        }
         runtime::start(config, server::server_info(ctx)).map_err(|e| e.to_string())
     }) {
         Ok(line) => line,
@@ -52,7 +55,9 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         ));
     }
     // Libraries already loaded (MODULE LOAD at run time) get a version.
-    hook::DIRTY.lock().mark_functions();
+    if let Some(mut dirty) = main_state().dirty.get() {
+        dirty.mark_functions();
+    }
     ctx.log_notice(&line);
     // CONFIG GET shows what is in effect, defaults and derived node id included.
     runtime::with_shared(|s| settings::show_effective(s.config.effective(s.node_id)));
@@ -109,7 +114,9 @@ fn on_server_event(ctx: &Context, event: ServerEvent) {
         }
         ServerEvent::DatasetReplaced(own_files) => {
             let discarded = hook::on_dataset_replaced();
-            STATE.lock().dataset_replaced(own_files);
+            if let Some(mut st) = main_state().replication.get() {
+                st.dataset_replaced(own_files);
+            }
             runtime::with_shared(|s| s.dataset_replaced(discarded));
         }
         ServerEvent::SavingStarts => {
@@ -124,11 +131,15 @@ fn on_server_event(ctx: &Context, event: ServerEvent) {
             runtime::with_shared(|s| persist::date_unstamped_changes(ctx, s));
             // The loaded libraries are checked against their recorded
             // version at the next flush.
-            hook::DIRTY.lock().mark_functions();
+            if let Some(mut dirty) = main_state().dirty.get() {
+                dirty.mark_functions();
+            }
         }
         ServerEvent::BecameMaster => {
             // Its data came from another master: merge both ways.
-            STATE.lock().merge_again();
+            if let Some(mut st) = main_state().replication.get() {
+                st.merge_again();
+            }
         }
         other => hook::on_flush_or_swap(other),
     }
@@ -159,9 +170,8 @@ extern "C" fn info_func(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: i3
                 &s.stats,
                 s.queue.len(),
                 // A crash report can ask while the state is held: never wait.
-                &STATE
-                    .try_lock()
-                    .map(|st| st.convergence())
+                &try_main_state()
+                    .and_then(|main| main.replication.try_get().map(|st| st.convergence()))
                     .unwrap_or_default(),
             )
         }) else {
@@ -201,7 +211,11 @@ fn status_reply(argc: usize) -> RedisResult {
             &s.identity(),
             &s.stats,
             s.queue.len(),
-            &STATE.lock().convergence(),
+            &main_state()
+                .replication
+                .get()
+                .map(|st| st.convergence())
+                .unwrap_or_default(),
         )
     })
     .ok_or(RedisError::Str("ERR rdmasync is not running"))?;

@@ -56,7 +56,6 @@ const KNOWN_EDGES: &[(&str, &str)] = &[
     ("receive", "redis"),
     ("receive", "runtime"),
     ("redis", "capture"),
-    ("redis", "catchup"),
     ("redis", "converge"),
     ("redis", "error"),
     ("redis", "ops"),

@@ -5,17 +5,16 @@
 //! the change cannot ship now (link down, queue full, catching up) it joins
 //! the backlog, which `resend` drains in time slices, as it does a full sync.
 
-use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
 use redis_module::Context;
 
-use crate::capture::hook::{ExpiredKey, PendingOp, Suppressed, DIRTY, EXPIRED};
-use crate::capture::hotkeys::{is_costly, HotKeys};
+use crate::capture::hook::{ExpiredKey, PendingOp, Suppressed};
+use crate::capture::hotkeys::is_costly;
+use crate::capture::state::main_state;
 use crate::catchup::fullsync::FullSync;
 use crate::catchup::inflight::SentBatch;
-use crate::catchup::replication::{CatchUp, Replication, STATE};
+use crate::catchup::replication::{CatchUp, Replication};
 use crate::catchup::resend;
 use crate::converge::clock::HybridClock;
 use crate::converge::version::Stamp;
@@ -113,14 +112,12 @@ pub(crate) fn push(
 /// tombstones. Otherwise they keep their place: a resting hot key stays
 /// held (acks and sync requests write nothing at all).
 pub(crate) fn local_changes_go_before(batch: &Batch) -> bool {
-    DIRTY.lock().touched_by(batch)
-        || ((!EXPIRED.lock().is_empty() || crate::capture::hook::silent_unresolved())
+    let main = main_state();
+    main.dirty.get().is_some_and(|d| d.touched_by(batch))
+        || ((main.expired.get().is_some_and(|e| !e.is_empty())
+            || crate::capture::hook::silent_unresolved())
             && batch.entries.iter().any(Entry::is_data))
 }
-
-/// Keys resting after a costly snapshot (main thread only). Lock order:
-/// `STATE` before `DIRTY` before `HOT`.
-static HOT: LazyLock<Mutex<HotKeys>> = LazyLock::new(Mutex::default);
 
 /// Keys read together (one MGET for their strings), at most.
 const READ_RUN: usize = 256;
@@ -167,8 +164,9 @@ impl ReadRun {
                 Stats::add(&shared.stats.costly_reads, 1);
                 Stats::add(&shared.stats.costly_read_us, cost.as_micros() as u64);
                 let max_rest = Duration::from_millis(shared.config.hot_key_rest_ms);
-                HOT.lock()
-                    .snapshotted(db, &key, cost, Instant::now(), max_rest);
+                if let Some(mut hot) = main_state().hot.get() {
+                    hot.snapshotted(db, &key, cost, Instant::now(), max_rest);
+                }
             }
             let stamp = Stamp::new(shared.clock.tick(wall), shared.node_id);
             st.last_local_stamp = stamp.clock;
@@ -185,13 +183,16 @@ impl ReadRun {
 
 /// New changes of `db` whose keys could not be read: unread is not
 /// deleted, so nothing ships for them now; they stay dirty and are read
-/// (and stamped) at the next flush. Lock order: `STATE` before `DIRTY`.
+/// (and stamped) at the next flush.
 fn read_again_later(shared: &Shared, db: u32, keys: Vec<Vec<u8>>) {
     if keys.is_empty() {
         return;
     }
     count_read_failures(shared, keys.len());
-    let mut dirty = DIRTY.lock();
+    let main = main_state();
+    let Some(mut dirty) = main.dirty.get() else {
+        return;
+    };
     for key in keys {
         dirty.mark(db, &key);
     }
@@ -313,7 +314,9 @@ fn changed_functions(
 }
 
 fn on_wake_timer(_ctx: &Context, (): ()) {
-    STATE.lock().wake_pending = false;
+    if let Some(mut st) = main_state().replication.get() {
+        st.wake_pending = false;
+    }
 }
 
 /// Makes sure the event loop comes back soon while catching up (an idle
@@ -415,7 +418,8 @@ pub fn flush_before_save(ctx: &Context, shared: &Shared) {
     if ctx.get_flags().intersects(atomic) {
         return;
     }
-    if STATE.try_lock().is_some() {
+    let free = main_state().replication.try_get().is_some();
+    if free {
         // Their stamps wait for the flush before sleeping: propagated from
         // inside the command that saves (FLUSHALL with save points), they
         // would precede that command in the AOF. The file being written
@@ -431,8 +435,13 @@ fn flush_changes(ctx: &Context, shared: &Shared, may_wait: bool, propagate: bool
     crate::capture::hook::resolve_silent(ctx);
     let link_up = shared.stats.link() == LinkState::Up;
     let epoch = Stats::get(&shared.stats.links_established);
-    let resting = may_wait && link_up && !HOT.lock().is_empty();
-    let may_wait = resting && STATE.lock().lets_changes_rest(epoch);
+    let main = main_state();
+    let resting = may_wait && link_up && main.hot.get().is_some_and(|h| !h.is_empty());
+    let may_wait = resting
+        && main
+            .replication
+            .get()
+            .is_some_and(|st| st.lets_changes_rest(epoch));
     let (ops, held) = take_changes(may_wait);
     if held {
         Stats::add(&shared.stats.flushes_deferred, 1);
@@ -442,8 +451,14 @@ fn flush_changes(ctx: &Context, shared: &Shared, may_wait: bool, propagate: bool
         Stats::add(&shared.stats.entries_dropped, ops.len() as u64);
         return;
     }
-    let expired = std::mem::take(&mut *EXPIRED.lock());
-    let mut st = STATE.lock();
+    let expired = main
+        .expired
+        .get()
+        .map(|mut e| std::mem::take(&mut *e))
+        .unwrap_or_default();
+    let Some(mut st) = main.replication.get() else {
+        return;
+    };
     let new_link = link_up && st.is_new_link(epoch);
     let link_work = link_up && st.has_link_work();
     let stamps_pending = propagate && st.versions.journal_pending();
@@ -486,12 +501,17 @@ fn flush_changes(ctx: &Context, shared: &Shared, may_wait: bool, propagate: bool
 /// Takes the dirty set, unless `may_wait` and a resting hot key in it holds
 /// the lot back; returns the changes taken and whether they were held.
 fn take_changes(may_wait: bool) -> (Vec<PendingOp>, bool) {
-    let mut dirty = DIRTY.lock();
+    let main = main_state();
+    let Some(mut dirty) = main.dirty.get() else {
+        return (Vec::new(), false);
+    };
     if dirty.is_empty() {
         return (Vec::new(), false);
     }
     if may_wait {
-        let mut hot = HOT.lock();
+        let Some(mut hot) = main.hot.get() else {
+            return (Vec::new(), false);
+        };
         if !hot.is_empty()
             && hot.holds_back(Instant::now(), dirty.len(), |db, k| dirty.contains(db, k))
         {

@@ -6,10 +6,10 @@ use std::hash::BuildHasher;
 
 use hashbrown::{DefaultHashBuilder, HashTable};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::LazyLock;
 
-use parking_lot::Mutex;
 use redis_module::{Context, NotifyEvent};
+
+use crate::capture::state::main_state;
 
 use crate::converge::version::Stamp;
 use crate::proto::entry::{Batch, Op};
@@ -283,10 +283,6 @@ impl DirtySet {
     }
 }
 
-/// The node's dirty set. Touched only on the main thread, so the lock is never
-/// contended.
-pub static DIRTY: LazyLock<Mutex<DirtySet>> = LazyLock::new(Mutex::default);
-
 /// Set while the module itself runs commands (applying remote batches,
 /// snapshotting): the events they raise are not local writes (echo guard).
 pub static SUPPRESS: AtomicBool = AtomicBool::new(false);
@@ -326,18 +322,23 @@ pub fn on_keyspace_event(ctx: &Context, class: i32, key: &[u8]) {
         return;
     }
     let db = server::selected_db(ctx);
+    let main = main_state();
     if NotifyEvent::from_bits_truncate(class).intersects(local_only) {
         // Also while suppressed: the module's own reads expire keys lazily.
-        let mut expired = EXPIRED.lock();
-        if expired.len() < MAX_EXPIRED_PENDING {
-            expired.push((db, key.to_vec()));
+        if let Some(mut expired) = main.expired.get() {
+            if expired.len() < MAX_EXPIRED_PENDING {
+                expired.push((db, key.to_vec()));
+            }
         }
         return;
     }
     if SUPPRESS.load(Ordering::Relaxed) {
         return;
     }
-    DIRTY.lock().mark(db, key);
+    let dirty = main.dirty.get();
+    if let Some(mut dirty) = dirty {
+        dirty.mark(db, key);
+    }
 }
 
 /// How long a silent change queued in `MULTI` waits for its `EXEC` to be
@@ -418,9 +419,6 @@ impl SilentChanges {
     }
 }
 
-/// Silent changes seen by the command filter (main thread only).
-pub static SILENT: LazyLock<Mutex<SilentChanges>> = LazyLock::new(Mutex::default);
-
 /// Command filter handler: records the keys a command changes without a
 /// keyspace event (see `silent`), and at `EXEC` those queued before it.
 /// Records only; the database of a key the server did not name is found
@@ -434,36 +432,40 @@ pub fn on_command(
     if SUPPRESS.load(Ordering::Relaxed) || server::is_replica_or_loading() {
         return;
     }
+    let functions_change =
+        matches!(kind, Kind::Function) && crate::capture::silent::changes_functions(args);
+    if matches!(kind, Kind::Other) || (matches!(kind, Kind::Function) && !functions_change) {
+        return;
+    }
+    let main = main_state();
+    let (Some(mut silent), Some(mut dirty)) = (main.silent.get(), main.dirty.get()) else {
+        return;
+    };
     let (keys, kind) = match kind {
         Kind::Stream(keys) => (keys, SilentType::Stream),
         Kind::String(keys) => (keys, SilentType::String),
         Kind::Exec => {
             let now = std::time::Instant::now();
-            let mut silent = SILENT.lock();
-            let known = silent.exec(client.map(|c| c.id), now);
+            for (db, key) in silent.exec(client.map(|c| c.id), now) {
+                dirty.mark(db, &key);
+            }
             let functions = silent
                 .functions_queued_at
                 .is_some_and(|at| now.saturating_duration_since(at) < QUEUED_FOR);
-            drop(silent);
-            let mut dirty = DIRTY.lock();
-            for (db, key) in known {
-                dirty.mark(db, &key);
-            }
             if functions {
                 dirty.mark_functions();
             }
             return;
         }
-        Kind::Function if crate::capture::silent::changes_functions(args) => {
+        Kind::Function => {
             // Read at the next flush (and, if queued, at the EXECs after):
             // an unchanged set of libraries ships nothing.
-            DIRTY.lock().mark_functions();
+            dirty.mark_functions();
             if client.is_none_or(|c| c.queuing) {
-                SILENT.lock().functions_queued_at = Some(std::time::Instant::now());
+                silent.functions_queued_at = Some(std::time::Instant::now());
             }
             return;
         }
-        Kind::Function => return,
         Kind::Other => return,
     };
     for key in crate::capture::silent::key_positions(keys, args)
@@ -471,10 +473,9 @@ pub fn on_command(
         .filter_map(|i| args.get(i))
     {
         match client {
-            Some(c) if !c.queuing => DIRTY.lock().mark(c.db, key),
-            Some(c) => SILENT.lock().queue(key, kind, Some(c)),
+            Some(c) if !c.queuing => dirty.mark(c.db, key),
+            Some(c) => silent.queue(key, kind, Some(c)),
             None => {
-                let mut silent = SILENT.lock();
                 silent.unresolved.push((key.to_vec(), kind));
                 silent.queue(key, kind, None);
             }
@@ -487,12 +488,21 @@ pub fn on_command(
 /// Redis 7.0 a key of that name and type in another database ships too,
 /// unchanged).
 pub fn resolve_silent(ctx: &Context) {
-    let unresolved = std::mem::take(&mut SILENT.lock().unresolved);
+    let main = main_state();
+    let Some(unresolved) = main
+        .silent
+        .get()
+        .map(|mut s| std::mem::take(&mut s.unresolved))
+    else {
+        return;
+    };
     if unresolved.is_empty() {
         return;
     }
     let original = server::selected_db(ctx);
-    let mut dirty = DIRTY.lock();
+    let Some(mut dirty) = main.dirty.get() else {
+        return;
+    };
     for db in 0..server::database_count(ctx) {
         if !server::select_db(ctx, db) {
             break;
@@ -513,18 +523,19 @@ pub fn resolve_silent(ctx: &Context) {
 
 /// Whether silent changes wait for [`resolve_silent`].
 pub fn silent_unresolved() -> bool {
-    !SILENT.lock().unresolved.is_empty()
+    main_state()
+        .silent
+        .get()
+        .is_some_and(|s| !s.unresolved.is_empty())
 }
 
 /// Keys expired or evicted since the last flush, at most this many (beyond
 /// it their versions simply stay until the key is written again).
 const MAX_EXPIRED_PENDING: usize = 1 << 20;
 
-/// Keys expired or evicted since the last flush; their last version becomes
-/// a tombstone there (the convergence state may be held when they expire).
-pub static EXPIRED: LazyLock<Mutex<Vec<ExpiredKey>>> = LazyLock::new(Mutex::default);
-
-/// `(db, key)` of a key that expired or was evicted.
+/// `(db, key)` of a key that expired or was evicted: its last version
+/// becomes a tombstone at the next flush (the convergence state may be
+/// held when it expires).
 pub type ExpiredKey = (u32, Vec<u8>);
 
 /// Records FLUSHDB/FLUSHALL and SWAPDB, which have no per-key notification.
@@ -541,9 +552,13 @@ pub fn on_flush_or_swap(event: server::ServerEvent) {
     if SUPPRESS.load(Ordering::Relaxed) || server::is_replica_or_loading() {
         return;
     }
+    let main = main_state();
+    let Some(mut dirty) = main.dirty.get() else {
+        return;
+    };
     match event {
-        server::ServerEvent::FlushStarting(db) => DIRTY.lock().flushing(db),
-        server::ServerEvent::Swapped(a, b) => DIRTY.lock().swapped(a, b),
+        server::ServerEvent::FlushStarting(db) => dirty.flushing(db),
+        server::ServerEvent::Swapped(a, b) => dirty.swapped(a, b),
         server::ServerEvent::BeforeSleep
         | server::ServerEvent::DatasetReplaced(_)
         | server::ServerEvent::BecameMaster
@@ -558,7 +573,7 @@ pub fn on_flush_or_swap(event: server::ServerEvent) {
 /// the loaded keys raise no notifications. Nothing pending may ship (it would
 /// wipe the peer); returns how many pending ops were discarded.
 pub fn on_dataset_replaced() -> usize {
-    DIRTY.lock().take().len()
+    main_state().dirty.get().map_or(0, |mut d| d.take().len())
 }
 
 #[cfg(test)]

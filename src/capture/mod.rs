@@ -7,3 +7,4 @@ pub(crate) mod flush;
 pub(crate) mod hook;
 pub mod hotkeys;
 pub mod silent;
+pub(crate) mod state;

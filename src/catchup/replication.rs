@@ -3,10 +3,7 @@
 //! acknowledged (resent after a reconnect), acknowledgements both ways, and
 //! when a full sync is due. Main thread only; no Redis calls here.
 
-use std::sync::LazyLock;
 use std::time::Instant;
-
-use parking_lot::Mutex;
 
 use crate::capture::hook::{DirtySet, PendingOp};
 use crate::catchup::fullsync::FullSync;
@@ -701,9 +698,6 @@ impl Replication {
         self.link_epoch = 0;
     }
 }
-
-/// This node's convergence state.
-pub static STATE: LazyLock<Mutex<Replication>> = LazyLock::new(Mutex::default);
 
 #[cfg(test)]
 mod tests {

@@ -112,7 +112,9 @@ fn backlog_entry(
             };
             if crate::redis::snapshot::functions_digest(&payload) != version.digest {
                 // Changed since it was stamped: the next flush stamps it.
-                crate::capture::hook::DIRTY.lock().mark_functions();
+                if let Some(mut dirty) = crate::capture::state::main_state().dirty.get() {
+                    dirty.mark_functions();
+                }
                 return None;
             }
             Some(entry(shared, 0, version.stamp, Op::Functions { payload }))

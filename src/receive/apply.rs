@@ -15,7 +15,8 @@ use parking_lot::Mutex;
 use redis_module::{CallOptions, CallOptionsBuilder, CallResult, Context, RedisModuleTimerID};
 
 use crate::capture::hook::Suppressed;
-use crate::catchup::replication::{Replication, STATE};
+use crate::capture::state::main_state;
+use crate::catchup::replication::Replication;
 use crate::converge::version::{Decision, KeyVersion, Stamp, GC_AT_NEXT_ACK};
 use crate::error::{Error, Result};
 use crate::ops::status::{unix_ms, Stats};
@@ -641,13 +642,17 @@ fn apply_batch(ctx: &Context, shared: &Shared, batch: &Batch) {
         .build();
     let original_db = server::selected_db(ctx);
     let suppressed = Suppressed::new();
-    let mut st = STATE.lock();
+    let main = main_state();
+    let Some(mut st) = main.replication.get() else {
+        return;
+    };
     st.versions
         .warm(batch.entries.iter().filter_map(|e| Some((e.db, e.key()?))));
     let tally = apply_entries(ctx, &opts, shared, &mut st, batch);
     // The peer's stamps go into this node's AOF in the batch's transaction.
     crate::redis::persist::propagate_stamps(ctx, shared, &mut st.versions);
     drop(st);
+    drop(main);
     drop(suppressed);
     server::select_db(ctx, original_db);
     shared.clock.observe(tally.newest);
@@ -663,7 +668,9 @@ fn apply_batch(ctx: &Context, shared: &Shared, batch: &Batch) {
 /// once it is a master again says so, and gets a full sync.
 fn refuse_as_replica(shared: &Shared, batch: &Batch, data_entries: u64) {
     if let Some(seq) = batch.entries.iter().map(|e| e.seq).max() {
-        STATE.lock().received(seq);
+        if let Some(mut st) = main_state().replication.get() {
+            st.received(seq);
+        }
     }
     Stats::add(&shared.stats.apply_errors, data_entries);
     shared

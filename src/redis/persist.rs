@@ -14,7 +14,7 @@ use redis_module::native_types::RedisType;
 use redis_module::{raw, Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
 use crate::capture::hook::PendingOp;
-use crate::catchup::replication::STATE;
+use crate::capture::state::main_state;
 use crate::converge::journal::{
     self, put_record, records, RecordError, TAG_CHANGED, TAG_COVERED, TAG_FLOOR, TAG_FLOOR_ALL,
     TAG_FLUSHED, TAG_FLUSHED_ALL, TAG_LIVE, TAG_TOMBSTONE,
@@ -68,7 +68,8 @@ pub fn encode(store: &VersionStore) -> Vec<Vec<u8>> {
 /// [`VersionStore::date_unstamped`]) instead of taking the value for the
 /// older version the store still gives it.
 fn add_unstamped(blobs: &mut Vec<Vec<u8>>) {
-    let Some(dirty) = crate::capture::hook::DIRTY.try_lock() else {
+    let main = main_state();
+    let Some(dirty) = main.dirty.try_get() else {
         return;
     };
     let mut blob = Vec::new();
@@ -125,7 +126,7 @@ pub fn decode_into(blob: &[u8], store: &mut VersionStore) -> Result<(), DecodeEr
 extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
     // Never wait: if this thread holds the state (a save triggered from
     // inside the module's own commands), save no versions rather than hang.
-    let blobs = match STATE.try_lock() {
+    let blobs = match main_state().replication.try_get() {
         Some(st) => {
             let mut blobs = encode(&st.versions);
             add_unstamped(&mut blobs);
@@ -181,7 +182,9 @@ extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, _encver: c_int, _when: c_in
     let keys = store.len();
     // What the node changes from now on is journaled into its AOF again.
     store.start_journal();
-    STATE.lock().versions = store;
+    if let Some(mut st) = main_state().replication.get() {
+        st.versions = store;
+    }
     crate::runtime::with_shared(|s| s.clock.observe(newest));
     redis_module::logging::log_notice(format!(
         "rdmasync: loaded versions of {keys} keys from the RDB"
@@ -220,14 +223,14 @@ pub fn propagate_stamps(ctx: &Context, shared: &Shared, versions: &mut VersionSt
 /// changed after its last stamp until the stamp record that follows it in
 /// the file (if the node wrote one) is replayed.
 pub fn loaded_change(db: u32, key: &[u8]) {
-    if let Some(mut st) = STATE.try_lock() {
+    if let Some(mut st) = main_state().replication.try_get() {
         st.versions.changed_unstamped(db, key);
     }
 }
 
 /// A SWAPDB replayed from the AOF: the versions move with the data now.
 pub fn loaded_swap(a: u32, b: u32) {
-    if let Some(mut st) = STATE.try_lock() {
+    if let Some(mut st) = main_state().replication.try_get() {
         st.versions.swapped_while_loading(a, b);
     }
 }
@@ -235,7 +238,7 @@ pub fn loaded_swap(a: u32, b: u32) {
 /// A FLUSHDB (`Some(db)`) or FLUSHALL replayed from the AOF: pending
 /// until the stamp record that follows it, if the node wrote one.
 pub fn loaded_flush(db: Option<u32>) {
-    if let Some(mut st) = STATE.try_lock() {
+    if let Some(mut st) = main_state().replication.try_get() {
         st.versions.flushed_unstamped(db);
     }
 }
@@ -244,7 +247,8 @@ pub fn loaded_flush(db: Option<u32>) {
 /// just after the newest stamp loaded, journaled into the AOF.
 pub fn date_unstamped_changes(ctx: &Context, shared: &Shared) {
     let me = shared.node_id;
-    let Some(mut st) = STATE.try_lock() else {
+    let main = main_state();
+    let Some(mut st) = main.replication.try_get() else {
         return;
     };
     // What survived of this node's own changes (its requests say so, and
@@ -304,7 +308,8 @@ pub fn write_due_snapshot(ctx: &Context, shared: &Shared) {
     {
         return;
     }
-    let Some(mut st) = STATE.try_lock() else {
+    let main = main_state();
+    let Some(mut st) = main.replication.try_get() else {
         log_warning("rdmasync: versions not written after an AOF rewrite (state busy)");
         return;
     };
@@ -354,7 +359,8 @@ fn replay_stamps(ctx: &Context, args: &[RedisString]) -> RedisResult {
         return Err(RedisError::WrongArity);
     };
     // Never an error reply: a master's stream or the AOF loader only logs it.
-    let Some(mut st) = STATE.try_lock() else {
+    let main = main_state();
+    let Some(mut st) = main.replication.try_get() else {
         log_warning("rdmasync: stamps not replayed (state busy)");
         return Ok(RedisValue::SimpleStringStatic("OK"));
     };
