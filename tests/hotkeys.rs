@@ -150,10 +150,10 @@ fn costly_reads(pair: &Pair) -> (u64, u64) {
 
 /// At least 3 s of writes, and then until A read the hash 3 times (a rest
 /// is 19x a read: in the emulated guest a read of the hash takes ~335 ms,
-/// so 3 s may hold no read at all), for at most 60 s.
+/// so 3 s may hold no read at all), for at most 30 s.
 fn window_is_over(pair: &Pair, before: (u64, u64), started: Instant) -> bool {
     let elapsed = started.elapsed();
-    elapsed >= Duration::from_secs(60)
+    elapsed >= Duration::from_secs(30)
         || (elapsed >= Duration::from_secs(3) && costly_reads(pair).0 >= before.0 + 3)
 }
 
