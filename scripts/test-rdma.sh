@@ -26,6 +26,6 @@ rc=0
 # Two passes (tcp, rdma) of the emulated suite in this guest: about 22 minutes
 # on a 2-vCPU host without KVM.
 scripts/softroce-vm.sh -t 1800 -n single -- scripts/rdma-suite-in-guest.sh single || rc=$?
-scripts/softroce-vm.sh -t 1800 -n pair -- scripts/rdma-suite-in-guest.sh pair || rc=$((rc ? rc : $?))
+scripts/softroce-vm.sh -t 1500 -n pair -- scripts/rdma-suite-in-guest.sh pair || rc=$((rc ? rc : $?))
 echo "test-rdma: guest runs took $(( $(date +%s) - start )) s in all, exit status $rc"
 exit "$rc"
