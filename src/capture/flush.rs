@@ -11,7 +11,7 @@ use redis_module::Context;
 
 use crate::capture::hook::{ExpiredKey, PendingOp, Suppressed};
 use crate::capture::hotkeys::is_costly;
-use crate::capture::state::main_state;
+use crate::capture::state::{main_state, MainState};
 use crate::catchup::fullsync::FullSync;
 use crate::catchup::inflight::SentBatch;
 use crate::catchup::replication::{CatchUp, Replication};
@@ -436,13 +436,15 @@ fn flush_changes(ctx: &Context, shared: &Shared, may_wait: bool, propagate: bool
     let link_up = shared.stats.link() == LinkState::Up;
     let epoch = Stats::get(&shared.stats.links_established);
     let main = main_state();
-    let resting = may_wait && link_up && main.hot.get().is_some_and(|h| !h.is_empty());
-    let may_wait = resting
-        && main
-            .replication
-            .get()
-            .is_some_and(|st| st.lets_changes_rest(epoch));
-    let (ops, held) = take_changes(may_wait);
+    // Taken first: held further up the stack, the changes stay recorded.
+    let Some(mut st) = main.replication.get() else {
+        return;
+    };
+    let may_wait = may_wait
+        && link_up
+        && main.hot.get().is_some_and(|h| !h.is_empty())
+        && st.lets_changes_rest(epoch);
+    let (ops, held) = take_changes(&main, may_wait);
     if held {
         Stats::add(&shared.stats.flushes_deferred, 1);
     }
@@ -456,9 +458,6 @@ fn flush_changes(ctx: &Context, shared: &Shared, may_wait: bool, propagate: bool
         .get()
         .map(|mut e| std::mem::take(&mut *e))
         .unwrap_or_default();
-    let Some(mut st) = main.replication.get() else {
-        return;
-    };
     let new_link = link_up && st.is_new_link(epoch);
     let link_work = link_up && st.has_link_work();
     let stamps_pending = propagate && st.versions.journal_pending();
@@ -500,8 +499,7 @@ fn flush_changes(ctx: &Context, shared: &Shared, may_wait: bool, propagate: bool
 
 /// Takes the dirty set, unless `may_wait` and a resting hot key in it holds
 /// the lot back; returns the changes taken and whether they were held.
-fn take_changes(may_wait: bool) -> (Vec<PendingOp>, bool) {
-    let main = main_state();
+fn take_changes(main: &MainState, may_wait: bool) -> (Vec<PendingOp>, bool) {
     let Some(mut dirty) = main.dirty.get() else {
         return (Vec::new(), false);
     };

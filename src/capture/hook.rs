@@ -322,19 +322,23 @@ pub fn on_keyspace_event(ctx: &Context, class: i32, key: &[u8]) {
         return;
     }
     let db = server::selected_db(ctx);
-    let main = main_state();
     if NotifyEvent::from_bits_truncate(class).intersects(local_only) {
         // Also while suppressed: the module's own reads expire keys lazily.
-        if let Some(mut expired) = main.expired.get() {
+        let main = main_state();
+        let expired = main.expired.get();
+        if let Some(mut expired) = expired {
             if expired.len() < MAX_EXPIRED_PENDING {
                 expired.push((db, key.to_vec()));
             }
         }
         return;
     }
+    // Checked before the state is taken: every write applied from the
+    // peer raises an event here.
     if SUPPRESS.load(Ordering::Relaxed) {
         return;
     }
+    let main = main_state();
     let dirty = main.dirty.get();
     if let Some(mut dirty) = dirty {
         dirty.mark(db, key);

@@ -232,12 +232,12 @@ enum Outcome {
 }
 
 impl Outcome {
-    /// What a decision other than `Apply` makes of an entry.
-    fn not_applied(decision: Decision) -> Self {
+    /// What a decision makes of an entry (`Apply`: once written).
+    fn of(decision: Decision) -> Self {
         match decision {
+            Decision::Apply => Self::Applied,
             Decision::Stale => Self::Discarded,
             Decision::Duplicate => Self::Duplicate,
-            Decision::Apply => Self::Applied,
         }
     }
 }
@@ -496,7 +496,7 @@ fn apply_entry<'a>(
                 record_value(st, e.db, key, stamp, *expiry_ms);
                 Ok(Outcome::Applied)
             }
-            other => Ok(Outcome::not_applied(other)),
+            other => Ok(Outcome::of(other)),
         },
         Op::Delete { key } => match decide(ctx, st, me, e, key) {
             Decision::Apply => {
@@ -504,7 +504,7 @@ fn apply_entry<'a>(
                 st.versions.record_delete(e.db, key, stamp, GC_AT_NEXT_ACK);
                 Ok(Outcome::Applied)
             }
-            other => Ok(Outcome::not_applied(other)),
+            other => Ok(Outcome::of(other)),
         },
         Op::FlushDb => apply_flush(ctx, opts, st, Some(e.db), stamp),
         Op::FlushAll => apply_flush(ctx, opts, st, None, stamp),
@@ -644,6 +644,8 @@ fn apply_batch(ctx: &Context, shared: &Shared, batch: &Batch) {
     let suppressed = Suppressed::new();
     let main = main_state();
     let Some(mut st) = main.replication.get() else {
+        // Held further up the stack (a bug, logged): not applied, not acked.
+        Stats::add(&shared.stats.apply_errors, n);
         return;
     };
     st.versions
