@@ -9,19 +9,35 @@
 # Any failure fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each stage's time, printed when the next one starts and at the end (CI
+# has 90 minutes for all of it; keep it under 60).
+STAGE="" STAGE_AT=$SECONDS
+stage() {
+  [ -z "$STAGE" ] || echo "== time: $STAGE took $((SECONDS - STAGE_AT)) s (total $SECONDS s)"
+  STAGE=$1 STAGE_AT=$SECONDS
+}
+trap 'stage ""' EXIT
+stage "install"
 scripts/install-deps.sh --softroce
+stage "fmt, clippy, build"
 cargo fmt --all -- --check
 cargo clippy --all-targets -- -D warnings
 # cargo test builds the rlib only; the integration tests load the cdylib.
 cargo build
+stage "integration suite on redis-server"
 echo "== integration suite on $(redis-server --version | cut -d' ' -f1-3)"
 REDIS_SERVER=redis-server cargo nextest run --no-fail-fast
+stage "integration suite on valkey-server"
 echo "== integration suite on $(valkey-server --version | cut -d' ' -f1-3)"
 REDIS_SERVER=valkey-server cargo nextest run --no-fail-fast
+stage "Redis's own suite"
 echo "== Redis's own test suite: node A and B of a linked pair against a plain server"
 scripts/server-suite.sh --server redis-server
+stage "Valkey's own suite"
 echo "== Valkey's own test suite: node A and B of a linked pair against a plain server"
 scripts/server-suite.sh --server valkey-server
+stage "Soft-RoCE guest"
 scripts/test-rdma.sh
+stage "fuzz"
 # Coverage-guided smoke run of every decoder of network bytes.
 scripts/fuzz-smoke.sh 15
