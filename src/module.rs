@@ -27,7 +27,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         if let Some(mut st) = main_state().replication.get() {
             *st = Replication::new(config.backlog_ops);
         }
-        runtime::start(config, server::server_info(ctx)).map_err(|e| e.to_string())
+        runtime::start(config, server::server_info(ctx)).map_err(|e| e.report())
     }) {
         Ok(line) => line,
         Err(why) => {
@@ -71,7 +71,7 @@ fn prepare(ctx: &Context, args: &[RedisString]) -> std::result::Result<config::C
     let args: Vec<String> = args.iter().map(|a| a.to_string_lossy()).collect();
     let config = settings::register(ctx, &args)
         .and_then(|merged| config::parse_args(&merged))
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| e.report())?;
     if config.persist_versions && persist::VERSIONS_TYPE.create_data_type(ctx.ctx).is_err() {
         return Err("cannot register the data type that persists key versions \
              (persist-versions=no runs without it)"

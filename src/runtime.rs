@@ -9,7 +9,7 @@ use std::thread::JoinHandle;
 use parking_lot::{Mutex, RwLock};
 
 use crate::converge::clock::{default_node_id, local_ip_towards, HybridClock};
-use crate::error::{Error, Result};
+use crate::error::{report, Error, Result};
 use crate::link::accept::{self, FailureLog};
 use crate::ops::config::{Config, TransportChoice};
 use crate::ops::status::{Identity, LinkState, Stats};
@@ -248,12 +248,14 @@ pub fn start(config: Config, server: ServerInfo) -> Result<String> {
                     source,
                 },
             )?),
-            TransportKind::Rdma => Listener::Rdma(rdma::Listener::bind(listen_addr).map_err(
-                |e| Error::Listen {
-                    addr: listen_addr.to_string(),
-                    source: std::io::Error::other(e.to_string()),
-                },
-            )?),
+            TransportKind::Rdma => {
+                Listener::Rdma(rdma::Listener::bind(listen_addr).map_err(|source| {
+                    Error::ListenRdma {
+                        addr: listen_addr.to_string(),
+                        source,
+                    }
+                })?)
+            }
         };
     let node_id = node_id_for(&config);
     let apply = ApplyQueue::new()?;
@@ -359,9 +361,12 @@ fn choose_transport(choice: TransportChoice, tls: bool) -> Result<(TransportKind
         )),
         (TransportChoice::Rdma, Err(e)) => Err(Error::Config {
             arg: "transport".into(),
-            reason: format!("rdma requested but no usable RDMA device: {e}"),
+            reason: format!("rdma requested but no usable RDMA device: {}", report(&e)),
         }),
-        (_, Err(e)) => Ok((TransportKind::Tcp, format!("transport=auto chose tcp: {e}"))),
+        (_, Err(e)) => Ok((
+            TransportKind::Tcp,
+            format!("transport=auto chose tcp: {}", report(&e)),
+        )),
     }
 }
 

@@ -76,7 +76,6 @@ const KNOWN_EDGES: &[(&str, &str)] = &[
     ("ship", "runtime"),
     ("ship", "transport"),
     ("transport", "error"),
-    ("transport", "link"),
     ("transport", "ops"),
     ("transport", "proto"),
 ];

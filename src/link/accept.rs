@@ -84,7 +84,7 @@ pub fn report_failure(shared: &Shared, ip: Option<IpAddr>, dir: &str, e: &Error)
     let failure = e.handshake_failure();
     count_failure(&shared.stats, failure);
     let who = ip.map_or_else(|| "an unknown address".to_owned(), |a| a.to_string());
-    let msg = format!("handshake {dir} {who} failed: {e}");
+    let msg = format!("handshake {dir} {who} failed: {}", e.report());
     let decision = shared.failures.lock().first(ip, failure);
     match decision {
         Some(true) => redis_module::logging::log_warning(format!(
@@ -252,7 +252,9 @@ pub fn run_rdma_acceptor(shared: Arc<Shared>, listener: rdma::Listener, offers: 
             }
             Ok(None) => {}
             Err(e) => {
-                shared.stats.set_error(format!("rdma accept: {e}"));
+                shared
+                    .stats
+                    .set_error(format!("rdma accept: {}", crate::error::report(&e)));
                 std::thread::sleep(Duration::from_millis(50));
             }
         }

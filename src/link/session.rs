@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Violation};
 use crate::link::accept::{report_failure, FailureLog};
 use crate::ops::status::{LinkState, Stats};
 use crate::proto::auth::Side;
@@ -33,8 +33,14 @@ const CONNECT_TIMEOUT: Duration = Duration::from_millis(1000);
 /// First and largest pause between connection attempts.
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_millis(1000);
-/// How often idle threads wake to check for unload and a silent peer.
-pub const IDLE_TICK: Duration = Duration::from_millis(250);
+/// The geometry of the ring this node registers for its peer (`ring-size`).
+fn local_geometry(shared: &Shared) -> Result<RingGeometry> {
+    RingGeometry::new(shared.config.ring_size).ok_or(Error::InvalidRingSize {
+        size: shared.config.ring_size,
+    })
+}
+
+pub use crate::transport::IDLE_TICK;
 /// The peer is declared dead after this long without a message (it sends a
 /// keepalive after a second of silence).
 pub const DEAD_PEER: Duration = Duration::from_secs(5);
@@ -105,8 +111,7 @@ pub fn tcp_handshake(
         }
     };
     let (mut reader, mut writer, control) = channel::split(stream, session)?;
-    let geometry = RingGeometry::new(shared.config.ring_size)
-        .ok_or_else(|| Error::Protocol("invalid local ring size".into()))?;
+    let geometry = local_geometry(shared)?;
     let mut ring = None;
     let agreed = {
         let mut io = TcpMessages {
@@ -242,11 +247,12 @@ pub fn run_link(shared: Arc<Shared>, offers: Receiver<Offer>) {
                 Err(e) => {
                     if !dial_error_logged && !matches!(e, Error::Handshake { .. }) {
                         redis_module::logging::log_notice(format!(
-                            "rdmasync: cannot reach peer yet ({e}); retrying with backoff"
+                            "rdmasync: cannot reach peer yet ({}); retrying with backoff",
+                            e.report()
                         ));
                         dial_error_logged = true;
                     }
-                    shared.stats.set_error(e.to_string());
+                    shared.stats.set_error(e.report());
                     None
                 }
             },
@@ -273,8 +279,9 @@ pub fn run_link(shared: Arc<Shared>, offers: Receiver<Offer>) {
         shared.stats.set_link(LinkState::Connecting);
         if let Err(e) = result {
             if !shared.stopping() {
-                redis_module::logging::log_warning(format!("rdmasync: link down: {e}"));
-                shared.stats.set_error(format!("link down: {e}"));
+                let why = e.report();
+                redis_module::logging::log_warning(format!("rdmasync: link down: {why}"));
+                shared.stats.set_error(format!("link down: {why}"));
             }
         }
         if started.elapsed() > Duration::from_secs(2) {
@@ -291,8 +298,9 @@ fn run_connection(shared: &Shared, offer: Offer, offers: &Receiver<Offer>) -> Re
         peer_ring,
         ..
     } = offer;
-    let geometry = RingGeometry::new(peer_ring.capacity)
-        .ok_or_else(|| Error::Protocol("invalid peer ring".into()))?;
+    let geometry = RingGeometry::new(peer_ring.capacity).ok_or(Violation::InvalidPeerRing {
+        capacity: peer_ring.capacity,
+    })?;
     let active = match conn {
         Conn::Tcp {
             reader,
@@ -370,8 +378,7 @@ struct Inbound<'a> {
 
 impl<'a> Inbound<'a> {
     fn new(shared: &'a Shared, offers: &'a Receiver<Offer>) -> Result<Self> {
-        let geometry = RingGeometry::new(shared.config.ring_size)
-            .ok_or_else(|| Error::Protocol("invalid local ring size".into()))?;
+        let geometry = local_geometry(shared)?;
         Ok(Self {
             shared,
             offers,
@@ -404,13 +411,12 @@ impl Delivery for Inbound<'_> {
             return Err(Error::LinkClosed);
         }
         if last_rx.elapsed() > DEAD_PEER {
-            return Err(Error::Protocol(format!(
-                "peer silent for {} s",
-                DEAD_PEER.as_secs()
-            )));
+            return Err(Error::PeerSilent {
+                secs: DEAD_PEER.as_secs(),
+            });
         }
         if !self.offers.is_empty() {
-            return Err(Error::Protocol("replaced by a newer connection".into()));
+            return Err(Error::Replaced);
         }
         Ok(())
     }

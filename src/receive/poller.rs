@@ -2,7 +2,7 @@
 //! and pure: the transport says how far the ring is placed, the poller says
 //! how far it consumed (the head to return as credit).
 
-use crate::error::{Error, Result};
+use crate::error::{Result, Violation};
 use crate::proto::entry::{Batch, Encoding, Entry, Op};
 use crate::proto::ring::RingGeometry;
 use crate::proto::wire::{
@@ -106,15 +106,17 @@ impl Poller {
     /// pushing each finished batch to `out`.
     ///
     /// # Errors
-    /// [`Error::Wire`] or [`Error::Protocol`] for bytes no honest peer writes;
+    /// [`crate::error::Error::Wire`] or [`crate::error::Error::Violation`] for bytes no honest peer writes;
     /// the link must then be closed.
     pub fn consume(&mut self, ring: &[u8], placed: u64, out: &mut Vec<Batch>) -> Result<()> {
         let cap = self.geometry.capacity();
         if ring.len() as u64 != cap || placed < self.head || placed - self.head > cap {
-            return Err(Error::Protocol(format!(
-                "placed position {placed} outside ring (head {}, capacity {cap})",
-                self.head
-            )));
+            return Err(Violation::PlacedOutsideRing {
+                placed,
+                head: self.head,
+                capacity: cap,
+            }
+            .into());
         }
         while self.head < placed {
             let off = self.geometry.offset(self.head);
@@ -133,14 +135,15 @@ impl Poller {
                     // a header claiming more would wait forever for bytes
                     // the ring cannot hold.
                     if len > self.geometry.max_frame() {
-                        return Err(Error::Protocol(format!(
-                            "frame of {len} bytes exceeds the largest frame ({} bytes)",
-                            self.geometry.max_frame()
-                        )));
+                        return Err(Violation::FrameTooLarge {
+                            len,
+                            max: self.geometry.max_frame(),
+                        }
+                        .into());
                     }
                     if len > avail {
                         if self.head + len as u64 <= placed {
-                            return Err(Error::Protocol("frame straddles the ring end".into()));
+                            return Err(Violation::FrameStraddlesEnd.into());
                         }
                         return Ok(()); // not completely placed yet
                     }
@@ -160,28 +163,26 @@ impl Poller {
         let h = frame.header;
         let entry = if h.flags & FLAG_CONTINUATION != 0 {
             let Some(mut part) = self.partial.take() else {
-                return Err(Error::Protocol("continuation chunk without a start".into()));
+                return Err(Violation::ChunkWithoutStart.into());
             };
             if part.header.seq != h.seq || part.key != frame.key {
-                return Err(Error::Protocol("chunk of a different entry".into()));
+                return Err(Violation::ChunkOfAnotherEntry.into());
             }
             if part.value.len() + frame.value.len() > part.header.value_total_len as usize {
-                return Err(Error::Protocol("chunks exceed the announced value".into()));
+                return Err(Violation::ChunksExceedValue.into());
             }
             part.value.extend_from_slice(frame.value);
             if h.flags & FLAG_MORE != 0 {
                 self.partial = Some(part);
                 None
             } else if part.value.len() != part.header.value_total_len as usize {
-                return Err(Error::Protocol(
-                    "chunks fall short of the announced value".into(),
-                ));
+                return Err(Violation::ChunksShortOfValue.into());
             } else {
                 Some(entry_from(&part.header, part.key, part.value))
             }
         } else {
             if self.partial.is_some() {
-                return Err(Error::Protocol("new entry before the last chunk".into()));
+                return Err(Violation::EntryBeforeLastChunk.into());
             }
             if h.flags & FLAG_MORE != 0 {
                 let total = h.value_total_len as usize;
@@ -200,13 +201,13 @@ impl Poller {
         if let Some(entry) = entry {
             self.batch_bytes += entry.payload_len();
             if self.batch_bytes > MAX_BATCH_BYTES {
-                return Err(Error::Protocol("batch over the size limit".into()));
+                return Err(Violation::BatchTooLarge.into());
             }
             self.batch.push(entry);
         }
         if h.flags & FLAG_BATCH_END != 0 {
             if self.partial.is_some() {
-                return Err(Error::Protocol("batch ends inside a chunked value".into()));
+                return Err(Violation::BatchEndsInChunk.into());
             }
             self.batch_bytes = 0;
             out.push(Batch {
@@ -455,8 +456,11 @@ mod tests {
         let mut p = Poller::new(g);
         let err = p.consume(&ring, 4096, &mut Vec::new()).unwrap_err();
         assert!(
-            err.to_string().contains("exceeds the largest frame"),
-            "{err}"
+            matches!(
+                err,
+                crate::error::Error::Violation(Violation::FrameTooLarge { .. })
+            ),
+            "{err:?}"
         );
     }
 
@@ -467,6 +471,17 @@ mod tests {
         let mut p = Poller::new(g);
         assert!(p.consume(&ring, 200, &mut Vec::new()).is_err());
         let mut p = Poller::new(g);
-        assert!(p.consume(&ring, 5000, &mut Vec::new()).is_err());
+        let err = p.consume(&ring, 5000, &mut Vec::new()).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                crate::error::Error::Violation(Violation::PlacedOutsideRing {
+                    placed: 5000,
+                    head: 0,
+                    capacity: 4096
+                })
+            ),
+            "{err:?}"
+        );
     }
 }

@@ -199,7 +199,7 @@ pub fn run(shared: Arc<Shared>) {
             Err(e) => {
                 Stats::add(&shared.stats.entries_dropped, batch.entries.len() as u64);
                 if !shared.stopping() {
-                    shared.stats.set_error(format!("send: {e}"));
+                    shared.stats.set_error(format!("send: {}", e.report()));
                 }
                 c.link.close();
                 cursor = None;
@@ -211,6 +211,7 @@ pub fn run(shared: Arc<Shared>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Violation;
     use crate::proto::entry::{Entry, Op};
     use crate::receive::poller::Poller;
     use parking_lot::Mutex;
@@ -251,10 +252,13 @@ mod tests {
                 .geometry
                 .write_continues(*placed, poller.head(), pos, len)
             {
-                return Err(Error::Protocol(format!(
-                    "write of {len} at {pos} does not continue the ring (placed {})",
-                    *placed
-                )));
+                return Err(Violation::WriteOutsideRing {
+                    len,
+                    at: pos,
+                    placed: *placed,
+                    head: poller.head(),
+                }
+                .into());
             }
             let mut ring = self.ring.lock();
             let off = self.geometry.offset(pos);

@@ -8,11 +8,15 @@ pub mod tcp;
 pub(crate) mod tls;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::error::Result;
 use crate::ops::status::unix_ms;
 use crate::proto::ring::RingGeometry;
+
+/// How often idle link threads wake to check for unload and a silent peer
+/// (a TCP read times out, an RDMA receiver's completion wait returns).
+pub const IDLE_TICK: Duration = Duration::from_millis(250);
 
 /// Rings registered for a peer in this process and not yet released.
 static RINGS_LIVE: AtomicU64 = AtomicU64::new(0);

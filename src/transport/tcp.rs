@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::error::{Error, HandshakeFailure, Result};
+use crate::error::{Error, HandshakeFailure, Result, Violation};
 use crate::proto::control::{MessageHeader, Op, HEADER_LEN, MAX_CONTROL_LEN};
 use crate::proto::handshake::{decode_header, MessageIo};
 use crate::proto::ring::RingGeometry;
@@ -19,7 +19,7 @@ use crate::transport::{
 };
 
 /// How long a read waits before the receiver checks for shutdown and liveness.
-pub const READ_TICK: Duration = crate::link::session::IDLE_TICK;
+pub const READ_TICK: Duration = super::IDLE_TICK;
 /// How long a handshake read waits before checking its deadline.
 const HANDSHAKE_TICK: Duration = Duration::from_millis(100);
 
@@ -123,7 +123,7 @@ impl RingWriter for TcpLink {
 
     fn post_write(&self, pos: u64, bytes: &[u8]) -> Result<()> {
         let len =
-            u32::try_from(bytes.len()).map_err(|_| Error::Protocol("write over 4 GiB".into()))?;
+            u32::try_from(bytes.len()).map_err(|_| Error::WriteTooLarge { len: bytes.len() })?;
         let msg = MessageHeader {
             op: Op::Write,
             len,
@@ -284,18 +284,20 @@ pub fn receive(
         read_full(stream, &mut head, &mut || idle(link, delivery, last_rx))?;
         let msg = MessageHeader::decode(&head, max_write).map_err(|e| {
             delivery.rejected();
-            Error::Protocol(e.to_string())
+            Violation::BadControlMessage(e)
         })?;
         match msg.op {
             Op::Write => {
                 let len = u64::from(msg.len);
                 if !geometry.write_continues(placed, delivery.head(), msg.arg, len) {
                     delivery.rejected();
-                    return Err(Error::Protocol(format!(
-                        "write of {len} bytes at {} outside the ring (placed {placed}, head {})",
-                        msg.arg,
-                        delivery.head()
-                    )));
+                    return Err(Violation::WriteOutsideRing {
+                        len,
+                        at: msg.arg,
+                        placed,
+                        head: delivery.head(),
+                    }
+                    .into());
                 }
                 let off = geometry.offset(msg.arg);
                 read_full(stream, &mut ring[off..off + len as usize], &mut || {
@@ -314,7 +316,10 @@ pub fn receive(
             Op::Keepalive => {}
             other => {
                 delivery.rejected();
-                return Err(Error::Protocol(format!("{other:?} on an established link")));
+                return Err(Violation::UnexpectedMessage {
+                    op: format!("{other:?}"),
+                }
+                .into());
             }
         }
         last_rx = Instant::now();

@@ -15,7 +15,7 @@ use super::cm::{CmId, EventChannel};
 use super::mem::{MemoryRegion, MmapRegion};
 use super::verbs::{self, CompletionChannel, CompletionQueue, ProtectionDomain, SendKind};
 use super::{RdmaError, CONNECT_TIMEOUT};
-use crate::error::{Error, HandshakeFailure, Result};
+use crate::error::{report, Error, HandshakeFailure, Result, Violation};
 use crate::proto::auth::Side;
 use crate::proto::control::{MessageHeader, Op, RemoteRing, HEADER_LEN, MAX_CONTROL_LEN};
 use crate::proto::handshake::{self, decode_header, Agreed, Local, MessageIo, Watch};
@@ -28,6 +28,11 @@ use crate::transport::{
 const RECV_SLOTS: usize = 256;
 /// Bytes per receive slot: the largest control message, rounded up.
 const SLOT_BYTES: usize = 256;
+const _: () = assert!(
+    SLOT_BYTES >= HEADER_LEN,
+    "a receive slot holds a message header"
+);
+
 const _: () = assert!(SLOT_BYTES >= MAX_CONTROL_LEN);
 /// Send queue depth.
 const SEND_WRS: usize = 128;
@@ -37,6 +42,12 @@ const STAGING_BYTES: u64 = 4 << 20;
 const SPIN_POLLS: u32 = 2000;
 /// Work request ids of handshake sends (each waited for before the next).
 const HANDSHAKE_WR: u64 = u64::MAX - 1;
+
+/// The message header at the start of a receive slot.
+fn slot_header(slot: &[u8; SLOT_BYTES]) -> &[u8; HEADER_LEN] {
+    // The fallback is never taken: a slot is longer than a header (asserted above).
+    slot.first_chunk().unwrap_or(&[0; HEADER_LEN])
+}
 
 /// Verbs resources of one connection, released in dependency order (see Drop).
 ///
@@ -135,15 +146,13 @@ impl Endpoint {
             rkey: ring.rkey(),
         };
         if self.ring.set((ring, RingGuard::new())).is_err() || self.staging.set(staging).is_err() {
-            return Err(RdmaError::Protocol("ring registered twice".into()));
+            return Err(RdmaError::RegisteredTwice);
         }
         Ok(announced)
     }
 
     fn staging(&self) -> Result<&MemoryRegion, RdmaError> {
-        self.staging
-            .get()
-            .ok_or_else(|| RdmaError::Protocol("no staging region before authentication".into()))
+        self.staging.get().ok_or(RdmaError::NoStagingRegion)
     }
 
     fn post_slot(&self, slot: u64) -> Result<(), RdmaError> {
@@ -165,7 +174,7 @@ impl Endpoint {
         let slot = usize::try_from(slot)
             .ok()
             .filter(|s| *s < RECV_SLOTS)
-            .ok_or_else(|| RdmaError::Protocol(format!("completion for unknown slot {slot}")))?;
+            .ok_or(RdmaError::UnknownSlot(slot))?;
         let mut out = [0u8; SLOT_BYTES];
         // SAFETY: the slot's receive completed, so the NIC no longer writes it
         // until we re-post it; the range is inside `slots`.
@@ -196,7 +205,10 @@ impl Endpoint {
     /// Sends one handshake message and waits for its completion.
     fn send_handshake(&self, msg: &[u8], deadline: Instant) -> Result<(), RdmaError> {
         if msg.len() > SLOT_BYTES {
-            return Err(RdmaError::Protocol("handshake message too large".into()));
+            return Err(RdmaError::MessageTooLarge {
+                len: msg.len() as u64,
+                limit: SLOT_BYTES as u64,
+            });
         }
         // SAFETY: the region is ours and no send is outstanding on it: the
         // previous one was waited for below.
@@ -247,7 +259,7 @@ impl MessageIo for RdmaMessages<'_> {
         let deadline = Instant::now() + CONNECT_TIMEOUT;
         self.ep
             .send_handshake(msg, deadline)
-            .map_err(|e| incomplete(format!("rdma: {e}")))
+            .map_err(|e| incomplete(format!("rdma: {}", report(&e))))
     }
 
     fn recv(&mut self, deadline: Instant) -> Result<(MessageHeader, Vec<u8>)> {
@@ -281,7 +293,7 @@ impl MessageIo for RdmaMessages<'_> {
                 }
             }
             let wc = &wcs[0];
-            check_status(wc).map_err(|e| incomplete(format!("rdma: {e}")))?;
+            check_status(wc).map_err(|e| incomplete(format!("rdma: {}", report(&e))))?;
             if wc.opcode != ibv_wc_opcode::IBV_WC_RECV {
                 return Err(Error::handshake(
                     HandshakeFailure::Malformed,
@@ -291,10 +303,7 @@ impl MessageIo for RdmaMessages<'_> {
             let bytes = ep.slot_bytes(wc.wr_id)?;
             ep.post_slot(wc.wr_id)?;
             let got = (wc.byte_len as usize).min(SLOT_BYTES);
-            let head: &[u8; HEADER_LEN] = bytes[..HEADER_LEN]
-                .try_into()
-                .map_err(|_| Error::Protocol("slot".into()))?;
-            let header = decode_header(head)?;
+            let header = decode_header(slot_header(&bytes))?;
             let end = HEADER_LEN + header.len as usize;
             if got < HEADER_LEN || end > got {
                 return Err(Error::handshake(
@@ -372,8 +381,10 @@ impl Pending {
                 return Err(e);
             }
         };
-        let geometry = RingGeometry::new(agreed.peer_ring.capacity)
-            .ok_or_else(|| Error::Protocol("invalid peer ring".into()))?;
+        let geometry =
+            RingGeometry::new(agreed.peer_ring.capacity).ok_or(Violation::InvalidPeerRing {
+                capacity: agreed.peer_ring.capacity,
+            })?;
         let link = RdmaLink::new(
             Arc::new(ep),
             geometry,
@@ -482,9 +493,11 @@ impl RdmaLink {
     fn post_locked(&self, st: &mut SendState, kind: SendKind, bytes: &[u8]) -> Result<()> {
         let len = bytes.len() as u64;
         if len > STAGING_BYTES / 2 {
-            return Err(Error::Protocol(format!(
-                "send of {len} bytes exceeds staging"
-            )));
+            return Err(RdmaError::MessageTooLarge {
+                len,
+                limit: STAGING_BYTES / 2,
+            }
+            .into());
         }
         // Wait for completions to free staging or send-queue room for as long
         // as the link lives: the peer may be stalled (its receives run out and
@@ -602,8 +615,7 @@ impl RingWriter for RdmaLink {
 /// Why the link ended.
 pub(crate) fn receive(link: &RdmaLink, delivery: &mut dyn Delivery) -> Result<()> {
     let capacity = link.ep.ring().len() as u64;
-    let geometry =
-        RingGeometry::new(capacity).ok_or_else(|| Error::Protocol("no ring registered".into()))?;
+    let geometry = RingGeometry::new(capacity).ok_or(RdmaError::NoRing)?;
     let mut wcs = std::array::from_fn::<_, 16, _>(|_| verbs::empty_wc());
     let mut placed = 0u64;
     let mut last_rx = Instant::now();
@@ -624,11 +636,7 @@ pub(crate) fn receive(link: &RdmaLink, delivery: &mut dyn Delivery) -> Result<()
                     placed = on_ring_write(link, delivery, wc, geometry, placed)?;
                 }
                 ibv_wc_opcode::IBV_WC_RECV => on_control_message(link, delivery, wc)?,
-                other => {
-                    return Err(Error::Protocol(format!(
-                        "unexpected completion opcode {other}"
-                    )))
-                }
+                other => return Err(RdmaError::UnexpectedCompletion(other).into()),
             }
         }
     }
@@ -660,7 +668,7 @@ fn next_completions(
     // A completion that landed before arming raised no event: poll again.
     let n = ep.recv_cq.poll(wcs)?;
     if n == 0 {
-        ep.recv_cq.wait(crate::link::session::IDLE_TICK);
+        ep.recv_cq.wait(crate::transport::IDLE_TICK);
     }
     Ok(n)
 }
@@ -705,10 +713,12 @@ fn on_ring_write(
     let imm = u32::from_be(unsafe { wc.imm_data_invalidated_rkey_union.imm_data });
     let Some(end) = geometry.imm_write_end(placed, imm, delivery.head()) else {
         delivery.rejected();
-        return Err(Error::Protocol(format!(
-            "write with immediate {imm} ends outside the ring (placed {placed}, head {})",
-            delivery.head()
-        )));
+        return Err(Violation::ImmediateOutsideRing {
+            imm,
+            placed,
+            head: delivery.head(),
+        }
+        .into());
     };
     delivery.received(u64::from(wc.byte_len));
     if let Some(head) = delivery.placed(link.ep.ring(), end)? {
@@ -723,17 +733,11 @@ fn on_control_message(link: &RdmaLink, delivery: &mut dyn Delivery, wc: &ibv_wc)
     link.ep.post_slot(wc.wr_id)?;
     if (wc.byte_len as usize) < HEADER_LEN {
         delivery.rejected();
-        return Err(Error::Protocol(format!(
-            "control message of {} bytes",
-            wc.byte_len
-        )));
+        return Err(Violation::ShortControlMessage { len: wc.byte_len }.into());
     }
-    let head: &[u8; HEADER_LEN] = bytes[..HEADER_LEN]
-        .try_into()
-        .map_err(|_| Error::Protocol("slot".into()))?;
-    let msg = MessageHeader::decode(head, 0).map_err(|e| {
+    let msg = MessageHeader::decode(slot_header(&bytes), 0).map_err(|e| {
         delivery.rejected();
-        Error::Protocol(e.to_string())
+        Violation::BadControlMessage(e)
     })?;
     match msg.op {
         Op::Credit => {
@@ -743,9 +747,10 @@ fn on_control_message(link: &RdmaLink, delivery: &mut dyn Delivery, wc: &ibv_wc)
         Op::Keepalive => {}
         other => {
             delivery.rejected();
-            return Err(Error::Protocol(format!(
-                "unexpected {other:?} on an established link"
-            )));
+            return Err(Violation::UnexpectedMessage {
+                op: format!("{other:?}"),
+            }
+            .into());
         }
     }
     Ok(())
