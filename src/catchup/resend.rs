@@ -65,31 +65,7 @@ fn backlog_entry(
 ) -> Option<Entry> {
     let me = shared.node_id;
     match op {
-        PendingOp::Key { db, key } => match st.versions.get(db, &key)? {
-            KeyVersion::Live(stamp) if stamp.node == me => {
-                server::select_db(reader.ctx(), db);
-                let snap = match reader.read_one(&key) {
-                    Read::Value(snap) => Some(snap),
-                    Read::Absent => {
-                        // Expired or evicted since: its last version, deleted.
-                        st.versions.record_delete(db, &key, stamp, 0);
-                        None
-                    }
-                    Read::Failed => {
-                        // Retried at this version, not restamped as new.
-                        count_read_failures(shared, 1);
-                        st.unread.insert((db, key.into()), stamp);
-                        return None;
-                    }
-                };
-                let op = op_of(key, snap);
-                Some(entry(shared, db, stamp, op))
-            }
-            KeyVersion::Deleted { stamp, .. } if stamp.node == me => {
-                Some(entry(shared, db, stamp, Op::Delete { key }))
-            }
-            _ => None,
-        },
+        PendingOp::Key { db, key } => key_entry(reader, shared, st, db, key),
         PendingOp::FlushDb(db) => {
             let floor = st.versions.floor(db);
             (floor.node == me).then(|| entry(shared, db, floor, Op::FlushDb))
@@ -104,22 +80,63 @@ fn backlog_entry(
             let stamp = shipped.unwrap_or_else(|| Stamp::new(shared.clock.now(), me));
             Some(entry(shared, a, stamp, Op::SwapDb { other: b }))
         }
-        PendingOp::Functions => {
-            let version = st.versions.functions().filter(|f| f.stamp.node == me)?;
-            let Some(payload) = reader.functions() else {
-                count_read_failures(shared, 1);
-                return None;
-            };
-            if crate::redis::snapshot::functions_digest(&payload) != version.digest {
-                // Changed since it was stamped: the next flush stamps it.
-                if let Some(mut dirty) = crate::capture::state::main_state().dirty.get() {
-                    dirty.mark_functions();
-                }
-                return None;
-            }
-            Some(entry(shared, 0, version.stamp, Op::Functions { payload }))
-        }
+        PendingOp::Functions => functions_entry(reader, shared, st),
     }
+}
+
+/// A key of this node's own, at its recorded version: its value read now, or
+/// its delete.
+fn key_entry(
+    reader: &Reader,
+    shared: &Shared,
+    st: &mut Replication,
+    db: u32,
+    key: Vec<u8>,
+) -> Option<Entry> {
+    let me = shared.node_id;
+    match st.versions.get(db, &key)? {
+        KeyVersion::Live(stamp) if stamp.node == me => {
+            server::select_db(reader.ctx(), db);
+            let snap = match reader.read_one(&key) {
+                Read::Value(snap) => Some(snap),
+                Read::Absent => {
+                    // Expired or evicted since: its last version, deleted.
+                    st.versions.record_delete(db, &key, stamp, 0);
+                    None
+                }
+                Read::Failed => {
+                    // Retried at this version, not restamped as new.
+                    count_read_failures(shared, 1);
+                    st.unread.insert((db, key.into()), stamp);
+                    return None;
+                }
+            };
+            let op = op_of(key, snap);
+            Some(entry(shared, db, stamp, op))
+        }
+        KeyVersion::Deleted { stamp, .. } if stamp.node == me => {
+            Some(entry(shared, db, stamp, Op::Delete { key }))
+        }
+        _ => None,
+    }
+}
+
+/// The function libraries at this node's recorded version, unless they
+/// changed since (the next flush stamps them then).
+fn functions_entry(reader: &Reader, shared: &Shared, st: &Replication) -> Option<Entry> {
+    let me = shared.node_id;
+    let version = st.versions.functions().filter(|f| f.stamp.node == me)?;
+    let Some(payload) = reader.functions() else {
+        count_read_failures(shared, 1);
+        return None;
+    };
+    if crate::redis::snapshot::functions_digest(&payload) != version.digest {
+        if let Some(mut dirty) = crate::capture::state::main_state().dirty.get() {
+            dirty.mark_functions();
+        }
+        return None;
+    }
+    Some(entry(shared, 0, version.stamp, Op::Functions { payload }))
 }
 
 /// Ships the backlog for at most the rest of the slice.

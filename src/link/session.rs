@@ -16,14 +16,14 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 use crate::error::{Error, Result, Violation};
 use crate::link::accept::{report_failure, FailureLog};
 use crate::ops::status::{LinkState, Stats};
-use crate::proto::auth::Side;
+use crate::proto::auth::{Side, BINDING_LEN};
 use crate::proto::control::{Hello, RemoteRing};
 use crate::proto::entry::Batch;
 use crate::proto::handshake::{self, Watch};
 use crate::proto::ring::{CreditPolicy, RingGeometry};
 use crate::receive::poller::Poller;
 use crate::runtime::{Shared, TransportKind};
-use crate::transport::channel::{self, ChannelReader, ChannelWriter};
+use crate::transport::channel::{self, ChannelReader, ChannelWriter, TlsSession};
 use crate::transport::rdma::{self, RdmaLink};
 use crate::transport::tcp::{self, LocalRing, TcpLink, TcpMessages};
 use crate::transport::{Delivery, RingWriter};
@@ -98,18 +98,7 @@ pub fn tcp_handshake(
     let deadline = Instant::now() + Duration::from_millis(timeout_ms);
     let abandoned = || watch.is_abandoned() || unloading();
     tcp::prepare(&stream, Duration::from_millis(timeout_ms))?;
-    let (session, binding) = match (&shared.tls, side) {
-        (None, _) => (None, [0; crate::proto::auth::BINDING_LEN]),
-        (Some(tls), Side::Dialer) => {
-            let host = host.unwrap_or_default();
-            let (s, b) = tls.connect(&mut stream, host, deadline, timeout_ms, &abandoned)?;
-            (Some(s), b)
-        }
-        (Some(tls), Side::Acceptor) => {
-            let (s, b) = tls.accept(&mut stream, deadline, timeout_ms, &abandoned)?;
-            (Some(s), b)
-        }
-    };
+    let (session, binding) = tls_session(shared, &mut stream, side, host, deadline, &abandoned)?;
     let (mut reader, mut writer, control) = channel::split(stream, session)?;
     let geometry = local_geometry(shared)?;
     let mut ring = None;
@@ -155,6 +144,30 @@ pub fn tcp_handshake(
         peer_ring: agreed.peer_ring,
         from: None,
     }))
+}
+
+/// The TLS session (with `tls=yes`) and the channel binding the handshake's
+/// proof covers (zeros without TLS).
+fn tls_session(
+    shared: &Shared,
+    stream: &mut TcpStream,
+    side: Side,
+    host: Option<&str>,
+    deadline: Instant,
+    abandoned: &dyn Fn() -> bool,
+) -> Result<(Option<Arc<TlsSession>>, [u8; BINDING_LEN])> {
+    let timeout_ms = shared.config.handshake_timeout_ms;
+    let Some(tls) = &shared.tls else {
+        return Ok((None, [0; BINDING_LEN]));
+    };
+    let (session, binding) = match side {
+        Side::Dialer => {
+            let host = host.unwrap_or_default();
+            tls.connect(stream, host, deadline, timeout_ms, abandoned)?
+        }
+        Side::Acceptor => tls.accept(stream, deadline, timeout_ms, abandoned)?,
+    };
+    Ok((Some(session), binding))
 }
 
 /// Runs the handshake on an established RDMA connection.
@@ -318,38 +331,9 @@ fn run_connection(shared: &Shared, offer: Offer, offers: &Receiver<Offer>) -> Re
         Active::Tcp(_, link, _) => (link.clone(), String::new()),
         Active::Rdma(link) => (link.clone(), link.device().to_owned()),
     };
-    shared.stats.ring_tail.store(0, Ordering::Relaxed);
-    shared.stats.ring_credit.store(0, Ordering::Relaxed);
     *shared.device.lock() = device.clone();
     *shared.link.lock() = Some(writer.clone());
-    Stats::add(&shared.stats.links_established, 1);
-    Stats::add(&shared.stats.rings_registered, 1);
-    if Stats::get(&shared.stats.links_established) > 1 {
-        Stats::add(&shared.stats.reconnects, 1);
-    }
-    shared
-        .stats
-        .peer_node_id
-        .store(peer.node_id, Ordering::Relaxed);
-    shared.stats.set_link(LinkState::Up);
-    let on = if device.is_empty() {
-        String::new()
-    } else {
-        format!(" on {device}")
-    };
-    redis_module::logging::log_notice(format!(
-        "rdmasync: link up with node {} ({}, {}), transport {}{on}{}, auth {}",
-        peer.node_id,
-        shared.peer_addr(),
-        peer.server_name(),
-        shared.transport.as_str(),
-        if shared.tls.is_some() {
-            " over TLS"
-        } else {
-            ""
-        },
-        shared.auth_mode().as_str(),
-    ));
+    announce_link_up(shared, &peer, &device);
     let result = Inbound::new(shared, offers).and_then(|mut inbound| match active {
         Active::Tcp(mut reader, link, mut ring) => {
             tcp::receive(&mut reader, &link, &mut ring, &mut inbound)
@@ -365,6 +349,44 @@ fn run_connection(shared: &Shared, offer: Offer, offers: &Receiver<Offer>) -> Re
     }
     shared.queue.wake.wake();
     result
+}
+
+/// Counts the new link, marks it up and logs who the peer is and how the
+/// link runs.
+fn announce_link_up(shared: &Shared, peer: &Hello, device: &str) {
+    shared.stats.ring_tail.store(0, Ordering::Relaxed);
+    shared.stats.ring_credit.store(0, Ordering::Relaxed);
+    let earlier = shared
+        .stats
+        .links_established
+        .fetch_add(1, Ordering::Relaxed);
+    Stats::add(&shared.stats.rings_registered, 1);
+    if earlier > 0 {
+        Stats::add(&shared.stats.reconnects, 1);
+    }
+    shared
+        .stats
+        .peer_node_id
+        .store(peer.node_id, Ordering::Relaxed);
+    shared.stats.set_link(LinkState::Up);
+    let on = if device.is_empty() {
+        String::new()
+    } else {
+        format!(" on {device}")
+    };
+    let tls = if shared.tls.is_some() {
+        " over TLS"
+    } else {
+        ""
+    };
+    redis_module::logging::log_notice(format!(
+        "rdmasync: link up with node {} ({}, {}), transport {}{on}{tls}, auth {}",
+        peer.node_id,
+        shared.peer_addr(),
+        peer.server_name(),
+        shared.transport.as_str(),
+        shared.auth_mode().as_str(),
+    ));
 }
 
 /// The receiving side shared by every transport: poller -> apply -> credit.

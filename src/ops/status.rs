@@ -228,69 +228,111 @@ pub fn status_fields(
     queue_depth: usize,
     conv: &Convergence,
 ) -> Vec<(&'static str, Field)> {
-    let n = |v: u64| Field::Int(i64::try_from(v).unwrap_or(i64::MAX));
-    let c = |a: &AtomicU64| Field::Int(i64::try_from(Stats::get(a)).unwrap_or(i64::MAX));
-    let t = |s: String| Field::Text(s);
+    let mut fields = link_fields(id, stats);
+    fields.extend(traffic_fields(stats, queue_depth));
+    fields.extend(convergence_fields(conv));
+    fields.extend(security_fields(id, stats));
+    fields
+}
+
+/// A counter as a field (saturating at `i64::MAX`).
+fn counter(a: &AtomicU64) -> Field {
+    number(Stats::get(a))
+}
+
+/// A number as a field (saturating at `i64::MAX`).
+fn number(v: u64) -> Field {
+    Field::Int(i64::try_from(v).unwrap_or(i64::MAX))
+}
+
+/// A text field.
+fn text(s: String) -> Field {
+    Field::Text(s)
+}
+
+/// Who this node and its peer are, and the link's state.
+fn link_fields(id: &Identity, stats: &Stats) -> Vec<(&'static str, Field)> {
     vec![
-        ("node_id", t(id.node_id.to_string())),
-        ("peer", t(id.peer.clone())),
+        ("node_id", text(id.node_id.to_string())),
+        ("peer", text(id.peer.clone())),
         (
             "peer_node_id",
-            t(Stats::get(&stats.peer_node_id).to_string()),
+            text(Stats::get(&stats.peer_node_id).to_string()),
         ),
-        ("transport", t(id.transport.to_owned())),
-        ("device", t(id.device.clone())),
-        ("link", t(stats.link().as_str().to_owned())),
-        ("link_since_ms", c(&stats.link_since_ms)),
+        ("transport", text(id.transport.to_owned())),
+        ("device", text(id.device.clone())),
+        ("link", text(stats.link().as_str().to_owned())),
+        ("link_since_ms", counter(&stats.link_since_ms)),
         ("ring_size", Field::Int(id.ring_size as i64)),
-        ("entries_sent", c(&stats.entries_sent)),
-        ("batches_sent", c(&stats.batches_sent)),
-        ("bytes_sent", c(&stats.bytes_sent)),
-        ("bytes_received", c(&stats.bytes_received)),
-        ("entries_applied", c(&stats.entries_applied)),
-        ("batches_applied", c(&stats.batches_applied)),
-        ("apply_errors", c(&stats.apply_errors)),
+    ]
+}
+
+/// What was sent, received and applied, and what went wrong on the way.
+fn traffic_fields(stats: &Stats, queue_depth: usize) -> Vec<(&'static str, Field)> {
+    vec![
+        ("entries_sent", counter(&stats.entries_sent)),
+        ("batches_sent", counter(&stats.batches_sent)),
+        ("bytes_sent", counter(&stats.bytes_sent)),
+        ("bytes_received", counter(&stats.bytes_received)),
+        ("entries_applied", counter(&stats.entries_applied)),
+        ("batches_applied", counter(&stats.batches_applied)),
+        ("apply_errors", counter(&stats.apply_errors)),
         ("queue_depth", Field::Int(queue_depth as i64)),
-        ("queue_overflows", c(&stats.queue_overflows)),
-        ("flushes_deferred", c(&stats.flushes_deferred)),
-        ("costly_reads", c(&stats.costly_reads)),
-        ("costly_read_us", c(&stats.costly_read_us)),
-        ("read_failures", c(&stats.read_failures)),
-        ("entries_dropped", c(&stats.entries_dropped)),
-        ("entries_refused", c(&stats.entries_refused)),
+        ("queue_overflows", counter(&stats.queue_overflows)),
+        ("flushes_deferred", counter(&stats.flushes_deferred)),
+        ("costly_reads", counter(&stats.costly_reads)),
+        ("costly_read_us", counter(&stats.costly_read_us)),
+        ("read_failures", counter(&stats.read_failures)),
+        ("entries_dropped", counter(&stats.entries_dropped)),
+        ("entries_refused", counter(&stats.entries_refused)),
         ("ring_used_bytes", Field::Int(stats.ring_used() as i64)),
-        ("credit_stalls", c(&stats.credit_stalls)),
-        ("bad_frames", c(&stats.bad_frames)),
-        ("reconnects", c(&stats.reconnects)),
-        ("resyncs_needed", c(&stats.resyncs_needed)),
-        ("conflicts_discarded", c(&stats.conflicts_discarded)),
-        ("entries_duplicate", c(&stats.entries_duplicate)),
-        ("versioned_keys", n(conv.versioned_keys)),
-        ("unread_keys", n(conv.unread_keys)),
-        ("tombstones", n(conv.tombstones)),
-        ("backlog", n(conv.backlog)),
-        ("lag_entries", n(conv.lag_entries)),
-        ("lag_ms", n(conv.lag_ms)),
-        ("full_syncs", n(conv.full_syncs)),
-        ("partial_syncs", n(conv.partial_syncs)),
-        ("sync_in_progress", n(u64::from(conv.sync_in_progress))),
-        ("catchup", t(conv.catchup.to_owned())),
-        ("catchup_entries", n(conv.catchup_entries)),
-        ("catchup_from_seq", n(conv.catchup_from_seq)),
-        ("catchup_ms", n(conv.catchup_ms)),
-        ("catchup_since", n(conv.catchup_since)),
-        ("since_syncs", n(conv.since_syncs)),
-        ("peer_watermark", n(conv.peer_watermark)),
-        ("stamps_loaded", n(conv.stamps_loaded)),
-        ("stamps_dated", n(conv.stamps_dated)),
-        ("last_error", t(stats.last_error())),
-        ("last_error_ms", c(&stats.last_error_ms)),
-        ("auth", t(id.auth.to_owned())),
-        ("tls", t(if id.tls { "yes" } else { "no" }.to_owned())),
-        ("auth_failures", c(&stats.auth_failures)),
-        ("handshakes_refused", c(&stats.handshakes_refused)),
-        ("handshakes_incomplete", c(&stats.handshakes_incomplete)),
-        ("rings_registered", c(&stats.rings_registered)),
+        ("credit_stalls", counter(&stats.credit_stalls)),
+        ("bad_frames", counter(&stats.bad_frames)),
+        ("reconnects", counter(&stats.reconnects)),
+        ("resyncs_needed", counter(&stats.resyncs_needed)),
+        ("conflicts_discarded", counter(&stats.conflicts_discarded)),
+        ("entries_duplicate", counter(&stats.entries_duplicate)),
+    ]
+}
+
+/// The version store, the backlog and the catch-up.
+fn convergence_fields(conv: &Convergence) -> Vec<(&'static str, Field)> {
+    vec![
+        ("versioned_keys", number(conv.versioned_keys)),
+        ("unread_keys", number(conv.unread_keys)),
+        ("tombstones", number(conv.tombstones)),
+        ("backlog", number(conv.backlog)),
+        ("lag_entries", number(conv.lag_entries)),
+        ("lag_ms", number(conv.lag_ms)),
+        ("full_syncs", number(conv.full_syncs)),
+        ("partial_syncs", number(conv.partial_syncs)),
+        ("sync_in_progress", number(u64::from(conv.sync_in_progress))),
+        ("catchup", text(conv.catchup.to_owned())),
+        ("catchup_entries", number(conv.catchup_entries)),
+        ("catchup_from_seq", number(conv.catchup_from_seq)),
+        ("catchup_ms", number(conv.catchup_ms)),
+        ("catchup_since", number(conv.catchup_since)),
+        ("since_syncs", number(conv.since_syncs)),
+        ("peer_watermark", number(conv.peer_watermark)),
+        ("stamps_loaded", number(conv.stamps_loaded)),
+        ("stamps_dated", number(conv.stamps_dated)),
+    ]
+}
+
+/// The last error, authentication and the rings a peer may write.
+fn security_fields(id: &Identity, stats: &Stats) -> Vec<(&'static str, Field)> {
+    vec![
+        ("last_error", text(stats.last_error())),
+        ("last_error_ms", counter(&stats.last_error_ms)),
+        ("auth", text(id.auth.to_owned())),
+        ("tls", text(if id.tls { "yes" } else { "no" }.to_owned())),
+        ("auth_failures", counter(&stats.auth_failures)),
+        ("handshakes_refused", counter(&stats.handshakes_refused)),
+        (
+            "handshakes_incomplete",
+            counter(&stats.handshakes_incomplete),
+        ),
+        ("rings_registered", counter(&stats.rings_registered)),
         (
             "rings_live",
             Field::Int(crate::transport::rings_live() as i64),

@@ -414,42 +414,39 @@ pub fn entry_header(entry: &Entry) -> (FrameHeader, &[u8], &[u8]) {
         value_total_len: 0,
         arg: 0,
     };
-    let (key, value): (&[u8], &[u8]) = match &entry.op {
+    let (key, value) = place_op(&entry.op, &mut h);
+    h.key_len = key.len() as u32;
+    h.value_len = value.len() as u32;
+    h.value_total_len = value.len() as u32;
+    (h, key, value)
+}
+
+/// Sets the header fields `op` carries; returns its key and value bytes.
+fn place_op<'a>(op: &'a Op, h: &mut FrameHeader) -> (&'a [u8], &'a [u8]) {
+    let (kind, key, value): (FrameKind, &[u8], &[u8]) = match op {
         Op::Value {
             key,
             payload,
             expiry_ms,
             encoding,
         } => {
-            h.kind = FrameKind::Value;
             h.expiry_ms = expiry_ms.unwrap_or(0);
             if *encoding == crate::proto::entry::Encoding::RawString {
                 h.flags |= FLAG_RAW_STRING;
             }
-            (key, payload)
+            (FrameKind::Value, key, payload)
         }
-        Op::Delete { key } => (key, &[]),
-        Op::Functions { payload } => {
-            h.kind = FrameKind::Functions;
-            (&[], payload)
-        }
-        Op::FlushDb => {
-            h.kind = FrameKind::FlushDb;
-            (&[], &[])
-        }
-        Op::FlushAll => {
-            h.kind = FrameKind::FlushAll;
-            (&[], &[])
-        }
+        Op::Delete { key } => (FrameKind::Delete, key, &[]),
+        Op::Functions { payload } => (FrameKind::Functions, &[], payload),
+        Op::FlushDb => (FrameKind::FlushDb, &[], &[]),
+        Op::FlushAll => (FrameKind::FlushAll, &[], &[]),
         Op::SwapDb { other } => {
-            h.kind = FrameKind::SwapDb;
             h.arg = *other;
-            (&[], &[])
+            (FrameKind::SwapDb, &[], &[])
         }
         Op::Ack { applied } => {
-            h.kind = FrameKind::Ack;
             h.expiry_ms = *applied;
-            (&[], &[])
+            (FrameKind::Ack, &[], &[])
         }
         Op::SyncRequest {
             received,
@@ -457,7 +454,6 @@ pub fn entry_header(entry: &Entry) -> (FrameHeader, &[u8], &[u8]) {
             own,
             answer,
         } => {
-            h.kind = FrameKind::SyncRequest;
             h.expiry_ms = *received;
             // The watermark in the clock, the own newest stamp split over
             // db and arg (a request has no database).
@@ -467,13 +463,11 @@ pub fn entry_header(entry: &Entry) -> (FrameHeader, &[u8], &[u8]) {
             if *answer {
                 h.flags |= FLAG_ANSWER;
             }
-            (&[], &[])
+            (FrameKind::SyncRequest, &[], &[])
         }
     };
-    h.key_len = key.len() as u32;
-    h.value_len = value.len() as u32;
-    h.value_total_len = value.len() as u32;
-    (h, key, value)
+    h.kind = kind;
+    (key, value)
 }
 
 /// One frame of an entry split to fit `max_frame` bytes.
