@@ -11,14 +11,14 @@ use redis_module::Context;
 
 use crate::capture::hook::{ExpiredKey, PendingOp, Suppressed};
 use crate::capture::hotkeys::is_costly;
-use crate::capture::state::{main_state, MainState};
+use crate::capture::state::{main_state, LinkView, MainState};
 use crate::catchup::fullsync::FullSync;
 use crate::catchup::inflight::SentBatch;
 use crate::catchup::replication::{CatchUp, Replication};
 use crate::catchup::resend;
 use crate::converge::clock::HybridClock;
 use crate::converge::version::Stamp;
-use crate::ops::status::{LinkState, Stats};
+use crate::ops::status::Stats;
 use crate::proto::entry::{Batch, Entry, Op};
 use crate::redis::server;
 use crate::redis::snapshot::{Read, Reader, Snapshot};
@@ -433,9 +433,8 @@ pub fn flush_before_save(ctx: &Context, shared: &Shared) {
 /// now (else at the next flush that may).
 fn flush_changes(ctx: &Context, shared: &Shared, may_wait: bool, propagate: bool) {
     crate::capture::hook::resolve_silent(ctx);
-    let link_up = shared.stats.link() == LinkState::Up;
-    let epoch = Stats::get(&shared.stats.links_established);
     let main = main_state();
+    let LinkView { up: link_up, epoch } = main.link.get().map(|l| *l).unwrap_or_default();
     // Taken first: held further up the stack, the changes stay recorded.
     let Some(mut st) = main.replication.get() else {
         return;

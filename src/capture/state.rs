@@ -1,6 +1,7 @@
 //! The main thread's state, in one value: what the hooks recorded (the
 //! dirty set, silent changes, expired keys), the keys resting after a
-//! costly read, and the convergence state. Redis calls the module on its
+//! costly read, the link as the link thread's events told it, and the
+//! convergence state. Redis calls the module on its
 //! main thread (the GIL held) for every part of it: hooks, the flush
 //! before sleeping, applying the peer's batches, saves and loads, STATUS
 //! and INFO. No other thread touches it.
@@ -54,6 +55,29 @@ impl<T> Part<T> {
     }
 }
 
+/// The link as the main thread knows it: from the link thread's events,
+/// in order with the batches (`receive::apply::FromLink`), never from the
+/// counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LinkView {
+    /// A link is up.
+    pub up: bool,
+    /// The number of the last link that came up (0: none yet).
+    pub epoch: u64,
+}
+
+impl LinkView {
+    /// Link `epoch` is up.
+    pub fn up(epoch: u64) -> Self {
+        Self { up: true, epoch }
+    }
+
+    /// Link `epoch` ended.
+    pub fn down(epoch: u64) -> Self {
+        Self { up: false, epoch }
+    }
+}
+
 /// The main thread's state.
 pub struct MainState {
     /// Keys and events changed since the last flush.
@@ -64,6 +88,8 @@ pub struct MainState {
     pub expired: Part<Vec<ExpiredKey>>,
     /// Keys resting after a costly read.
     pub hot: Part<HotKeys>,
+    /// The link, as its events told it.
+    pub link: Part<LinkView>,
     /// Versions, backlog, syncs and acknowledgements with the peer.
     pub replication: Part<Replication>,
 }
@@ -75,6 +101,7 @@ impl Default for MainState {
             silent: Part::new("silent-change record", SilentChanges::default()),
             expired: Part::new("expired-key list", Vec::new()),
             hot: Part::new("hot-key record", HotKeys::default()),
+            link: Part::new("link view", LinkView::default()),
             replication: Part::new("convergence state", Replication::default()),
         }
     }

@@ -21,6 +21,7 @@ use crate::proto::control::{Hello, RemoteRing};
 use crate::proto::entry::Batch;
 use crate::proto::handshake::{self, Watch};
 use crate::proto::ring::{CreditPolicy, RingGeometry};
+use crate::receive::apply::FromLink;
 use crate::receive::poller::Poller;
 use crate::runtime::{Shared, TransportKind};
 use crate::transport::channel::{self, ChannelReader, ChannelWriter, TlsSession};
@@ -333,13 +334,17 @@ fn run_connection(shared: &Shared, offer: Offer, offers: &Receiver<Offer>) -> Re
     };
     *shared.device.lock() = device.clone();
     *shared.link.lock() = Some(writer.clone());
-    announce_link_up(shared, &peer, &device);
-    let result = Inbound::new(shared, offers).and_then(|mut inbound| match active {
-        Active::Tcp(mut reader, link, mut ring) => {
-            tcp::receive(&mut reader, &link, &mut ring, &mut inbound)
-        }
-        Active::Rdma(link) => rdma::receive(&link, &mut inbound),
-    });
+    let epoch = announce_link_up(shared, &peer, &device);
+    let result = shared
+        .apply
+        .submit(shared, FromLink::LinkUp { epoch })
+        .and_then(|()| Inbound::new(shared, offers))
+        .and_then(|mut inbound| match active {
+            Active::Tcp(mut reader, link, mut ring) => {
+                tcp::receive(&mut reader, &link, &mut ring, &mut inbound)
+            }
+            Active::Rdma(link) => rdma::receive(&link, &mut inbound),
+        });
     writer.close();
     {
         let mut slot = shared.link.lock();
@@ -348,12 +353,14 @@ fn run_connection(shared: &Shared, offer: Offer, offers: &Receiver<Offer>) -> Re
         }
     }
     shared.queue.wake.wake();
+    // Unless unloading (the main thread then applies nothing more).
+    let _ = shared.apply.submit(shared, FromLink::LinkDown { epoch });
     result
 }
 
 /// Counts the new link, marks it up and logs who the peer is and how the
-/// link runs.
-fn announce_link_up(shared: &Shared, peer: &Hello, device: &str) {
+/// link runs. Returns the link's number.
+fn announce_link_up(shared: &Shared, peer: &Hello, device: &str) -> u64 {
     shared.stats.ring_tail.store(0, Ordering::Relaxed);
     shared.stats.ring_credit.store(0, Ordering::Relaxed);
     let earlier = shared
@@ -387,6 +394,7 @@ fn announce_link_up(shared: &Shared, peer: &Hello, device: &str) {
         shared.transport.as_str(),
         shared.auth_mode().as_str(),
     ));
+    earlier + 1
 }
 
 /// The receiving side shared by every transport: poller -> apply -> credit.
@@ -418,7 +426,9 @@ impl Delivery for Inbound<'_> {
             return Err(e);
         }
         for batch in self.batches.drain(..) {
-            self.shared.apply.submit(self.shared, batch)?;
+            self.shared
+                .apply
+                .submit(self.shared, FromLink::Batch(batch))?;
         }
         let head = self.poller.head();
         let due = self.credit.due(head, head == placed);

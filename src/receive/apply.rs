@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 use redis_module::{CallOptions, CallOptionsBuilder, CallResult, Context, RedisModuleTimerID};
 
 use crate::capture::hook::Suppressed;
-use crate::capture::state::main_state;
+use crate::capture::state::{main_state, LinkView};
 use crate::catchup::replication::Replication;
 use crate::converge::version::{Decision, KeyVersion, Stamp, GC_AT_NEXT_ACK};
 use crate::error::{Error, Result};
@@ -37,7 +37,7 @@ const PAUSED_RETRY: Duration = Duration::from_millis(10);
 
 /// Link thread -> main thread hand-off.
 pub struct ApplyQueue {
-    batches: ArrayQueue<Batch>,
+    batches: ArrayQueue<FromLink>,
     /// Payload bytes of the batches in `batches`.
     bytes: std::sync::atomic::AtomicUsize,
     /// A wake-up byte is in the pipe and not yet read.
@@ -50,6 +50,37 @@ pub struct ApplyQueue {
     context: Mutex<Option<ThreadContext>>,
     /// The apply timer, while one is pending (stopped at unload).
     timer: Mutex<Option<RedisModuleTimerID>>,
+}
+
+/// What the link thread hands the main thread, in the order it happened: a
+/// link comes up, its batches, it goes down. The main thread learns of a
+/// link only from here, so a batch is never applied under the state of
+/// another link.
+#[derive(Debug)]
+pub enum FromLink {
+    /// Link `epoch` (1 for the first link of this process, then one more
+    /// per link) is up: what follows came over it.
+    LinkUp {
+        /// The link's number.
+        epoch: u64,
+    },
+    /// A batch the poller decoded.
+    Batch(Batch),
+    /// Link `epoch` ended.
+    LinkDown {
+        /// The link's number.
+        epoch: u64,
+    },
+}
+
+impl FromLink {
+    /// Payload bytes (events carry none).
+    fn payload_len(&self) -> usize {
+        match self {
+            Self::Batch(b) => b.payload_len(),
+            Self::LinkUp { .. } | Self::LinkDown { .. } => 0,
+        }
+    }
 }
 
 impl ApplyQueue {
@@ -92,12 +123,12 @@ impl ApplyQueue {
         }
     }
 
-    /// Hands a batch to the main thread, waiting while the queue is full
-    /// (that backpressure reaches the peer through credit).
+    /// Hands a batch or a link event to the main thread, waiting while the
+    /// queue is full (that backpressure reaches the peer through credit).
     ///
     /// # Errors
     /// [`Error::LinkClosed`] when unload begins while waiting.
-    pub fn submit(&self, shared: &Shared, mut batch: Batch) -> Result<()> {
+    pub fn submit(&self, shared: &Shared, mut batch: FromLink) -> Result<()> {
         let size = batch.payload_len();
         loop {
             let room = self.batches.is_empty()
@@ -120,8 +151,8 @@ impl ApplyQueue {
         }
     }
 
-    /// The oldest batch waiting, if any.
-    fn pop(&self) -> Option<Batch> {
+    /// The oldest item waiting, if any.
+    fn pop(&self) -> Option<FromLink> {
         let batch = self.batches.pop()?;
         self.bytes.fetch_sub(batch.payload_len(), Ordering::AcqRel);
         Some(batch)
@@ -139,8 +170,10 @@ impl ApplyQueue {
     /// Batches received but not applied (dropped at unload).
     pub fn discard(&self) -> u64 {
         let mut n = 0;
-        while let Some(b) = self.pop() {
-            n += b.entries.len() as u64;
+        while let Some(item) = self.pop() {
+            if let FromLink::Batch(b) = item {
+                n += b.entries.len() as u64;
+            }
         }
         n
     }
@@ -182,7 +215,18 @@ fn apply_pending(ctx: &Context, shared: &Shared) {
     }
     let started = Instant::now();
     let mut flushed = false;
-    while let Some(batch) = queue.pop() {
+    while let Some(item) = queue.pop() {
+        let batch = match item {
+            FromLink::Batch(batch) => batch,
+            FromLink::LinkUp { epoch } => {
+                set_link(LinkView::up(epoch));
+                continue;
+            }
+            FromLink::LinkDown { epoch } => {
+                set_link(LinkView::down(epoch));
+                continue;
+            }
+        };
         // Local changes made earlier in this event-loop iteration are
         // stamped (and shipped) before a remote entry that could overwrite
         // or move them is applied: a stamp taken after applying would be
@@ -199,6 +243,13 @@ fn apply_pending(ctx: &Context, shared: &Shared) {
     }
     if !queue.batches.is_empty() {
         queue.signal();
+    }
+}
+
+/// The link as the main thread knows it from now on.
+fn set_link(view: LinkView) {
+    if let Some(mut link) = main_state().link.get() {
+        *link = view;
     }
 }
 
@@ -746,5 +797,30 @@ mod tests {
         queue.signal();
         queue.take_wakeup();
         assert!(!queue.signaled.load(Ordering::Acquire));
+    }
+
+    #[test]
+    fn link_events_come_out_in_order_with_the_batches_and_weigh_nothing() {
+        let shared = Shared::for_tests();
+        let queue = &shared.apply;
+        let batch = Batch {
+            entries: vec![Entry {
+                db: 0,
+                origin: 2,
+                seq: 1,
+                clock: 1,
+                op: Op::Delete { key: b"k".to_vec() },
+            }],
+        };
+        let bytes = batch.payload_len();
+        queue.submit(&shared, FromLink::LinkUp { epoch: 3 }).unwrap();
+        queue.submit(&shared, FromLink::Batch(batch)).unwrap();
+        queue.submit(&shared, FromLink::LinkDown { epoch: 3 }).unwrap();
+        assert_eq!(queue.bytes.load(Ordering::Acquire), bytes);
+        assert!(matches!(queue.pop(), Some(FromLink::LinkUp { epoch: 3 })));
+        assert!(matches!(queue.pop(), Some(FromLink::Batch(_))));
+        assert_eq!(queue.bytes.load(Ordering::Acquire), 0);
+        assert!(matches!(queue.pop(), Some(FromLink::LinkDown { epoch: 3 })));
+        assert!(queue.pop().is_none());
     }
 }
