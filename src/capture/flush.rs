@@ -101,7 +101,7 @@ pub(crate) fn push(
     }
     match sent {
         Some(sent) => st.shipped(sent, last_seq),
-        None => st.pushed(last_seq),
+        None => st.peer.pushed(last_seq),
     }
     Ok(())
 }
@@ -339,7 +339,7 @@ fn on_link_up(st: &mut Replication, epoch: u64) {
         }
         CatchUp::Partial => format!(
             "rdmasync: catching up with the peer: partial sync of {} changes",
-            st.backlog.len()
+            st.peer.backlog.len()
         ),
     });
 }
@@ -350,12 +350,12 @@ fn on_link_up(st: &mut Replication, epoch: u64) {
 /// what this node holds: the peer's changes up to its watermark, its own
 /// up to its newest surviving stamp.
 fn ask_for_sync(shared: &Shared, st: &mut Replication) {
-    if !st.request_sync && !st.answer_wanted {
+    if !st.peer.request_sync && !st.peer.answer_wanted {
         return;
     }
     let me = shared.node_id;
-    let answer = !st.request_sync;
-    let since = if answer && st.answer_asks_all {
+    let answer = !st.peer.request_sync;
+    let since = if answer && st.peer.answer_asks_all {
         0
     } else {
         st.versions.covered(Stats::get(&shared.stats.peer_node_id))
@@ -365,7 +365,7 @@ fn ask_for_sync(shared: &Shared, st: &mut Replication) {
         (0, u64::MAX)
     } else {
         let own = st.own_durable.unwrap_or_else(|| st.versions.newest_of(me));
-        (st.received_at_loss(), own)
+        (st.peer.received_at_loss(), own)
     };
     let op = Op::SyncRequest {
         received,
@@ -376,22 +376,22 @@ fn ask_for_sync(shared: &Shared, st: &mut Replication) {
     let ask = entry(shared, 0, Stamp::new(since, me), op);
     let seq = ask.seq;
     if push(shared, st, vec![ask], false).is_ok() {
-        st.sync_request_sent(seq, answer);
+        st.peer.sync_request_sent(seq, answer);
     }
 }
 
 /// Starts the sync the peer's request (or a link drop) made due: a full
 /// one, or one since the watermarks the peer gave.
 fn start_due_sync(reader: &Reader, shared: &Shared, st: &mut Replication) {
-    if st.full_sync.is_some() {
+    if st.peer.full_sync.is_some() {
         return;
     }
-    if st.full_sync_wanted {
-        st.start_full_sync(FullSync::new(reader.databases()));
-    } else if let Some((since, own)) = st.since_sync_wanted {
+    if st.peer.full_sync_wanted {
+        st.peer.start_full_sync(FullSync::new(reader.databases()));
+    } else if let Some((since, own)) = st.peer.since_sync_wanted {
         let peer = Stats::get(&shared.stats.peer_node_id);
         let sync = FullSync::since_watermark(&st.versions, shared.node_id, peer, since, own);
-        st.start_full_sync(sync);
+        st.peer.start_full_sync(sync);
     }
 }
 
@@ -457,7 +457,7 @@ fn flush_changes(ctx: &Context, shared: &Shared, may_wait: bool, propagate: bool
         .get()
         .map(|mut e| std::mem::take(&mut *e))
         .unwrap_or_default();
-    let new_link = link_up && st.is_new_link(epoch);
+    let new_link = link_up && st.peer.is_new_link(epoch);
     let link_work = link_up && st.has_link_work();
     let stamps_pending = propagate && st.versions.journal_pending();
     if ops.is_empty() && expired.is_empty() && !new_link && !link_work && !held && !stamps_pending {
@@ -474,7 +474,7 @@ fn flush_changes(ctx: &Context, shared: &Shared, may_wait: bool, propagate: bool
     if link_up {
         start_syncs(&reader, shared, &mut st);
     }
-    let direct = link_up && st.backlog.is_empty() && !shared.queue.is_full();
+    let direct = link_up && st.peer.backlog.is_empty() && !shared.queue.is_full();
     let entries = record_local(&reader, shared, &mut st, ops, direct);
     if let Err(entries) = push(shared, &mut st, entries, true) {
         // Cannot happen after `is_full` said no (single producer): keep them.
@@ -524,7 +524,7 @@ fn record_expired(ctx: &Context, reader: &Reader, st: &mut Replication, expired:
         server::select_db(ctx, db);
         // Written again since it expired: that write has its own version.
         if !reader.exists(&key) {
-            let gc_after = st.last_pushed;
+            let gc_after = st.peer.last_pushed;
             st.versions.expired(db, &key, gc_after);
         }
     }
@@ -533,7 +533,7 @@ fn record_expired(ctx: &Context, reader: &Reader, st: &mut Replication, expired:
 /// Asks for, answers and starts the syncs the link needs.
 fn start_syncs(reader: &Reader, shared: &Shared, st: &mut Replication) {
     ask_for_sync(shared, st);
-    if st.sync_requested {
+    if st.peer.sync_requested {
         // Every key here has a version: a sync since a watermark misses
         // nothing.
         let versioned = reader.total_keys() <= st.versions.live_len() as u64;
@@ -559,11 +559,11 @@ fn catch_up_and_ack(ctx: &Context, reader: &Reader, shared: &Shared, st: &mut Re
     }
     let acked = send_ack(shared, st);
     st.collect_tombstones(acked);
-    if st.coverage().is_some_and(|c| c > st.coverage_sent()) {
+    if st.coverage().is_some_and(|c| c > st.peer.coverage_sent()) {
         // An ack held by the interval: come back for it even if idle.
         keep_awake(ctx, st);
     }
-    if st.catching_up() {
+    if st.peer.catching_up() {
         if shared.queue.is_full() {
             Stats::add(&shared.stats.queue_overflows, 1);
         }
@@ -586,7 +586,7 @@ fn send_ack(shared: &Shared, st: &mut Replication) -> bool {
     );
     let acked = push(shared, st, vec![ack], false).is_ok();
     if !acked {
-        st.ack_lost();
+        st.peer.ack_lost();
     }
     acked
 }

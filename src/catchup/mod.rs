@@ -5,5 +5,6 @@
 
 pub(crate) mod fullsync;
 pub(crate) mod inflight;
+pub(crate) mod peer;
 pub(crate) mod replication;
 pub(crate) mod resend;

@@ -141,8 +141,8 @@ fn functions_entry(reader: &Reader, shared: &Shared, st: &Replication) -> Option
 
 /// Ships the backlog for at most the rest of the slice.
 pub fn drain_backlog(reader: &Reader, shared: &Shared, st: &mut Replication, deadline: Instant) {
-    while !st.backlog.is_empty() && !shared.queue.is_full() && Instant::now() < deadline {
-        let ops = st.backlog.take_front(CATCH_UP_BATCH);
+    while !st.peer.backlog.is_empty() && !shared.queue.is_full() && Instant::now() < deadline {
+        let ops = st.peer.backlog.take_front(CATCH_UP_BATCH);
         let entries: Vec<Entry> = ops
             .into_iter()
             .filter_map(|op| backlog_entry(reader, shared, st, op))
@@ -150,12 +150,12 @@ pub fn drain_backlog(reader: &Reader, shared: &Shared, st: &mut Replication, dea
         let n = entries.len() as u64;
         if let Err(entries) = push(shared, st, entries, true) {
             let ops = entries.iter().filter_map(pending_of).collect();
-            st.backlog.restore(ops);
+            st.peer.backlog.restore(ops);
             break;
         }
-        st.report.entries += n;
-        if st.backlog.is_empty() {
-            st.report.done();
+        st.peer.report.entries += n;
+        if st.peer.backlog.is_empty() {
+            st.peer.report.done();
         }
     }
 }
@@ -167,7 +167,7 @@ pub fn advance_full_sync(
     st: &mut Replication,
     deadline: Instant,
 ) {
-    let Some(mut sync) = st.full_sync.take() else {
+    let Some(mut sync) = st.peer.full_sync.take() else {
         return;
     };
     while !shared.queue.is_full() && Instant::now() < deadline && !sync.is_done() {
@@ -187,11 +187,11 @@ pub fn advance_full_sync(
         }
         if push(shared, st, entries, false).is_err() {
             // Cannot happen after `is_full` said no (single producer); start over.
-            st.full_sync_wanted = true;
+            st.peer.full_sync_wanted = true;
             return;
         }
         sync.last_seq = last_seq.unwrap_or(sync.last_seq);
-        st.report.entries = sync.sent;
+        st.peer.report.entries = sync.sent;
     }
     if sync.is_done() {
         redis_module::logging::log_notice(format!(
@@ -199,8 +199,8 @@ pub fn advance_full_sync(
             sync.sent,
             sync.started.elapsed().as_millis()
         ));
-        st.full_sync_sent(sync.last_seq);
+        st.peer.full_sync_sent(sync.last_seq);
     } else {
-        st.full_sync = Some(sync);
+        st.peer.full_sync = Some(sync);
     }
 }

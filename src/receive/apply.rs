@@ -525,7 +525,7 @@ fn apply_entry<'a>(
         }
         _ => {}
     }
-    st.applied(e.seq);
+    st.peer.applied(e.seq);
     if !server::select_db(ctx, e.db) {
         return Err(format!("no database {}", e.db));
     }
@@ -578,7 +578,7 @@ fn decide(ctx: &Context, st: &Replication, me: u64, e: &Entry, key: &[u8]) -> De
 fn record_value(st: &mut Replication, db: u32, key: &[u8], stamp: Stamp, expiry_ms: Option<u64>) {
     if expiry_ms.is_some_and(|at| at <= unix_ms()) {
         st.versions
-            .record_delete(db, key, stamp, st.last_pushed.max(1));
+            .record_delete(db, key, stamp, st.peer.last_pushed.max(1));
     } else {
         st.versions.record_write(db, key, stamp);
     }
@@ -587,13 +587,13 @@ fn record_value(st: &mut Replication, db: u32, key: &[u8], stamp: Stamp, expiry_
 /// The peer's ack: received (acks are not acknowledged), and unless the
 /// fault switch drops acks, what it acknowledges and covers.
 fn note_ack(st: &mut Replication, e: &Entry, applied: u64) -> Outcome {
-    st.received(e.seq);
+    st.peer.received(e.seq);
     if !crate::ops::faults::acks_dropped() {
         // Before the acknowledgement: one that answers our request ends
         // the wait, and its own coverage (voided by the peer when it took
         // the request) is not yet to be trusted.
-        let accepts = st.accepts_coverage();
-        st.acknowledged(applied);
+        let accepts = st.peer.accepts_coverage();
+        st.peer.acknowledged(applied);
         // Its clock says what the peer's stream has covered of the peer's
         // own changes: all of it was applied here before this ack (same
         // ordered stream). Durable with the batch.
@@ -621,14 +621,14 @@ fn note_sync_request(
              misses: our changes after clock {since}, its own after {own}"
         )
     });
-    st.peer_asks_for_sync(received, since, own, answer);
+    st.peer.peer_asks_for_sync(received, since, own, answer);
     // Acknowledged like data: the peer learns it arrived (one lost with a
     // link drop is sent again).
-    st.applied(seq);
+    st.peer.applied(seq);
     if !answer {
         // It lost its state, the swaps it had in flight with it: its next
         // swaps may carry any stamp its clock gives them.
-        st.last_peer_swap = Stamp::default();
+        st.peer.last_peer_swap = Stamp::default();
     }
     Outcome::Notice
 }
@@ -643,14 +643,14 @@ fn apply_swap(
     other: u32,
     stamp: Stamp,
 ) -> std::result::Result<Outcome, String> {
-    if stamp <= st.last_peer_swap {
+    if stamp <= st.peer.last_peer_swap {
         return Ok(Outcome::Duplicate);
     }
     let a = db.to_string();
     let b = other.to_string();
     run(ctx, opts, "SWAPDB", &[a.as_bytes(), b.as_bytes()])?;
     st.swap_dbs(db, other);
-    st.last_peer_swap = stamp;
+    st.peer.last_peer_swap = stamp;
     Ok(Outcome::Applied)
 }
 
@@ -722,7 +722,7 @@ fn apply_batch(ctx: &Context, shared: &Shared, batch: &Batch) {
 fn refuse_as_replica(shared: &Shared, batch: &Batch, data_entries: u64) {
     if let Some(seq) = batch.entries.iter().map(|e| e.seq).max() {
         if let Some(mut st) = main_state().replication.get() {
-            st.received(seq);
+            st.peer.received(seq);
         }
     }
     Stats::add(&shared.stats.apply_errors, data_entries);
@@ -813,9 +813,13 @@ mod tests {
             }],
         };
         let bytes = batch.payload_len();
-        queue.submit(&shared, FromLink::LinkUp { epoch: 3 }).unwrap();
+        queue
+            .submit(&shared, FromLink::LinkUp { epoch: 3 })
+            .unwrap();
         queue.submit(&shared, FromLink::Batch(batch)).unwrap();
-        queue.submit(&shared, FromLink::LinkDown { epoch: 3 }).unwrap();
+        queue
+            .submit(&shared, FromLink::LinkDown { epoch: 3 })
+            .unwrap();
         assert_eq!(queue.bytes.load(Ordering::Acquire), bytes);
         assert!(matches!(queue.pop(), Some(FromLink::LinkUp { epoch: 3 })));
         assert!(matches!(queue.pop(), Some(FromLink::Batch(_))));

@@ -1,0 +1,307 @@
+//! One peer's replication progress: what it has not seen yet of this
+//! node's changes (the backlog, the changes shipped and not acknowledged),
+//! the full sync or sync since a watermark owed to it, the sync requests
+//! and acknowledgements both ways, the link it was last seen on and the
+//! tombstone collection its acknowledgements allow. One value per peer;
+//! the version store it ships from is the node's (`Replication`).
+
+use std::time::Instant;
+
+use crate::capture::hook::DirtySet;
+use crate::catchup::fullsync::FullSync;
+use crate::catchup::inflight::InFlight;
+use crate::catchup::replication::{CatchUp, CatchUpReport};
+use crate::converge::version::Stamp;
+
+/// The progress of one peer. Main thread only.
+#[derive(Debug)]
+pub struct Peer {
+    /// Local changes not shipped yet, in order, each key once.
+    pub backlog: DirtySet,
+    pub(super) backlog_limit: usize,
+    /// Shipped and not acknowledged, in sequence order.
+    pub(super) inflight: InFlight,
+    /// A full sync is due at the next link-up (first contact, overflow,
+    /// the peer asked, the dataset was replaced).
+    pub full_sync_wanted: bool,
+    /// The full sync running now, if any.
+    pub full_sync: Option<FullSync>,
+    /// The sequence number of the last entry of the latest full sync, until
+    /// the peer acknowledges it: its entries are not kept for a resend, so a
+    /// link drop before then (its tail still queued, or lost in flight)
+    /// starts the full sync over.
+    pub(super) full_sync_unacked: Option<u64>,
+    /// A full sync started since the current link came up.
+    pub(super) full_sync_on_link: bool,
+    /// `last_pushed` when that full sync started: its entries come after.
+    pub(super) full_sync_started_after: u64,
+    /// The newest `received` of the peer's sync requests not yet handled.
+    pub(super) request_received: u64,
+    /// The peer's sequence number of the last entry received here (applied,
+    /// an ack, or dropped while this node was a replica).
+    pub(super) received_from_peer: u64,
+    /// `received_from_peer` when this node last lost state (0: it started
+    /// empty-handed): what its sync requests tell the peer.
+    pub(super) received_at_loss: u64,
+    /// The peer asked for a full sync (it lost state).
+    pub sync_requested: bool,
+    /// Ask the peer for a full sync at the next link-up (this node lost
+    /// state: it just started, or its dataset was replaced).
+    pub request_sync: bool,
+    /// Sequence number of the sync request sent last, and whether it was
+    /// an answer, until the peer acknowledges it (or anything after it):
+    /// one lost with a link drop (still queued, or in flight) is sent again
+    /// at the next link-up.
+    pub(super) sync_request_unacked: Option<(u64, bool)>,
+    /// Send the peer an answer request (it asked us, we had not asked it
+    /// on this link): it ships what we miss of its changes, from our
+    /// watermark, instead of a first-contact full sync.
+    pub answer_wanted: bool,
+    /// The answer request asks for everything (a watermark of 0): the peer
+    /// may have lost deletes whose tombstones this node collected, so its
+    /// whole dataset must come back for the pair to agree.
+    pub answer_asks_all: bool,
+    /// This node sent a sync request on the current link.
+    pub(super) asked_on_link: bool,
+    /// What the peer's pending requests hold: our changes up to `since`,
+    /// its own up to `own` (the lowest of each over pending requests), and
+    /// whether one of them was not an answer.
+    pub(super) request_since: u64,
+    pub(super) request_own: u64,
+    pub(super) request_initial: bool,
+    /// A sync since a watermark is due at the next link-up flush:
+    /// `(since, own)` of the peer's request.
+    pub since_sync_wanted: Option<(u64, u64)>,
+    /// The kind of the sync running or handed out last, to start it over
+    /// after a link drop: `None` full, `Some((since, own))`.
+    pub(super) sync_kind: Option<(u64, u64)>,
+    /// The coverage our last ack told the peer (see `Replication::coverage`).
+    pub(super) coverage_sent: u64,
+    /// This node lost state (it started, or its dataset was replaced) and
+    /// has not yet taken the peer's request that says what the peer misses
+    /// of its changes: until it has (and shipped that), it claims no
+    /// coverage (its backlog was dropped, its stream started over).
+    pub(super) awaiting_peer_request: bool,
+    /// The number of the link this peer was last caught up on (its `LinkUp`
+    /// event's epoch; 0: catch up at the next flush even on the same link).
+    pub(super) link_epoch: u64,
+    /// Our highest sequence number the peer has applied.
+    pub peer_acked: u64,
+    /// Stamp of the newest SWAPDB from the peer applied here (a resent
+    /// swap at or below it was applied already).
+    pub last_peer_swap: Stamp,
+    /// The peer's sequence number of the last data entry applied here.
+    pub(super) applied_from_peer: u64,
+    /// What our last ack said.
+    pub(super) ack_sent: u64,
+    /// When the last ack went out.
+    pub(super) last_ack_at: Option<Instant>,
+    /// Our last sequence number pushed to the queue.
+    pub last_pushed: u64,
+    /// `peer_acked` at the last tombstone collection.
+    pub(super) collected_at: u64,
+    /// Completed full syncs sent and partial ones.
+    pub full_syncs: u64,
+    /// Syncs since a watermark sent.
+    pub since_syncs: u64,
+    /// Reconnects caught up from the backlog alone.
+    pub partial_syncs: u64,
+    /// The last catch-up.
+    pub report: CatchUpReport,
+}
+
+impl Peer {
+    /// A peer never talked to: the first contact is a full sync both ways.
+    pub fn new(backlog_limit: usize) -> Self {
+        Self {
+            backlog: DirtySet::default(),
+            backlog_limit: backlog_limit.max(1),
+            inflight: InFlight::default(),
+            // The peer asks for what it misses (this node's request
+            // tells it this node lost state; it answers with its own).
+            full_sync_wanted: false,
+            full_sync: None,
+            full_sync_unacked: None,
+            full_sync_on_link: false,
+            sync_requested: false,
+            full_sync_started_after: 0,
+            request_received: 0,
+            received_from_peer: 0,
+            received_at_loss: 0,
+            request_sync: true,
+            sync_request_unacked: None,
+            answer_wanted: false,
+            answer_asks_all: false,
+            asked_on_link: false,
+            request_since: u64::MAX,
+            request_own: u64::MAX,
+            request_initial: false,
+            since_sync_wanted: None,
+            sync_kind: None,
+            coverage_sent: 0,
+            awaiting_peer_request: true,
+            link_epoch: 0,
+            peer_acked: 0,
+            last_peer_swap: Stamp::default(),
+            applied_from_peer: 0,
+            ack_sent: 0,
+            last_ack_at: None,
+            last_pushed: 0,
+            collected_at: 0,
+            full_syncs: 0,
+            since_syncs: 0,
+            partial_syncs: 0,
+            report: CatchUpReport::default(),
+        }
+    }
+
+    /// Whether `epoch` (a link's number, from its `LinkUp` event) is a link
+    /// this peer was not caught up on yet.
+    pub fn is_new_link(&self, epoch: u64) -> bool {
+        epoch != self.link_epoch
+    }
+
+    /// Starts a full sync (the link is up): it ships the current state of
+    /// every key, tombstone and floor, so the backlog is covered by it.
+    pub fn start_full_sync(&mut self, sync: FullSync) {
+        // A full sync covers a sync since a watermark.
+        self.sync_kind = sync.since();
+        if sync.since().is_none() {
+            self.full_sync_wanted = false;
+        }
+        self.since_sync_wanted = None;
+        let _ = self.backlog.take();
+        let kind = if sync.since().is_some() {
+            CatchUp::Since
+        } else {
+            CatchUp::Full
+        };
+        self.full_sync = Some(sync);
+        self.full_sync_unacked = None;
+        self.full_sync_on_link = true;
+        self.full_sync_started_after = self.last_pushed;
+        self.report = CatchUpReport::start(kind, self.last_pushed);
+        self.report.since = self.sync_kind.map_or(0, |(since, _)| since);
+    }
+
+    /// A sync request went out with sequence number `seq`.
+    pub fn sync_request_sent(&mut self, seq: u64, answer: bool) {
+        if answer {
+            self.answer_wanted = false;
+            self.answer_asks_all = false;
+        } else {
+            self.request_sync = false;
+        }
+        self.asked_on_link = true;
+        self.sync_request_unacked = Some((seq, answer));
+    }
+
+    /// The full sync handed out its last entry, sequence number `last_seq`
+    /// (0: it shipped nothing).
+    pub fn full_sync_sent(&mut self, last_seq: u64) {
+        self.report.done();
+        if self.full_sync.take().is_some_and(|s| s.since().is_some()) {
+            self.since_syncs += 1;
+        } else {
+            self.full_syncs += 1;
+        }
+        self.full_sync_unacked = (last_seq > self.peer_acked).then_some(last_seq);
+    }
+
+    /// Whether an ack is due (something applied since the last one).
+    pub fn ack_due(&self) -> bool {
+        self.applied_from_peer != self.ack_sent && self.applied_from_peer != 0
+    }
+
+    /// The ack taken last could not be queued: send it again later.
+    pub fn ack_lost(&mut self) {
+        self.ack_sent = 0;
+        self.coverage_sent = 0;
+    }
+
+    /// An entry went out that needs no resend (full sync, ack).
+    pub fn pushed(&mut self, seq: u64) {
+        self.last_pushed = self.last_pushed.max(seq);
+    }
+
+    /// The peer applied our entries up to `applied`.
+    pub fn acknowledged(&mut self, applied: u64) {
+        self.peer_acked = self.peer_acked.max(applied);
+        self.inflight.acknowledged(applied);
+        let acked = self.peer_acked;
+        self.full_sync_unacked = self.full_sync_unacked.filter(|&last| last > acked);
+        self.sync_request_unacked = self.sync_request_unacked.filter(|&(seq, _)| seq > acked);
+    }
+
+    /// The peer asked for a full sync; it had received our entries up to
+    /// `received`.
+    pub fn peer_asks_for_sync(&mut self, received: u64, since: u64, own: u64, answer: bool) {
+        if !answer {
+            // It lost state: what our acks told it of our coverage is void
+            // until the sync that answers this request has reached it.
+            self.coverage_sent = 0;
+        }
+        self.sync_requested = true;
+        self.request_received = self.request_received.max(received);
+        self.request_since = self.request_since.min(since);
+        self.request_own = self.request_own.min(own);
+        self.request_initial |= !answer;
+    }
+
+    /// Entries of the peer up to sequence number `seq` reached this node
+    /// (applied, an ack, or dropped while it is a replica).
+    pub fn received(&mut self, seq: u64) {
+        self.received_from_peer = self.received_from_peer.max(seq);
+    }
+
+    /// What a sync request of ours says this node had received when it
+    /// lost state (what it received since was applied after the loss).
+    pub fn received_at_loss(&self) -> u64 {
+        self.received_at_loss
+    }
+
+    /// A data entry with the peer's sequence number `seq` was applied here.
+    pub fn applied(&mut self, seq: u64) {
+        self.received(seq);
+        self.applied_from_peer = seq;
+    }
+
+    /// Whether the coverage in the peer's acks may raise this node's
+    /// watermark of it: not while a request of ours for what we miss (we
+    /// lost state) is unanswered, since the peer's earlier acks speak of a
+    /// stream whose earlier links this node no longer holds.
+    pub fn accepts_coverage(&self) -> bool {
+        !self.request_sync && !matches!(self.sync_request_unacked, Some((_, false)))
+    }
+
+    /// The last coverage our acks told the peer.
+    pub fn coverage_sent(&self) -> u64 {
+        self.coverage_sent
+    }
+
+    /// Changes the peer has not applied: unacknowledged plus backlog.
+    pub fn lag_ops(&self) -> usize {
+        self.inflight.len() + self.backlog.len()
+    }
+
+    /// Age of the oldest unacknowledged change, in milliseconds.
+    pub fn lag_ms(&self) -> u64 {
+        self.inflight
+            .oldest_sent()
+            .map_or(0, |sent| sent.elapsed().as_millis() as u64)
+    }
+
+    /// Whether shipping is still catching up (backlog or full sync).
+    pub fn catching_up(&self) -> bool {
+        !self.backlog.is_empty() || self.full_sync.is_some()
+    }
+
+    /// A sync is wanted, asked for or owed to the peer.
+    pub fn sync_pending(&self) -> bool {
+        self.full_sync_wanted
+            || self.since_sync_wanted.is_some()
+            || self.sync_requested
+            || self.request_sync
+            || self.answer_wanted
+    }
+}
