@@ -3,7 +3,7 @@
 
 use std::net::{TcpListener, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use parking_lot::{Mutex, RwLock};
@@ -179,12 +179,15 @@ struct Runtime {
     threads: Vec<JoinHandle<()>>,
 }
 
-static RUNTIME: Mutex<Option<Runtime>> = Mutex::new(None);
-static CURRENT: LazyLock<RwLock<Option<Arc<Shared>>>> = LazyLock::new(|| RwLock::new(None));
+/// The one handle the C callbacks need (Redis gives them no context to
+/// carry state in): the live state and its threads, while started. Written
+/// only by `start` and `stop` on the main thread; the callbacks, all on the
+/// main thread too, read it.
+static RUNTIME: RwLock<Option<Runtime>> = RwLock::new(None);
 
 /// Runs `f` on the live state, if the module is started.
 pub fn with_shared<R>(f: impl FnOnce(&Arc<Shared>) -> R) -> Option<R> {
-    CURRENT.read().as_ref().map(f)
+    RUNTIME.read().as_ref().map(|rt| f(&rt.shared))
 }
 
 fn node_id_for(config: &Config) -> u64 {
@@ -315,8 +318,7 @@ pub fn start(config: Config, server: ServerInfo) -> Result<String> {
         shared.auth_mode().as_str(),
         if shared.tls.is_some() { ", tls" } else { "" },
     );
-    *CURRENT.write() = Some(shared.clone());
-    *RUNTIME.lock() = Some(Runtime { shared, threads });
+    *RUNTIME.write() = Some(Runtime { shared, threads });
     if let Err(e) = started {
         stop();
         return Err(e);
@@ -372,7 +374,7 @@ fn choose_transport(choice: TransportChoice, tls: bool) -> Result<(TransportKind
 
 /// Whether the module's threads run (configs set now are run-time changes).
 pub fn is_running() -> bool {
-    CURRENT.read().is_some()
+    RUNTIME.read().is_some()
 }
 
 /// Points the link at a new peer address: the current link closes and the
@@ -393,7 +395,7 @@ pub fn change_peer(host: &str, port: u16) {
 
 /// Stops every thread and waits for it. Safe to call when not started.
 pub fn stop() {
-    let Some(rt) = RUNTIME.lock().take() else {
+    let Some(rt) = RUNTIME.write().take() else {
         return;
     };
     rdma::abort_waits(true);
@@ -410,5 +412,4 @@ pub fn stop() {
     }
     Stats::add(&rt.shared.stats.entries_dropped, rt.shared.apply.discard());
     rt.shared.stats.set_link(LinkState::Down);
-    *CURRENT.write() = None;
 }

@@ -330,8 +330,9 @@ fn keep_awake(ctx: &Context, st: &mut Replication) {
 
 /// A new link is up: resend what was not acknowledged, and start a full
 /// sync when one is due.
-fn on_link_up(st: &mut Replication, epoch: u64) {
-    let how = st.link_up(epoch);
+fn on_link_up(st: &mut Replication, link: LinkView) {
+    st.peer.node_id = link.peer_node;
+    let how = st.link_up(link.epoch);
     redis_module::logging::log_notice(match how {
         CatchUp::Full => "rdmasync: catching up with the peer: full sync".to_owned(),
         CatchUp::Since => {
@@ -358,7 +359,7 @@ fn ask_for_sync(shared: &Shared, st: &mut Replication) {
     let since = if answer && st.peer.answer_asks_all {
         0
     } else {
-        st.versions.covered(Stats::get(&shared.stats.peer_node_id))
+        st.versions.covered(st.peer.node_id)
     };
     let (received, own) = if answer {
         // It lost nothing of ours: none of ours is to come back.
@@ -389,7 +390,7 @@ fn start_due_sync(reader: &Reader, shared: &Shared, st: &mut Replication) {
     if st.peer.full_sync_wanted {
         st.peer.start_full_sync(FullSync::new(reader.databases()));
     } else if let Some((since, own)) = st.peer.since_sync_wanted {
-        let peer = Stats::get(&shared.stats.peer_node_id);
+        let peer = st.peer.node_id;
         let sync = FullSync::since_watermark(&st.versions, shared.node_id, peer, since, own);
         st.peer.start_full_sync(sync);
     }
@@ -434,7 +435,8 @@ pub fn flush_before_save(ctx: &Context, shared: &Shared) {
 fn flush_changes(ctx: &Context, shared: &Shared, may_wait: bool, propagate: bool) {
     crate::capture::hook::resolve_silent(ctx);
     let main = main_state();
-    let LinkView { up: link_up, epoch } = main.link.get().map(|l| *l).unwrap_or_default();
+    let link = main.link.get().map(|l| *l).unwrap_or_default();
+    let (link_up, epoch) = (link.up, link.epoch);
     // Taken first: held further up the stack, the changes stay recorded.
     let Some(mut st) = main.replication.get() else {
         return;
@@ -469,7 +471,7 @@ fn flush_changes(ctx: &Context, shared: &Shared, may_wait: bool, propagate: bool
     let original_db = server::selected_db(ctx);
     record_expired(ctx, &reader, &mut st, expired);
     if new_link {
-        on_link_up(&mut st, epoch);
+        on_link_up(&mut st, link);
     }
     if link_up {
         start_syncs(&reader, shared, &mut st);
@@ -537,7 +539,7 @@ fn start_syncs(reader: &Reader, shared: &Shared, st: &mut Replication) {
         // Every key here has a version: a sync since a watermark misses
         // nothing.
         let versioned = reader.total_keys() <= st.versions.live_len() as u64;
-        let peer = Stats::get(&shared.stats.peer_node_id);
+        let peer = st.peer.node_id;
         st.take_sync_request(versioned, shared.node_id, peer);
         ask_for_sync(shared, st);
     }

@@ -64,17 +64,26 @@ pub struct LinkView {
     pub up: bool,
     /// The number of the last link that came up (0: none yet).
     pub epoch: u64,
+    /// The node id the peer gave in that link's handshake.
+    pub peer_node: u64,
 }
 
 impl LinkView {
-    /// Link `epoch` is up.
-    pub fn up(epoch: u64) -> Self {
-        Self { up: true, epoch }
+    /// Link `epoch`, with node `peer_node`, is up.
+    pub fn up(epoch: u64, peer_node: u64) -> Self {
+        Self {
+            up: true,
+            epoch,
+            peer_node,
+        }
     }
 
-    /// Link `epoch` ended.
-    pub fn down(epoch: u64) -> Self {
-        Self { up: false, epoch }
+    /// This view once link `epoch` ended.
+    pub fn ended(self, epoch: u64) -> Self {
+        Self {
+            up: self.up && self.epoch != epoch,
+            ..self
+        }
     }
 }
 
@@ -137,6 +146,15 @@ mod tests {
         assert!(state.expired.try_get().is_some());
         drop(held);
         assert!(state.dirty.try_get().is_some());
+    }
+
+    #[test]
+    fn a_link_that_ended_leaves_a_newer_one_up() {
+        let view = LinkView::up(2, 7);
+        assert!(!view.ended(2).up);
+        assert_eq!(view.ended(2).epoch, 2);
+        // The end of link 1, decoded after link 2 came up, changes nothing.
+        assert_eq!(view.ended(1), view);
     }
 
     #[test]

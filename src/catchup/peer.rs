@@ -98,6 +98,9 @@ pub struct Peer {
     pub(super) last_ack_at: Option<Instant>,
     /// Our last sequence number pushed to the queue.
     pub last_pushed: u64,
+    /// The peer's node id, from the link it was last caught up on (0: none
+    /// yet): whose watermark its sync requests and answers name.
+    pub node_id: u64,
     /// `peer_acked` at the last tombstone collection.
     pub(super) collected_at: u64,
     /// Completed full syncs sent and partial ones.
@@ -147,6 +150,7 @@ impl Peer {
             ack_sent: 0,
             last_ack_at: None,
             last_pushed: 0,
+            node_id: 0,
             collected_at: 0,
             full_syncs: 0,
             since_syncs: 0,

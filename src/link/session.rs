@@ -337,7 +337,13 @@ fn run_connection(shared: &Shared, offer: Offer, offers: &Receiver<Offer>) -> Re
     let epoch = announce_link_up(shared, &peer, &device);
     let result = shared
         .apply
-        .submit(shared, FromLink::LinkUp { epoch })
+        .submit(
+            shared,
+            FromLink::LinkUp {
+                epoch,
+                peer_node: peer.node_id,
+            },
+        )
         .and_then(|()| Inbound::new(shared, offers))
         .and_then(|mut inbound| match active {
             Active::Tcp(mut reader, link, mut ring) => {

@@ -63,6 +63,8 @@ pub enum FromLink {
     LinkUp {
         /// The link's number.
         epoch: u64,
+        /// The peer's node id, from the handshake.
+        peer_node: u64,
     },
     /// A batch the poller decoded.
     Batch(Batch),
@@ -218,12 +220,12 @@ fn apply_pending(ctx: &Context, shared: &Shared) {
     while let Some(item) = queue.pop() {
         let batch = match item {
             FromLink::Batch(batch) => batch,
-            FromLink::LinkUp { epoch } => {
-                set_link(LinkView::up(epoch));
+            FromLink::LinkUp { epoch, peer_node } => {
+                set_link(|_| LinkView::up(epoch, peer_node));
                 continue;
             }
             FromLink::LinkDown { epoch } => {
-                set_link(LinkView::down(epoch));
+                set_link(|view| view.ended(epoch));
                 continue;
             }
         };
@@ -247,9 +249,9 @@ fn apply_pending(ctx: &Context, shared: &Shared) {
 }
 
 /// The link as the main thread knows it from now on.
-fn set_link(view: LinkView) {
+fn set_link(change: impl FnOnce(LinkView) -> LinkView) {
     if let Some(mut link) = main_state().link.get() {
-        *link = view;
+        *link = change(*link);
     }
 }
 
@@ -813,15 +815,23 @@ mod tests {
             }],
         };
         let bytes = batch.payload_len();
-        queue
-            .submit(&shared, FromLink::LinkUp { epoch: 3 })
-            .unwrap();
+        let up = FromLink::LinkUp {
+            epoch: 3,
+            peer_node: 9,
+        };
+        queue.submit(&shared, up).unwrap();
         queue.submit(&shared, FromLink::Batch(batch)).unwrap();
         queue
             .submit(&shared, FromLink::LinkDown { epoch: 3 })
             .unwrap();
         assert_eq!(queue.bytes.load(Ordering::Acquire), bytes);
-        assert!(matches!(queue.pop(), Some(FromLink::LinkUp { epoch: 3 })));
+        assert!(matches!(
+            queue.pop(),
+            Some(FromLink::LinkUp {
+                epoch: 3,
+                peer_node: 9
+            })
+        ));
         assert!(matches!(queue.pop(), Some(FromLink::Batch(_))));
         assert_eq!(queue.bytes.load(Ordering::Acquire), 0);
         assert!(matches!(queue.pop(), Some(FromLink::LinkDown { epoch: 3 })));
