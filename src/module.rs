@@ -116,10 +116,11 @@ fn on_server_event(ctx: &Context, event: ServerEvent) {
             });
             server::settle_role();
         }
-        ServerEvent::DatasetReplaced(own_files) => {
+        ServerEvent::DatasetReplaced { own_files, aof } => {
             let discarded = hook::on_dataset_replaced();
             if let Some(mut st) = main_state().replication.get() {
                 st.dataset_replaced(own_files);
+                st.loading_aof = aof;
             }
             runtime::with_shared(|s| s.dataset_replaced(discarded));
         }
@@ -132,6 +133,7 @@ fn on_server_event(ctx: &Context, event: ServerEvent) {
             runtime::with_shared(|s| persist::on_child_born(ctx, s));
         }
         ServerEvent::LoadingEnded => {
+            persist::restore_rewrite_versions();
             runtime::with_shared(|s| persist::date_unstamped_changes(ctx, s));
             // The loaded libraries are checked against their recorded
             // version at the next flush.

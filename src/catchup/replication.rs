@@ -92,6 +92,14 @@ pub struct Replication {
     pub stamps_loaded: u64,
     /// Changes a load found without their stamp, dated then.
     pub stamps_dated: u64,
+    /// The store as of the last AOF rewrite without preamble made while
+    /// `appendonly` was off: that base file carries no versions (no
+    /// incremental file follows it to carry them), so `DEBUG LOADAOF` of
+    /// it takes them from here. Encoded blobs; `None` after any other
+    /// rewrite.
+    pub rewrite_versions: Option<Vec<Vec<u8>>>,
+    /// The load running (or last run) reads the AOF.
+    pub loading_aof: bool,
     /// The peer's progress (one peer today: a second is a second value).
     pub peer: Peer,
 }
@@ -114,6 +122,8 @@ impl Replication {
             wake_pending: false,
             stamps_loaded: 0,
             stamps_dated: 0,
+            rewrite_versions: None,
+            loading_aof: false,
             peer: Peer::new(backlog_limit),
         }
     }

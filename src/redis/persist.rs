@@ -9,7 +9,7 @@
 
 use std::os::raw::{c_int, c_void};
 
-use redis_module::logging::log_warning;
+use redis_module::logging::{log_notice, log_warning};
 use redis_module::native_types::RedisType;
 use redis_module::{raw, Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
@@ -281,16 +281,75 @@ pub fn date_unstamped_changes(ctx: &Context, shared: &Shared) {
 /// flush before sleeping ([`write_due_snapshot`]): propagating here, inside
 /// the command that forked (BGREWRITEAOF, `CONFIG SET appendonly yes`),
 /// would make Redis propagate that command into the AOF and to replicas.
+///
+/// With `appendonly` off there is no incremental file: the snapshot is
+/// kept in memory instead, for a `DEBUG LOADAOF` of that base file
+/// ([`restore_rewrite_versions`]).
 pub fn on_child_born(ctx: &Context, shared: &Shared) {
     if !shared.config.persist_versions || crate::redis::server::clients_paused() {
         return;
     }
-    let rewriting = ctx
-        .server_info("persistence")
-        .field("aof_rewrite_in_progress")
-        .is_some_and(|v| v.to_string_lossy() == "1");
-    if rewriting && !aof_preamble(ctx) {
+    let persistence = ctx.server_info("persistence");
+    let flag = |name: &str| {
+        persistence
+            .field(name)
+            .is_some_and(|v| v.to_string_lossy() == "1")
+    };
+    if !flag("aof_rewrite_in_progress") {
+        return;
+    }
+    let without_preamble = !aof_preamble(ctx);
+    let aof_on = flag("aof_enabled");
+    let main = main_state();
+    let Some(mut st) = main.replication.try_get() else {
+        log_warning("rdmasync: versions not kept for an AOF rewrite (state busy)");
+        return;
+    };
+    st.rewrite_versions = None;
+    if without_preamble && aof_on {
         SNAPSHOT_DUE.store(true, std::sync::atomic::Ordering::Relaxed);
+    } else if without_preamble {
+        let mut blobs = encode(&st.versions);
+        drop(st);
+        add_unstamped(&mut blobs);
+        if let Some(mut st) = main.replication.try_get() {
+            st.rewrite_versions = Some(blobs);
+        }
+    }
+}
+
+/// At the end of a load from the AOF that brought no versions at all (its
+/// base file was rewritten without preamble while `appendonly` was off):
+/// the versions of that base, as the rewrite found them ([`on_child_born`]).
+pub fn restore_rewrite_versions() {
+    let main = main_state();
+    let Some(mut st) = main.replication.try_get() else {
+        return;
+    };
+    let nothing_loaded = st.versions.is_empty() && st.versions.floors().is_empty();
+    if !st.loading_aof || !nothing_loaded {
+        return;
+    }
+    let Some(blobs) = st.rewrite_versions.take() else {
+        return;
+    };
+    let mut bad = None;
+    for blob in &blobs {
+        if let Err(e) = decode_into(blob, &mut st.versions) {
+            bad = Some(e.to_string());
+        }
+    }
+    let keys = st.versions.len();
+    // The same base may be loaded again.
+    st.rewrite_versions = Some(blobs);
+    match bad {
+        None => log_notice(format!(
+            "rdmasync: versions of {keys} key(s) restored from the last AOF rewrite (appendonly \
+             off: its base file carries none)"
+        )),
+        Some(e) => log_warning(format!(
+            "rdmasync: versions of the last AOF rewrite not wholly restored: {e}"
+        )),
     }
 }
 

@@ -53,8 +53,12 @@ pub enum ServerEvent {
     BeforeSleep,
     /// The dataset is being replaced wholesale (`DEBUG RELOAD`, a replica's
     /// full sync, AOF/RDB load): no per-key notifications will follow.
-    /// `true` when it comes from this node's own files, not a master.
-    DatasetReplaced(bool),
+    DatasetReplaced {
+        /// It comes from this node's own files, not a master.
+        own_files: bool,
+        /// From the AOF (a restart with `appendonly yes`, `DEBUG LOADAOF`).
+        aof: bool,
+    },
     /// A dataset load finished (AOF, RDB, or from a master).
     LoadingEnded,
     /// The server forked a child (this is the parent, right after the fork).
@@ -152,9 +156,10 @@ fn loading_event(subevent: u64) -> Option<ServerEvent> {
     if subevent == raw::REDISMODULE_SUBEVENT_LOADING_ENDED {
         Some(ServerEvent::LoadingEnded)
     } else if starting {
-        Some(ServerEvent::DatasetReplaced(
-            subevent != raw::REDISMODULE_SUBEVENT_LOADING_REPL_START,
-        ))
+        Some(ServerEvent::DatasetReplaced {
+            own_files: subevent != raw::REDISMODULE_SUBEVENT_LOADING_REPL_START,
+            aof: subevent == raw::REDISMODULE_SUBEVENT_LOADING_AOF_START,
+        })
     } else {
         None
     }
