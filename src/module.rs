@@ -132,6 +132,7 @@ fn on_server_event(ctx: &Context, event: ServerEvent) {
         ServerEvent::ChildBorn => {
             runtime::with_shared(|s| persist::on_child_born(ctx, s));
         }
+        ServerEvent::ChildDied => persist::on_child_died(ctx),
         ServerEvent::LoadingEnded => {
             persist::restore_rewrite_versions();
             runtime::with_shared(|s| persist::date_unstamped_changes(ctx, s));

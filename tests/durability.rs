@@ -582,6 +582,80 @@ fn debug_loadaof_of_a_rewrite_made_with_appendonly_off_keeps_every_key() {
     assert_eq!(pair.wait_converged(SETTLE), before);
 }
 
+/// A rewrite that fails (its child killed) leaves the base file before it,
+/// and so the versions kept for that base: taken from the failed rewrite's
+/// fork instead, the keys written between the two rewrites (absent from
+/// the older base) would count as held, and the peer would never ship them
+/// back; dropped, every key would be dated below the earlier flush's floor.
+#[test]
+fn a_failed_rewrite_leaves_the_versions_of_the_base_before_it() {
+    let pair = Pair::start();
+    let mut a = pair.a.conn();
+    let _: () = redis::cmd("FLUSHDB").query(&mut a).unwrap();
+    for i in 0..100 {
+        let _: () = a.set(format!("k:{i}"), i).unwrap();
+    }
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("aof-use-rdb-preamble")
+        .arg("no")
+        .query(&mut a)
+        .unwrap();
+    wait_rewritten(&pair.a);
+    for i in 0..50 {
+        let _: () = a.set(format!("j:{i}"), i).unwrap();
+    }
+    pair.wait_converged(SETTLE);
+    // A second rewrite, slowed down, killed half-way.
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("rdb-key-save-delay")
+        .arg("100000")
+        .query(&mut a)
+        .unwrap();
+    let _: redis::Value = redis::cmd("BGREWRITEAOF").query(&mut a).unwrap();
+    let child = wait_until(SETTLE, || {
+        let out = std::process::Command::new("pkill")
+            .args(["-9", "-P", &pair.a.pid().to_string()])
+            .status()
+            .unwrap();
+        out.success()
+    });
+    assert!(child, "no rewrite child to kill");
+    let failed = wait_until(SETTLE, || {
+        let info: String = redis::cmd("INFO").arg("persistence").query(&mut a).unwrap();
+        info.contains("aof_rewrite_in_progress:0") && info.contains("aof_last_bgrewrite_status:err")
+    });
+    assert!(failed, "the rewrite did not fail");
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("rdb-key-save-delay")
+        .arg("0")
+        .query(&mut a)
+        .unwrap();
+    // The older base: the k keys only; the j keys come back from the peer.
+    let _: () = redis::cmd("DEBUG").arg("LOADAOF").query(&mut a).unwrap();
+    let watched = Instant::now();
+    let mut smallest = u64::MAX;
+    while watched.elapsed() < Duration::from_secs(2) {
+        let size: u64 = redis::cmd("DBSIZE").query(&mut a).unwrap();
+        smallest = smallest.min(size);
+    }
+    assert!(
+        smallest >= 100,
+        "keys of the base vanished from A: {smallest}"
+    );
+    let back = wait_until(SETTLE, || {
+        redis::cmd("DBSIZE").query::<u64>(&mut a).unwrap() == 150
+    });
+    assert!(
+        back,
+        "the j keys never came back to A: {:?}",
+        pair.a.status()
+    );
+    pair.wait_converged(SETTLE);
+}
+
 /// The snapshot a rewrite without preamble wants goes out before sleeping,
 /// never inside the command that forked: Redis would propagate that
 /// command (`CONFIG SET appendonly yes`, `BGREWRITEAOF`) into the AOF and

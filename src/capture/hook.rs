@@ -568,6 +568,7 @@ pub fn on_flush_or_swap(event: server::ServerEvent) {
         | server::ServerEvent::BecameMaster
         | server::ServerEvent::LoadingEnded
         | server::ServerEvent::ChildBorn
+        | server::ServerEvent::ChildDied
         | server::ServerEvent::SavingStarts => {}
     }
 }

@@ -10,6 +10,7 @@ use std::time::Instant;
 use crate::capture::hook::PendingOp;
 use crate::catchup::inflight::SentBatch;
 use crate::catchup::peer::Peer;
+use crate::converge::journal::RewriteBase;
 use crate::converge::version::{Stamp, VersionStore};
 use crate::ops::status::Convergence;
 
@@ -98,6 +99,10 @@ pub struct Replication {
     /// it takes them from here. Encoded blobs; `None` after any other
     /// rewrite.
     pub rewrite_versions: Option<Vec<Vec<u8>>>,
+    /// What the rewrite running now will leave: it replaces
+    /// `rewrite_versions` only once the server says the rewrite succeeded
+    /// (a failed or killed one leaves the base before it in place).
+    pub rewrite_pending: Option<RewriteBase>,
     /// The load running (or last run) reads the AOF.
     pub loading_aof: bool,
     /// The peer's progress (one peer today: a second is a second value).
@@ -123,6 +128,7 @@ impl Replication {
             stamps_loaded: 0,
             stamps_dated: 0,
             rewrite_versions: None,
+            rewrite_pending: None,
             loading_aof: false,
             peer: Peer::new(backlog_limit),
         }

@@ -226,6 +226,16 @@ pub(crate) fn apply_record(store: &mut VersionStore, r: &Record<'_>) -> bool {
     true
 }
 
+/// The versions an AOF rewrite's new base file goes with.
+#[derive(Debug)]
+pub enum RewriteBase {
+    /// None in the file (no preamble, `appendonly` off): these, as the
+    /// fork found them (encoded blobs).
+    Kept(Vec<Vec<u8>>),
+    /// In the files (an RDB preamble, or the new incremental file).
+    InFiles,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

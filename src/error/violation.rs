@@ -1,5 +1,6 @@
 //! What a peer can send that the ring or link protocol does not allow. Each
-//! closes the link and counts in `bad_frames`.
+//! closes the link; those found in the ring or in a control message count
+//! in `bad_frames`, an unusable ring in the handshake as an incomplete one.
 
 use crate::proto::control::ControlError;
 

@@ -252,6 +252,8 @@ fn dial(shared: &Shared) -> Result<Option<Offer>> {
 pub fn run_link(shared: Arc<Shared>, offers: Receiver<Offer>) {
     let mut backoff = BACKOFF_MIN;
     let mut dial_error_logged = false;
+    // Links this thread brought up: the last one's number is its epoch.
+    let mut links_up = 0u64;
     while !shared.stopping() {
         shared.stats.set_link(LinkState::Connecting);
         let offer = match offers.try_recv() {
@@ -289,7 +291,7 @@ pub fn run_link(shared: Arc<Shared>, offers: Receiver<Offer>) {
             FailureLog::forget(&shared, ip);
         }
         let started = Instant::now();
-        let result = run_connection(&shared, offer, &offers);
+        let result = run_connection(&shared, offer, &offers, &mut links_up);
         shared.stats.set_link(LinkState::Connecting);
         if let Err(e) = result {
             if !shared.stopping() {
@@ -305,7 +307,14 @@ pub fn run_link(shared: Arc<Shared>, offers: Receiver<Offer>) {
 }
 
 /// Runs one established link until it fails, is replaced, or unload begins.
-fn run_connection(shared: &Shared, offer: Offer, offers: &Receiver<Offer>) -> Result<()> {
+/// Runs one link until it ends; `links_up` counts it once it is up (its
+/// number, 1 for the thread's first, is the epoch the main thread sees).
+fn run_connection(
+    shared: &Shared,
+    offer: Offer,
+    offers: &Receiver<Offer>,
+    links_up: &mut u64,
+) -> Result<()> {
     let Offer {
         conn,
         peer,
@@ -332,25 +341,21 @@ fn run_connection(shared: &Shared, offer: Offer, offers: &Receiver<Offer>) -> Re
         Active::Tcp(_, link, _) => (link.clone(), String::new()),
         Active::Rdma(link) => (link.clone(), link.device().to_owned()),
     };
+    shared.stats.ring_tail.store(0, Ordering::Relaxed);
+    shared.stats.ring_credit.store(0, Ordering::Relaxed);
     *shared.device.lock() = device.clone();
     *shared.link.lock() = Some(writer.clone());
-    let epoch = announce_link_up(shared, &peer, &device);
+    *links_up += 1;
+    let epoch = *links_up;
+    announce_link_up(shared, &peer, &device, epoch);
+    let up = FromLink::LinkUp {
+        epoch,
+        peer_node: peer.node_id,
+    };
     let result = shared
         .apply
-        .submit(
-            shared,
-            FromLink::LinkUp {
-                epoch,
-                peer_node: peer.node_id,
-            },
-        )
-        .and_then(|()| Inbound::new(shared, offers))
-        .and_then(|mut inbound| match active {
-            Active::Tcp(mut reader, link, mut ring) => {
-                tcp::receive(&mut reader, &link, &mut ring, &mut inbound)
-            }
-            Active::Rdma(link) => rdma::receive(&link, &mut inbound),
-        });
+        .submit(shared, up)
+        .and_then(|()| receive(shared, offers, active));
     writer.close();
     {
         let mut slot = shared.link.lock();
@@ -364,17 +369,23 @@ fn run_connection(shared: &Shared, offer: Offer, offers: &Receiver<Offer>) -> Re
     result
 }
 
-/// Counts the new link, marks it up and logs who the peer is and how the
-/// link runs. Returns the link's number.
-fn announce_link_up(shared: &Shared, peer: &Hello, device: &str) -> u64 {
-    shared.stats.ring_tail.store(0, Ordering::Relaxed);
-    shared.stats.ring_credit.store(0, Ordering::Relaxed);
-    let earlier = shared
-        .stats
-        .links_established
-        .fetch_add(1, Ordering::Relaxed);
+/// Receives over the link until it ends: poller -> apply queue -> credit.
+fn receive(shared: &Shared, offers: &Receiver<Offer>, active: Active) -> Result<()> {
+    let mut inbound = Inbound::new(shared, offers)?;
+    match active {
+        Active::Tcp(mut reader, link, mut ring) => {
+            tcp::receive(&mut reader, &link, &mut ring, &mut inbound)
+        }
+        Active::Rdma(link) => rdma::receive(&link, &mut inbound),
+    }
+}
+
+/// Counts link `epoch`, marks it up and logs who the peer is and how the
+/// link runs.
+fn announce_link_up(shared: &Shared, peer: &Hello, device: &str, epoch: u64) {
+    Stats::add(&shared.stats.links_established, 1);
     Stats::add(&shared.stats.rings_registered, 1);
-    if earlier > 0 {
+    if epoch > 1 {
         Stats::add(&shared.stats.reconnects, 1);
     }
     shared
@@ -400,7 +411,6 @@ fn announce_link_up(shared: &Shared, peer: &Hello, device: &str) -> u64 {
         shared.transport.as_str(),
         shared.auth_mode().as_str(),
     ));
-    earlier + 1
 }
 
 /// The receiving side shared by every transport: poller -> apply -> credit.

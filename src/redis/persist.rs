@@ -16,8 +16,8 @@ use redis_module::{raw, Context, ContextFlags, RedisError, RedisResult, RedisStr
 use crate::capture::hook::PendingOp;
 use crate::capture::state::main_state;
 use crate::converge::journal::{
-    self, put_record, records, RecordError, TAG_CHANGED, TAG_COVERED, TAG_FLOOR, TAG_FLOOR_ALL,
-    TAG_FLUSHED, TAG_FLUSHED_ALL, TAG_LIVE, TAG_TOMBSTONE,
+    self, put_record, records, RecordError, RewriteBase, TAG_CHANGED, TAG_COVERED, TAG_FLOOR,
+    TAG_FLOOR_ALL, TAG_FLUSHED, TAG_FLUSHED_ALL, TAG_LIVE, TAG_TOMBSTONE,
 };
 use crate::converge::version::{KeyVersion, Stamp, VersionStore};
 use crate::runtime::Shared;
@@ -286,9 +286,6 @@ pub fn date_unstamped_changes(ctx: &Context, shared: &Shared) {
 /// kept in memory instead, for a `DEBUG LOADAOF` of that base file
 /// ([`restore_rewrite_versions`]).
 pub fn on_child_born(ctx: &Context, shared: &Shared) {
-    if !shared.config.persist_versions || crate::redis::server::clients_paused() {
-        return;
-    }
     let persistence = ctx.server_info("persistence");
     let flag = |name: &str| {
         persistence
@@ -298,23 +295,51 @@ pub fn on_child_born(ctx: &Context, shared: &Shared) {
     if !flag("aof_rewrite_in_progress") {
         return;
     }
-    let without_preamble = !aof_preamble(ctx);
-    let aof_on = flag("aof_enabled");
     let main = main_state();
     let Some(mut st) = main.replication.try_get() else {
         log_warning("rdmasync: versions not kept for an AOF rewrite (state busy)");
         return;
     };
-    st.rewrite_versions = None;
-    if without_preamble && aof_on {
-        SNAPSHOT_DUE.store(true, std::sync::atomic::Ordering::Relaxed);
-    } else if without_preamble {
-        let mut blobs = encode(&st.versions);
-        drop(st);
-        add_unstamped(&mut blobs);
-        if let Some(mut st) = main.replication.try_get() {
-            st.rewrite_versions = Some(blobs);
+    st.rewrite_pending = Some(RewriteBase::InFiles);
+    if !shared.config.persist_versions || aof_preamble(ctx) {
+        return;
+    }
+    if flag("aof_enabled") {
+        // Written from the next flush before sleeping (a pause defers it).
+        if !crate::redis::server::clients_paused() {
+            SNAPSHOT_DUE.store(true, std::sync::atomic::Ordering::Relaxed);
         }
+        return;
+    }
+    let mut blobs = encode(&st.versions);
+    drop(st);
+    add_unstamped(&mut blobs);
+    let st = main.replication.try_get();
+    if let Some(mut st) = st {
+        st.rewrite_pending = Some(RewriteBase::Kept(blobs));
+    }
+}
+
+/// A child exited: the snapshot its rewrite was to go with counts only if
+/// the rewrite finished and succeeded (a killed rewrite leaves the current
+/// time of a rewrite set; a failed one a status other than ok).
+pub fn on_child_died(ctx: &Context) {
+    let main = main_state();
+    let Some(mut st) = main.replication.try_get() else {
+        return;
+    };
+    let Some(base) = st.rewrite_pending.take() else {
+        return;
+    };
+    let persistence = ctx.server_info("persistence");
+    let field = |name: &str| persistence.field(name).map(|v| v.to_string_lossy());
+    let done = field("aof_current_rewrite_time_sec").as_deref() == Some("-1")
+        && field("aof_last_bgrewrite_status").as_deref() == Some("ok");
+    if done {
+        st.rewrite_versions = match base {
+            RewriteBase::Kept(blobs) => Some(blobs),
+            RewriteBase::InFiles => None,
+        };
     }
 }
 
@@ -333,15 +358,23 @@ pub fn restore_rewrite_versions() {
     let Some(blobs) = st.rewrite_versions.take() else {
         return;
     };
+    // Into an unjournaled store, as from the RDB: the records are the
+    // files' own, not changes to propagate.
+    let mut restored = VersionStore::new();
     let mut bad = None;
     for blob in &blobs {
-        if let Err(e) = decode_into(blob, &mut st.versions) {
+        if let Err(e) = decode_into(blob, &mut restored) {
             bad = Some(e.to_string());
         }
     }
-    let keys = st.versions.len();
+    let keys = restored.len();
+    let newest = restored.newest_clock();
+    restored.start_journal();
+    st.versions = restored;
     // The same base may be loaded again.
     st.rewrite_versions = Some(blobs);
+    drop(st);
+    crate::runtime::with_shared(|s| s.clock.observe(newest));
     match bad {
         None => log_notice(format!(
             "rdmasync: versions of {keys} key(s) restored from the last AOF rewrite (appendonly \

@@ -245,7 +245,7 @@ fn incomplete(e: Error) -> Error {
         ),
         other => Error::handshake(
             HandshakeFailure::Incomplete,
-            format!("handshake i/o: {other}"),
+            format!("handshake i/o: {}", other.report()),
         ),
     }
 }

@@ -63,6 +63,8 @@ pub enum ServerEvent {
     LoadingEnded,
     /// The server forked a child (this is the parent, right after the fork).
     ChildBorn,
+    /// A child exited (after the server handled its result).
+    ChildDied,
     /// This server stopped replicating from a master (`REPLICAOF NO ONE`).
     BecameMaster,
     /// The server process itself starts writing an RDB (SAVE, SHUTDOWN,
@@ -137,6 +139,11 @@ unsafe fn server_event(id: u64, subevent: u64, data: *mut c_void) -> Option<Serv
             if subevent == raw::REDISMODULE_SUBEVENT_FORK_CHILD_BORN =>
         {
             Some(ServerEvent::ChildBorn)
+        }
+        raw::REDISMODULE_EVENT_FORK_CHILD
+            if subevent == raw::REDISMODULE_SUBEVENT_FORK_CHILD_DIED =>
+        {
+            Some(ServerEvent::ChildDied)
         }
         raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED => role_event(subevent),
         _ => None,
