@@ -538,6 +538,17 @@ fn a_rewrite_without_preamble_keeps_the_versions_of_what_it_rewrote() {
     pair.wait_converged(SETTLE);
 }
 
+/// The smallest DBSIZE seen while polling for `how_long`.
+fn smallest_dbsize_for(c: &mut redis::Connection, how_long: Duration) -> u64 {
+    let watched = Instant::now();
+    let mut smallest = u64::MAX;
+    while watched.elapsed() < how_long {
+        let size: u64 = redis::cmd("DBSIZE").query(c).unwrap();
+        smallest = smallest.min(size);
+    }
+    smallest
+}
+
 /// With `appendonly` off, a rewrite without preamble writes a base file
 /// and no incremental file to carry the versions; `DEBUG LOADAOF` of it
 /// (Redis's own suite: "Same dataset digest if saving/reloading as AOF?")
@@ -572,12 +583,7 @@ fn debug_loadaof_of_a_rewrite_made_with_appendonly_off_keeps_every_key() {
     assert_eq!(pair.a.digest(), before, "A changed in DEBUG LOADAOF");
     // No key vanishes while A catches up with the peer (the floor came
     // back with it, and the keys only after it).
-    let watched = Instant::now();
-    let mut smallest = u64::MAX;
-    while watched.elapsed() < Duration::from_secs(2) {
-        let size: u64 = redis::cmd("DBSIZE").query(&mut a).unwrap();
-        smallest = smallest.min(size);
-    }
+    let smallest = smallest_dbsize_for(&mut a, Duration::from_secs(2));
     assert_eq!(smallest, 201, "keys vanished from A: {:?}", pair.a.status());
     assert_eq!(pair.wait_converged(SETTLE), before);
 }
@@ -635,12 +641,7 @@ fn a_failed_rewrite_leaves_the_versions_of_the_base_before_it() {
         .unwrap();
     // The older base: the k keys only; the j keys come back from the peer.
     let _: () = redis::cmd("DEBUG").arg("LOADAOF").query(&mut a).unwrap();
-    let watched = Instant::now();
-    let mut smallest = u64::MAX;
-    while watched.elapsed() < Duration::from_secs(2) {
-        let size: u64 = redis::cmd("DBSIZE").query(&mut a).unwrap();
-        smallest = smallest.min(size);
-    }
+    let smallest = smallest_dbsize_for(&mut a, Duration::from_secs(2));
     assert!(
         smallest >= 100,
         "keys of the base vanished from A: {smallest}"
