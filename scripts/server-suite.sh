@@ -86,16 +86,17 @@ stop() { # name port
   for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
   kill -9 "$pid" 2>/dev/null || true
 }
-start_pair() { # sets PA PB
+start_pair() { # [name-a name-b] (default a b); sets PA PB
+  local na=${1:-a} nb=${2:-b}
   PA=$(free_port) PB=$(free_port)
   local la lb; la=$(free_port) lb=$(free_port)
-  start a "$PA" peer=127.0.0.1 port="$lb" listen-port="$la" bind=127.0.0.1 transport=tcp secret-file="$WORK/secret"
-  start b "$PB" peer=127.0.0.1 port="$la" listen-port="$lb" bind=127.0.0.1 transport=tcp secret-file="$WORK/secret"
+  start "$na" "$PA" peer=127.0.0.1 port="$lb" listen-port="$la" bind=127.0.0.1 transport=tcp secret-file="$WORK/secret"
+  start "$nb" "$PB" peer=127.0.0.1 port="$la" listen-port="$lb" bind=127.0.0.1 transport=tcp secret-file="$WORK/secret"
   for _ in $(seq 100); do
     [ "$(redis-cli -p "$PA" rdmasync.status | grep -A1 '^link$' | tail -1)" = up ] && return
     sleep 0.1
   done
-  echo "server-suite: the pair did not link"; tail -20 "$WORK"/a/server.log; exit 1
+  echo "server-suite: the pair did not link"; tail -20 "$WORK/$na/server.log"; exit 1
 }
 
 # Tests skipped on both servers: --skiptest patterns.
@@ -112,9 +113,10 @@ echo "server-suite: $(wc -l < "$OUT/skipped.tsv") tests read the replication str
 
 run_file() { # target port peer-port unit
   local target=$1 port=$2 peer=$3 unit=$4
-  # The two passes run at once: each framework listens on its own ports.
+  # The three passes run at once: each framework listens on its own ports.
   local base=21111
   [ "$target" = plain ] && base=23111
+  [ "$target" = b ] && base=25111
   local log=$OUT/$target/${unit//\//_}.log
   mkdir -p "$OUT/$target"
   local started=$SECONDS
@@ -132,8 +134,10 @@ run_file() { # target port peer-port unit
   done
 }
 
-# The plain server's pass runs beside the module's (the suite's tests are
-# written to run 16 at a time; here it is two).
+# Three passes run at once, each on its own servers: the plain server's,
+# every file against node A, and the type files against node B (the suite's
+# tests are written to run 16 at a time; here it is three, which took the
+# Redis suite from 854 s to 766 s on this machine).
 (for unit in "${UNITS[@]}"; do
   PP=$(free_port)
   start plain "$PP"
@@ -141,18 +145,21 @@ run_file() { # target port peer-port unit
   stop plain "$PP"
 done) &
 PLAIN=$!
+(for unit in "${UNITS[@]}"; do
+  [[ $unit == type/* ]] || continue
+  start_pair a-of-b b-of-b
+  run_file b "$PB" "$PA" "$unit"
+  stop a-of-b "$PA"; stop b-of-b "$PB"
+done) &
+ON_B=$!
 for unit in "${UNITS[@]}"; do
   echo "== unit/$unit"
   start_pair
   run_file a "$PA" "$PB" "$unit"
   stop a "$PA"; stop b "$PB"
-  if [[ $unit == type/* ]]; then
-    start_pair
-    run_file b "$PB" "$PA" "$unit"
-    stop a "$PA"; stop b "$PB"
-  fi
 done
 wait "$PLAIN" || { echo "server-suite: the plain server's pass failed"; exit 1; }
+wait "$ON_B" || { echo "server-suite: the pass against node B failed"; exit 1; }
 
 compare() { python3 tests/server-suite/compare.py "$SERVER" "$OUT" tests/server-suite/known.tsv "${UNITS[@]}"; }
 if compare > "$OUT/first-compare.txt"; then

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The RDMA suite on real verbs: boots a Soft-RoCE (rdma_rxe) QEMU guest that shares
 # this machine's filesystem and runs the integration tests inside it, serially:
-#   1. single topology (rxe0, 10.77.0.1): every suite over rdma but those that
-#      run on the host only (HOST_ONLY in scripts/rdma-suite-in-guest.sh);
+#   1. single topology (rxe0, 10.77.0.1): over rdma, every suite but those
+#      that run on the host only (HOST_ONLY in scripts/rdma-suite-in-guest.sh)
+#      and those the pair topology runs;
 #   2. pair topology (rxe1 10.77.1.1 <-> rxe2 10.77.1.2): the suites that set
 #      up, lose and restore links, over rdma, one node per address, plus
 #      ib_write_lat as the latency floor.
+# Each suite runs over rdma once.
 # Over TCP the suite runs on the host (scripts/test.sh), on both servers.
 # Usage: scripts/test-rdma.sh [filter]   (filter is passed to every test binary)
 set -euo pipefail
