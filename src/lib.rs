@@ -4,7 +4,7 @@
 //! # Data path (one folder per stage, docs/architecture.md)
 //! `capture::hook` (keyspace and server events -> dirty set) ->
 //! `capture::flush` (once per event-loop iteration: snapshot dirty keys
-//! through `redis::snapshot` -> `proto::entry::Batch`) -> `ship::queue`
+//! through `redis::snapshot` -> `proto::entry::Batch`) -> `shared::queue`
 //! (bounded, lock-free) -> `ship::sender` (frames from `proto::wire` into
 //! the peer's ring at its tail, bounded by credit, `proto::ring`) ->
 //! `transport` (moves bytes into the peer's ring) -> `receive::poller` on
@@ -15,7 +15,7 @@
 //! `transport::tls`) admits only the real peer before any ring is
 //! disclosed; `ops::status` holds the counters. The convergence state
 //! (`converge::version`: stamps, tombstones, floors, watermarks) is as
-//! durable as the data: `redis::persist` writes it as RDB aux data,
+//! durable as the data: `capture::persist` writes it as RDB aux data,
 //! `converge::journal` records every change of it into the AOF and the
 //! replication stream with the change (`rdmasync.stamps`), and `catchup`
 //! decides what the peer misses after an outage.
@@ -51,6 +51,7 @@ pub mod proto;
 pub mod receive;
 pub mod redis;
 pub(crate) mod runtime;
+pub mod shared;
 pub mod ship;
 pub(crate) mod transport;
 

@@ -1,194 +1,24 @@
-//! The module's live state (`Shared`) and its threads: started at load,
-//! stopped and joined at unload.
+//! Starts the module at load: builds the live state (`shared::Shared`)
+//! and spawns the threads; stops and joins them at unload.
 
 use std::net::{TcpListener, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use parking_lot::{Mutex, RwLock};
-
-use crate::converge::clock::{default_node_id, local_ip_towards, HybridClock};
+use crate::converge::clock::{default_node_id, local_ip_towards};
 use crate::error::{report, Error, Result};
-use crate::link::accept::{self, FailureLog};
+use crate::link::accept;
 use crate::ops::config::{Config, TransportChoice};
-use crate::ops::status::{Identity, LinkState, Stats};
-use crate::proto::control::AuthMode;
+use crate::ops::status::{LinkState, Stats};
 use crate::proto::handshake::Local;
-use crate::receive::apply::{self, ApplyQueue};
+use crate::receive::apply;
 use crate::redis::server::ServerInfo;
-use crate::ship::queue::BatchQueue;
+use crate::shared::apply_queue::ApplyQueue;
+use crate::shared::{self, Live, Shared, TransportKind};
+use crate::transport::rdma;
 use crate::transport::tls::TlsConfig;
-use crate::transport::{rdma, RingWriter};
 use crate::{link::session, redis::server, ship::sender};
-
-/// The transport a running module uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TransportKind {
-    /// The ring protocol over TCP.
-    Tcp,
-    /// One-sided RDMA WRITEs.
-    Rdma,
-}
-
-impl TransportKind {
-    /// The spelling used in `RDMASYNC.STATUS` and the log.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Tcp => "tcp",
-            Self::Rdma => "rdma",
-        }
-    }
-}
-
-/// State shared by the Redis callbacks and the module's threads.
-pub struct Shared {
-    /// Validated configuration.
-    pub config: Config,
-    /// This node's id.
-    pub node_id: u64,
-    /// Transport in use.
-    pub transport: TransportKind,
-    /// RDMA device of the current link (empty over TCP).
-    pub device: Mutex<String>,
-    /// Counters.
-    pub stats: Stats,
-    /// Hybrid logical clock stamping captured entries.
-    pub clock: HybridClock,
-    /// Capture -> sender queue.
-    pub queue: BatchQueue,
-    /// Link thread -> main thread: decoded batches to apply.
-    pub apply: ApplyQueue,
-    /// The link the sender writes to, when one is up.
-    pub link: Mutex<Option<Arc<dyn RingWriter>>>,
-    /// Where the peer is: from the config, changeable with `CONFIG SET`.
-    pub peer: RwLock<(String, u16)>,
-    /// Set once at unload: every thread returns.
-    pub shutdown: AtomicBool,
-    /// What this node says in its handshake (id, versions, secret).
-    pub local: Local,
-    /// TLS for the TCP transport, when `tls=yes`.
-    pub tls: Option<TlsConfig>,
-    /// Handshake failures already logged.
-    pub failures: Mutex<FailureLog>,
-    next_seq: AtomicU64,
-}
-
-/// Where this process's sequence numbers start: above any number an earlier
-/// run of this node can have used (2^20 per millisecond of wall clock), so
-/// that the peer's acknowledgements from before a restart never cover
-/// entries sent after it.
-fn first_seq() -> u64 {
-    crate::ops::status::unix_ms() << 20
-}
-
-impl Shared {
-    /// Next entry sequence number.
-    pub fn next_seq(&self) -> u64 {
-        self.next_seq.fetch_add(1, Ordering::Relaxed) + 1
-    }
-
-    /// Whether unload has begun.
-    pub fn stopping(&self) -> bool {
-        self.shutdown.load(Ordering::Relaxed)
-    }
-
-    /// The link currently up, if any.
-    pub fn current_link(&self) -> Option<Arc<dyn RingWriter>> {
-        self.link.lock().clone()
-    }
-
-    /// The dataset was replaced wholesale (`DEBUG RELOAD`, a full sync from a
-    /// master, a load): not replicated as writes; a full sync both ways
-    /// follows (see `catchup`).
-    pub fn dataset_replaced(&self, discarded: usize) {
-        Stats::add(&self.stats.resyncs_needed, 1);
-        Stats::add(&self.stats.entries_dropped, discarded as u64);
-        redis_module::logging::log_notice(
-            "rdmasync: dataset loaded or replaced (startup, DEBUG RELOAD, replica sync): \
-             a full sync with the peer follows",
-        );
-    }
-
-    /// How peers are authenticated.
-    pub fn auth_mode(&self) -> AuthMode {
-        if self.local.secret.is_some() {
-            AuthMode::HmacSha256
-        } else {
-            AuthMode::None
-        }
-    }
-
-    /// `host:port` of the peer now.
-    pub fn peer_addr(&self) -> String {
-        let (host, port) = &*self.peer.read();
-        if host.contains(':') {
-            format!("[{host}]:{port}")
-        } else {
-            format!("{host}:{port}")
-        }
-    }
-
-    /// Identity fields of `RDMASYNC.STATUS`.
-    pub fn identity(&self) -> Identity {
-        Identity {
-            node_id: self.node_id,
-            peer: self.peer_addr(),
-            transport: self.transport.as_str(),
-            device: self.device.lock().clone(),
-            ring_size: self.config.ring_size,
-            auth: self.auth_mode().as_str(),
-            tls: self.tls.is_some(),
-        }
-    }
-}
-
-#[cfg(test)]
-impl Shared {
-    /// A `Shared` with default settings and no threads, for unit tests.
-    pub fn for_tests() -> Self {
-        let config = crate::ops::config::parse_args(&["peer=127.0.0.1", "port=1"])
-            .unwrap_or_else(|e| panic!("test config: {e}"));
-        Self {
-            queue: BatchQueue::new(config.queue_size),
-            apply: ApplyQueue::new().unwrap_or_else(|e| panic!("test apply queue: {e}")),
-            local: Local {
-                node_id: 1,
-                rdb_version: 0,
-                server: "test".into(),
-                secret: config.secret.clone(),
-            },
-            tls: None,
-            failures: Mutex::new(FailureLog::default()),
-            config,
-            node_id: 1,
-            transport: TransportKind::Tcp,
-            device: Mutex::new(String::new()),
-            stats: Stats::default(),
-            clock: HybridClock::new(),
-            link: Mutex::new(None),
-            peer: RwLock::new(("127.0.0.1".into(), 1)),
-            shutdown: AtomicBool::new(false),
-            next_seq: AtomicU64::new(first_seq()),
-        }
-    }
-}
-
-struct Runtime {
-    shared: Arc<Shared>,
-    threads: Vec<JoinHandle<()>>,
-}
-
-/// The one handle the C callbacks need (Redis gives them no context to
-/// carry state in): the live state and its threads, while started. Written
-/// only by `start` and `stop` on the main thread; the callbacks, all on the
-/// main thread too, read it.
-static RUNTIME: RwLock<Option<Runtime>> = RwLock::new(None);
-
-/// Runs `f` on the live state, if the module is started.
-pub fn with_shared<R>(f: impl FnOnce(&Arc<Shared>) -> R) -> Option<R> {
-    RUNTIME.read().as_ref().map(|rt| f(&rt.shared))
-}
 
 fn node_id_for(config: &Config) -> u64 {
     if let Some(id) = config.node_id {
@@ -268,33 +98,13 @@ pub fn start(config: Config, server: ServerInfo) -> Result<String> {
         server: server.description,
         secret: config.secret.clone(),
     };
-    let shared = Arc::new(Shared {
-        local,
-        tls,
-        failures: Mutex::new(FailureLog::default()),
-        queue: BatchQueue::new(config.queue_size),
-        apply,
-        config,
-        node_id,
-        transport,
-        device: Mutex::new(String::new()),
-        stats: Stats::default(),
-        clock: HybridClock::new(),
-        link: Mutex::new(None),
-        peer: RwLock::new((String::new(), 0)),
-        shutdown: AtomicBool::new(false),
-        next_seq: AtomicU64::new(first_seq()),
-    });
-    *shared.peer.write() = (shared.config.peer_host.clone(), shared.config.peer_port);
-    shared.stats.set_link(LinkState::Connecting);
+    let shared = Arc::new(Shared::new(config, node_id, transport, local, tls, apply));
     let (offer_tx, offer_rx) = crossbeam_channel::bounded(4);
     let mut threads = Vec::new();
     let started = (|| -> Result<()> {
-        server::watch_fd(shared.apply.wake_fd(), apply::on_wake_current).map_err(|what| {
-            Error::Spawn {
-                name: "apply watcher",
-                source: std::io::Error::other(format!("RedisModule_{what} refused")),
-            }
+        server::watch_fd(shared.apply.wake_fd(), on_apply_wake).map_err(|what| Error::Spawn {
+            name: "apply watcher",
+            source: std::io::Error::other(format!("RedisModule_{what} refused")),
         })?;
         threads.push(spawn("rdmasync-send", &shared, sender::run)?);
         threads.push(match listener {
@@ -318,12 +128,17 @@ pub fn start(config: Config, server: ServerInfo) -> Result<String> {
         shared.auth_mode().as_str(),
         if shared.tls.is_some() { ", tls" } else { "" },
     );
-    *RUNTIME.write() = Some(Runtime { shared, threads });
+    shared::install(Live { shared, threads });
     if let Err(e) = started {
         stop();
         return Err(e);
     }
     Ok(line)
+}
+
+/// Event-loop callback: the link thread handed the main thread something.
+fn on_apply_wake() {
+    shared::with_shared(|s| apply::on_wake(s));
 }
 
 enum Listener {
@@ -372,15 +187,10 @@ fn choose_transport(choice: TransportChoice, tls: bool) -> Result<(TransportKind
     }
 }
 
-/// Whether the module's threads run (configs set now are run-time changes).
-pub fn is_running() -> bool {
-    RUNTIME.read().is_some()
-}
-
 /// Points the link at a new peer address: the current link closes and the
 /// link thread dials the new one (backoff as usual).
 pub fn change_peer(host: &str, port: u16) {
-    with_shared(|s| {
+    shared::with_shared(|s| {
         *s.peer.write() = (host.to_owned(), port);
         redis_module::logging::log_notice(format!(
             "rdmasync: peer changed to {}; reconnecting",
@@ -395,7 +205,7 @@ pub fn change_peer(host: &str, port: u16) {
 
 /// Stops every thread and waits for it. Safe to call when not started.
 pub fn stop() {
-    let Some(rt) = RUNTIME.write().take() else {
+    let Some(rt) = shared::uninstall() else {
         return;
     };
     rdma::abort_waits(true);

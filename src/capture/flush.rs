@@ -9,20 +9,21 @@ use std::time::{Duration, Instant};
 
 use redis_module::Context;
 
-use crate::capture::hook::{ExpiredKey, PendingOp, Suppressed};
+use crate::capture::hook::{ExpiredKey, Suppressed};
 use crate::capture::hotkeys::is_costly;
+use crate::capture::resend;
 use crate::capture::state::{main_state, LinkView, MainState};
 use crate::catchup::fullsync::FullSync;
 use crate::catchup::inflight::SentBatch;
 use crate::catchup::replication::{CatchUp, Replication};
-use crate::catchup::resend;
+use crate::converge::changes::PendingOp;
 use crate::converge::clock::HybridClock;
 use crate::converge::version::Stamp;
 use crate::ops::status::Stats;
 use crate::proto::entry::{Batch, Entry, Op};
 use crate::redis::server;
 use crate::redis::snapshot::{Read, Reader, Snapshot};
-use crate::runtime::Shared;
+use crate::shared::Shared;
 
 /// Longest a flush spends on backlog and full sync before Redis serves
 /// clients again.
@@ -493,7 +494,7 @@ fn flush_changes(ctx: &Context, shared: &Shared, may_wait: bool, propagate: bool
     }
     // The stamps go into the AOF and to replicas with this iteration's data.
     if propagate {
-        crate::redis::persist::propagate_stamps(ctx, shared, &mut st.versions);
+        crate::capture::persist::propagate_stamps(ctx, shared, &mut st.versions);
     }
     server::select_db(ctx, original_db);
 }

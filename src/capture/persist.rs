@@ -13,14 +13,14 @@ use redis_module::logging::{log_notice, log_warning};
 use redis_module::native_types::RedisType;
 use redis_module::{raw, Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
-use crate::capture::hook::PendingOp;
 use crate::capture::state::main_state;
+use crate::converge::changes::PendingOp;
 use crate::converge::journal::{
     self, put_record, records, RecordError, RewriteBase, TAG_CHANGED, TAG_COVERED, TAG_FLOOR,
     TAG_FLOOR_ALL, TAG_FLUSHED, TAG_FLUSHED_ALL, TAG_LIVE, TAG_TOMBSTONE,
 };
 use crate::converge::version::{KeyVersion, Stamp, VersionStore};
-use crate::runtime::Shared;
+use crate::shared::Shared;
 
 /// Format of the aux payload this build writes and reads.
 const FORMAT: u64 = 1;
@@ -185,7 +185,7 @@ extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, _encver: c_int, _when: c_in
     if let Some(mut st) = main_state().replication.get() {
         st.versions = store;
     }
-    crate::runtime::with_shared(|s| s.clock.observe(newest));
+    crate::shared::with_shared(|s| s.clock.observe(newest));
     redis_module::logging::log_notice(format!(
         "rdmasync: loaded versions of {keys} keys from the RDB"
     ));
@@ -265,7 +265,7 @@ pub fn date_unstamped_changes(ctx: &Context, shared: &Shared) {
     });
     crate::redis::server::select_db(ctx, original);
     st.stamps_dated += n as u64;
-    crate::runtime::with_shared(|s| s.clock.observe(stamp.clock));
+    crate::shared::with_shared(|s| s.clock.observe(stamp.clock));
     redis_module::logging::log_notice(format!(
         "rdmasync: {n} loaded key(s) had changed after their last recorded stamp (the node went \
          down, or saved, in the event-loop iteration of the change); dated at clock {}",
@@ -374,7 +374,7 @@ pub fn restore_rewrite_versions() {
     // The same base may be loaded again.
     st.rewrite_versions = Some(blobs);
     drop(st);
-    crate::runtime::with_shared(|s| s.clock.observe(newest));
+    crate::shared::with_shared(|s| s.clock.observe(newest));
     match bad {
         None => log_notice(format!(
             "rdmasync: versions of {keys} key(s) restored from the last AOF rewrite (appendonly \
@@ -460,7 +460,7 @@ fn replay_stamps(ctx: &Context, args: &[RedisString]) -> RedisResult {
         Ok(done) => {
             st.stamps_loaded += done.records;
             drop(st);
-            crate::runtime::with_shared(|s| s.clock.observe(done.newest));
+            crate::shared::with_shared(|s| s.clock.observe(done.newest));
         }
         Err(e) => log_warning(format!("rdmasync: stamps not wholly replayed: {e}")),
     }

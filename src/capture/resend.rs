@@ -6,14 +6,14 @@
 use std::time::Instant;
 
 use crate::capture::flush::{count_read_failures, entry, op_of, pending_of, push};
-use crate::capture::hook::PendingOp;
 use crate::catchup::fullsync::Shipment;
 use crate::catchup::replication::Replication;
+use crate::converge::changes::PendingOp;
 use crate::converge::version::{KeyVersion, Stamp};
 use crate::proto::entry::{Entry, Op};
 use crate::redis::server;
 use crate::redis::snapshot::{Read, Reader};
-use crate::runtime::Shared;
+use crate::shared::Shared;
 
 /// Entries per catch-up batch.
 const CATCH_UP_BATCH: usize = 256;

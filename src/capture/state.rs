@@ -18,9 +18,10 @@ use std::sync::LazyLock;
 
 use parking_lot::{ReentrantMutex, ReentrantMutexGuard};
 
-use crate::capture::hook::{DirtySet, ExpiredKey, SilentChanges};
+use crate::capture::hook::{ExpiredKey, SilentChanges};
 use crate::capture::hotkeys::HotKeys;
 use crate::catchup::replication::Replication;
+use crate::converge::changes::DirtySet;
 
 /// One part of the main thread's state.
 pub struct Part<T> {
@@ -56,7 +57,7 @@ impl<T> Part<T> {
 }
 
 /// The link as the main thread knows it: from the link thread's events,
-/// in order with the batches (`receive::apply::FromLink`), never from the
+/// in order with the batches (`shared::apply_queue::FromLink`), never from the
 /// counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LinkView {

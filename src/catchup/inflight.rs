@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use crate::capture::hook::PendingOp;
+use crate::converge::changes::PendingOp;
 use crate::converge::version::Stamp;
 use crate::proto::entry::{Entry, Op};
 

@@ -7,10 +7,10 @@
 
 use std::time::Instant;
 
-use crate::capture::hook::DirtySet;
 use crate::catchup::fullsync::FullSync;
 use crate::catchup::inflight::InFlight;
 use crate::catchup::replication::{CatchUp, CatchUpReport};
+use crate::converge::changes::DirtySet;
 use crate::converge::version::Stamp;
 
 /// The progress of one peer. Main thread only.

@@ -7,9 +7,9 @@
 
 use std::time::Instant;
 
-use crate::capture::hook::PendingOp;
 use crate::catchup::inflight::SentBatch;
 use crate::catchup::peer::Peer;
+use crate::converge::changes::PendingOp;
 use crate::converge::journal::RewriteBase;
 use crate::converge::version::{Stamp, VersionStore};
 use crate::ops::status::Convergence;

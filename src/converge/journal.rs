@@ -317,7 +317,7 @@ mod tests {
         origin.flush(Some(1), Stamp::new(4, B));
         let mut bytes = vec![FORMAT];
         put_record(&mut bytes, TAG_SNAPSHOT, 0, Stamp::ZERO, b"");
-        for blob in crate::redis::persist::encode(&origin) {
+        for blob in crate::capture::persist::encode(&origin) {
             bytes.extend(blob);
         }
         put_record(&mut bytes, TAG_CHANGED, 0, Stamp::ZERO, b"dirty");

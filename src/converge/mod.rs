@@ -1,7 +1,9 @@
-//! Convergence decisions, pure: the hybrid clock, the version store
-//! (stamps, tombstones, floors, watermarks, last writer wins) and its
-//! journal. Knows nothing of threads, sockets or Redis.
+//! Convergence decisions, pure: the hybrid clock, the changes still to
+//! ship (`changes`), the version store (stamps, tombstones, floors,
+//! watermarks, last writer wins) and its journal. Knows nothing of
+//! threads, sockets or Redis.
 
+pub mod changes;
 pub mod clock;
 pub mod journal;
 pub mod version;

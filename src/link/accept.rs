@@ -6,7 +6,6 @@
 //! abandoned (else the oldest), so a flood cannot keep the peer out.
 //! Failures are counted by kind and logged once per address and kind.
 
-use std::collections::HashSet;
 use std::net::{IpAddr, TcpListener};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -19,7 +18,7 @@ use crate::link::session::{rdma_handshake, tcp_handshake, Offer, IDLE_TICK};
 use crate::ops::status::Stats;
 use crate::proto::auth::Side;
 use crate::proto::handshake::Watch;
-use crate::runtime::Shared;
+use crate::shared::Shared;
 use crate::transport::rdma;
 
 /// Handshakes in progress at once, at most.
@@ -31,8 +30,6 @@ const HANDSHAKE_STACK: usize = 512 * 1024;
 const BUSY_TICK: Duration = Duration::from_millis(10);
 /// ...and once quiet (an idle node costs next to nothing; unload unparks it).
 const QUIET_AFTER: Duration = Duration::from_secs(1);
-/// Distinct (address, kind) pairs whose failures are logged; later ones are only counted.
-const MAX_LOGGED: usize = 256;
 
 /// Adds a failed handshake to the counter of its kind.
 pub fn count_failure(stats: &Stats, failure: HandshakeFailure) {
@@ -43,38 +40,6 @@ pub fn count_failure(stats: &Stats, failure: HandshakeFailure) {
         HandshakeFailure::Incomplete => &stats.handshakes_incomplete,
     };
     Stats::add(counter, 1);
-}
-
-/// Which failures have been logged: once per address and kind, so a peer
-/// with the wrong secret (or a scanner) does not flood the log.
-#[derive(Debug, Default)]
-pub struct FailureLog {
-    logged: HashSet<(Option<IpAddr>, u8)>,
-    full_logged: bool,
-}
-
-impl FailureLog {
-    /// Whether a failure of `kind` from `ip` should be logged now.
-    fn first(&mut self, ip: Option<IpAddr>, kind: HandshakeFailure) -> Option<bool> {
-        let key = (ip, kind as u8);
-        if self.logged.contains(&key) {
-            return None;
-        }
-        if self.logged.len() >= MAX_LOGGED {
-            let say_full = !self.full_logged;
-            self.full_logged = true;
-            return say_full.then_some(false);
-        }
-        self.logged.insert(key);
-        Some(true)
-    }
-
-    /// A link with `ip` came up: its next failure is news again.
-    pub fn forget(shared: &Shared, ip: IpAddr) {
-        let mut log = shared.failures.lock();
-        log.logged.retain(|(a, _)| *a != Some(ip));
-        log.full_logged = false;
-    }
 }
 
 /// Counts a failed handshake, records it as the last error, and logs it
@@ -265,22 +230,6 @@ pub fn run_rdma_acceptor(shared: Arc<Shared>, listener: rdma::Listener, offers: 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn failures_are_logged_once_per_address_and_kind() {
-        let mut log = FailureLog::default();
-        let a: IpAddr = [10, 0, 0, 1].into();
-        assert_eq!(log.first(Some(a), HandshakeFailure::Auth), Some(true));
-        assert_eq!(log.first(Some(a), HandshakeFailure::Auth), None);
-        assert_eq!(log.first(Some(a), HandshakeFailure::Malformed), Some(true));
-        for i in 0..MAX_LOGGED - 2 {
-            let ip: IpAddr = [10, 1, (i / 256) as u8, i as u8].into();
-            log.first(Some(ip), HandshakeFailure::Auth);
-        }
-        let late: IpAddr = [10, 9, 9, 9].into();
-        assert_eq!(log.first(Some(late), HandshakeFailure::Auth), Some(false));
-        assert_eq!(log.first(Some(late), HandshakeFailure::Auth), None);
-    }
 
     #[test]
     fn failures_count_by_kind() {

@@ -14,16 +14,16 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
 use crate::error::{Error, Result, Violation};
-use crate::link::accept::{report_failure, FailureLog};
+use crate::link::accept::report_failure;
 use crate::ops::status::{LinkState, Stats};
 use crate::proto::auth::{Side, BINDING_LEN};
 use crate::proto::control::{Hello, RemoteRing};
 use crate::proto::entry::Batch;
 use crate::proto::handshake::{self, Watch};
 use crate::proto::ring::{CreditPolicy, RingGeometry};
-use crate::receive::apply::FromLink;
 use crate::receive::poller::Poller;
-use crate::runtime::{Shared, TransportKind};
+use crate::shared::apply_queue::FromLink;
+use crate::shared::{Shared, TransportKind};
 use crate::transport::channel::{self, ChannelReader, ChannelWriter, TlsSession};
 use crate::transport::rdma::{self, RdmaLink};
 use crate::transport::tcp::{self, LocalRing, TcpLink, TcpMessages};
@@ -288,7 +288,7 @@ pub fn run_link(shared: Arc<Shared>, offers: Receiver<Offer>) {
         };
         dial_error_logged = false;
         if let Some(ip) = offer.from {
-            FailureLog::forget(&shared, ip);
+            shared.failures.lock().forget(ip);
         }
         let started = Instant::now();
         let result = run_connection(&shared, offer, &offers, &mut links_up);

@@ -13,9 +13,11 @@ use crate::catchup::replication::Replication;
 use crate::ops::status::{status_fields, Field};
 use crate::redis::server::{self, ServerEvent};
 use crate::{
-    capture::flush, capture::hook, ops::config, ops::faults, redis::persist, redis::settings,
-    runtime,
+    capture::flush, capture::hook, capture::persist, capture::silent, ops::config, ops::faults,
+    runtime, shared,
 };
+
+mod settings;
 
 fn init(ctx: &Context, args: &[RedisString]) -> Status {
     // A panic in module code is caught; say so in Redis' own log.
@@ -52,7 +54,9 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     }
     // Last as well (Redis 7.0 keeps a failed module's filters too); without
     // it only the changes that raise no keyspace event stay local.
-    if let Err(what) = server::register_command_filter(ctx, hook::on_command) {
+    if let Err(what) =
+        server::register_command_filter(ctx, silent::changes_silently, hook::on_command)
+    {
         ctx.log_warning(&format!(
             "rdmasync: cannot register the {what}: consumer-group reads and acks, \
              PFCOUNT's cache, PFDEBUG and FUNCTION changes stay on this node"
@@ -64,7 +68,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     }
     ctx.log_notice(&line);
     // CONFIG GET shows what is in effect, defaults and derived node id included.
-    runtime::with_shared(|s| settings::show_effective(s.config.effective(s.node_id)));
+    shared::with_shared(|s| settings::show_effective(s.config.effective(s.node_id)));
     Status::Ok
 }
 
@@ -105,7 +109,7 @@ fn deinit(ctx: &Context) -> Status {
 fn on_server_event(ctx: &Context, event: ServerEvent) {
     match event {
         ServerEvent::BeforeSleep => {
-            runtime::with_shared(|s| {
+            shared::with_shared(|s| {
                 persist::write_due_snapshot(ctx, s);
                 if server::becoming_replica() {
                     // Its clients' last changes ship now, none held back.
@@ -122,20 +126,20 @@ fn on_server_event(ctx: &Context, event: ServerEvent) {
                 st.dataset_replaced(own_files);
                 st.loading_aof = aof;
             }
-            runtime::with_shared(|s| s.dataset_replaced(discarded));
+            shared::with_shared(|s| s.dataset_replaced(discarded));
         }
         ServerEvent::SavingStarts => {
             // Changes still pending (held behind a resting key, or made in
             // this iteration) get their versions before the file records them.
-            runtime::with_shared(|s| flush::flush_before_save(ctx, s));
+            shared::with_shared(|s| flush::flush_before_save(ctx, s));
         }
         ServerEvent::ChildBorn => {
-            runtime::with_shared(|s| persist::on_child_born(ctx, s));
+            shared::with_shared(|s| persist::on_child_born(ctx, s));
         }
         ServerEvent::ChildDied => persist::on_child_died(ctx),
         ServerEvent::LoadingEnded => {
             persist::restore_rewrite_versions();
-            runtime::with_shared(|s| persist::date_unstamped_changes(ctx, s));
+            shared::with_shared(|s| persist::date_unstamped_changes(ctx, s));
             // The loaded libraries are checked against their recorded
             // version at the next flush.
             if let Some(mut dirty) = main_state().dirty.get() {
@@ -171,7 +175,7 @@ const DEBUG_DOCS: server::CommandDocs = server::CommandDocs {
 /// `INFO rdmasync`: the status figures as `rdmasync_<name>:<value>` lines.
 extern "C" fn info_func(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: i32) {
     let _ = catch_unwind(AssertUnwindSafe(|| {
-        let Some(fields) = runtime::with_shared(|s| {
+        let Some(fields) = shared::with_shared(|s| {
             status_fields(
                 &s.identity(),
                 &s.stats,
@@ -213,7 +217,7 @@ fn status_reply(argc: usize) -> RedisResult {
     if argc != 1 {
         return Err(RedisError::WrongArity);
     }
-    let fields = runtime::with_shared(|s| {
+    let fields = shared::with_shared(|s| {
         status_fields(
             &s.identity(),
             &s.stats,

@@ -10,7 +10,7 @@ use redis_module::{Context, RedisError, RedisString};
 
 use crate::error::Error;
 use crate::ops::config::{self, ARG_NAMES, RUNTIME_ARGS};
-use crate::{redis::server, runtime};
+use crate::{redis::server, runtime, shared};
 
 /// One config: its value as text, checked on every run-time change.
 pub struct Setting {
@@ -44,7 +44,7 @@ impl ConfigurationValue<RedisString> for Setting {
 
     fn set(&self, _ctx: &ConfigurationContext, val: RedisString) -> Result<(), RedisError> {
         let text = val.to_string_lossy();
-        if runtime::is_running() && !RUNTIME_ARGS.contains(&self.name) {
+        if shared::is_running() && !RUNTIME_ARGS.contains(&self.name) {
             // Fixed while loaded; setting the value in effect changes nothing
             // (as CONFIG SET of an unchanged value does for Redis's own).
             if text == self.get_text() {
@@ -56,7 +56,7 @@ impl ConfigurationValue<RedisString> for Setting {
                 self.name
             )));
         }
-        if runtime::is_running() {
+        if shared::is_running() {
             // A run-time change (load-time values are checked together at load).
             config::check_value(self.name, &text).map_err(|e| RedisError::String(e.to_string()))?;
             self.set_text(text);

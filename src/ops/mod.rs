@@ -1,7 +1,8 @@
 //! Operating the module: argument parsing (`config`), the counters of
-//! RDMASYNC.STATUS and INFO (`status`), fault injection for tests
-//! (`faults`).
+//! RDMASYNC.STATUS and INFO (`status`), which handshake failures were
+//! logged (`failure_log`), fault injection for tests (`faults`).
 
 pub mod config;
+pub mod failure_log;
 pub(crate) mod faults;
 pub mod status;

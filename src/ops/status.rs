@@ -333,11 +333,37 @@ fn security_fields(id: &Identity, stats: &Stats) -> Vec<(&'static str, Field)> {
             counter(&stats.handshakes_incomplete),
         ),
         ("rings_registered", counter(&stats.rings_registered)),
-        (
-            "rings_live",
-            Field::Int(crate::transport::rings_live() as i64),
-        ),
+        ("rings_live", Field::Int(rings_live() as i64)),
     ]
+}
+
+/// Rings registered for a peer in this process and not yet released.
+static RINGS_LIVE: AtomicU64 = AtomicU64::new(0);
+
+/// How many rings a peer could write into right now (RDMA: registered
+/// memory regions with REMOTE_WRITE; TCP: receive rings). One per live link.
+pub fn rings_live() -> u64 {
+    RINGS_LIVE.load(Ordering::Relaxed)
+}
+
+/// Counts one ring from its registration to its release (dropped after the
+/// ring's memory region is deregistered).
+#[derive(Debug)]
+pub struct RingGuard(());
+
+#[allow(clippy::new_without_default)] // counting is the point of `new`
+impl RingGuard {
+    /// A ring was just registered.
+    pub fn new() -> Self {
+        RINGS_LIVE.fetch_add(1, Ordering::Relaxed);
+        Self(())
+    }
+}
+
+impl Drop for RingGuard {
+    fn drop(&mut self) {
+        RINGS_LIVE.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 #[cfg(test)]

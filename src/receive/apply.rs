@@ -5,181 +5,26 @@
 //! ever waits for the GIL, so a busy server cannot starve the apply path and
 //! unload cannot deadlock with it.
 
-use std::io::{Read as _, Write};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crossbeam_queue::ArrayQueue;
 use hashbrown::HashSet;
-use parking_lot::Mutex;
-use redis_module::{CallOptions, CallOptionsBuilder, CallResult, Context, RedisModuleTimerID};
+use redis_module::{CallOptions, CallOptionsBuilder, CallResult, Context};
 
 use crate::capture::hook::Suppressed;
 use crate::capture::state::{main_state, LinkView};
 use crate::catchup::replication::Replication;
 use crate::converge::version::{Decision, KeyVersion, Stamp, GC_AT_NEXT_ACK};
-use crate::error::{Error, Result};
 use crate::ops::status::{unix_ms, Stats};
 use crate::proto::entry::{Batch, Encoding, Entry, Op};
-use crate::redis::server::{self, ThreadContext};
+use crate::redis::server;
 use crate::redis::snapshot::{Read, Reader};
-use crate::runtime::{self, Shared};
+use crate::shared::apply_queue::FromLink;
+use crate::shared::{self, Shared};
 
-/// Batches decoded but not yet applied, at most.
-const PENDING_BATCHES: usize = 1024;
-/// Key and value bytes decoded but not yet applied, at most (beyond it the
-/// link thread stops consuming the ring, and credit stops: backpressure).
-const PENDING_BYTES: usize = 8 << 20;
 /// Longest the main thread applies in one go before serving clients again.
 const APPLY_SLICE: Duration = Duration::from_millis(2);
 /// How often a paused server is asked again whether batches may apply.
 const PAUSED_RETRY: Duration = Duration::from_millis(10);
-
-/// Link thread -> main thread hand-off.
-pub struct ApplyQueue {
-    batches: ArrayQueue<FromLink>,
-    /// Payload bytes of the batches in `batches`.
-    bytes: std::sync::atomic::AtomicUsize,
-    /// A wake-up byte is in the pipe and not yet read.
-    signaled: AtomicBool,
-    /// Non-blocking: the event loop can report it readable after a nested
-    /// event loop (a load, `DEBUG LOADAOF`, a busy script) read the byte.
-    reader: Mutex<std::os::unix::net::UnixStream>,
-    writer: Mutex<std::os::unix::net::UnixStream>,
-    /// A detached context, used on the main thread only, to create the timer.
-    context: Mutex<Option<ThreadContext>>,
-    /// The apply timer, while one is pending (stopped at unload).
-    timer: Mutex<Option<RedisModuleTimerID>>,
-}
-
-/// What the link thread hands the main thread, in the order it happened: a
-/// link comes up, its batches, it goes down. The main thread learns of a
-/// link only from here, so a batch is never applied under the state of
-/// another link.
-#[derive(Debug)]
-pub enum FromLink {
-    /// Link `epoch` (1 for the first link of this process, then one more
-    /// per link) is up: what follows came over it.
-    LinkUp {
-        /// The link's number.
-        epoch: u64,
-        /// The peer's node id, from the handshake.
-        peer_node: u64,
-    },
-    /// A batch the poller decoded.
-    Batch(Batch),
-    /// Link `epoch` ended.
-    LinkDown {
-        /// The link's number.
-        epoch: u64,
-    },
-}
-
-impl FromLink {
-    /// Payload bytes (events carry none).
-    fn payload_len(&self) -> usize {
-        match self {
-            Self::Batch(b) => b.payload_len(),
-            Self::LinkUp { .. } | Self::LinkDown { .. } => 0,
-        }
-    }
-}
-
-impl ApplyQueue {
-    /// A queue and its wake-up pipe.
-    ///
-    /// # Errors
-    /// [`Error::LinkIo`] when the pipe cannot be created.
-    pub fn new() -> Result<Self> {
-        let (reader, writer) = std::os::unix::net::UnixStream::pair()?;
-        reader.set_nonblocking(true)?;
-        Ok(Self {
-            batches: ArrayQueue::new(PENDING_BATCHES),
-            bytes: std::sync::atomic::AtomicUsize::new(0),
-            signaled: AtomicBool::new(false),
-            reader: Mutex::new(reader),
-            writer: Mutex::new(writer),
-            context: Mutex::new(ThreadContext::new()),
-            timer: Mutex::new(None),
-        })
-    }
-
-    /// The pipe end the event loop watches.
-    pub fn wake_fd(&self) -> i32 {
-        use std::os::fd::AsRawFd;
-        self.reader.lock().as_raw_fd()
-    }
-
-    /// Reads the wake-up byte. A byte is in the pipe when `signaled` is
-    /// set; none when a nested event loop took it since the event was
-    /// reported: the read then fails at once instead of waiting.
-    fn take_wakeup(&self) {
-        let mut byte = [0u8; 1];
-        let _ = self.reader.lock().read(&mut byte);
-        self.signaled.store(false, Ordering::Release);
-    }
-
-    fn signal(&self) {
-        if !self.signaled.swap(true, Ordering::AcqRel) {
-            let _ = self.writer.lock().write_all(&[1]);
-        }
-    }
-
-    /// Hands a batch or a link event to the main thread, waiting while the
-    /// queue is full (that backpressure reaches the peer through credit).
-    ///
-    /// # Errors
-    /// [`Error::LinkClosed`] when unload begins while waiting.
-    pub fn submit(&self, shared: &Shared, mut batch: FromLink) -> Result<()> {
-        let size = batch.payload_len();
-        loop {
-            let room = self.batches.is_empty()
-                || self.bytes.load(Ordering::Acquire) + size <= PENDING_BYTES;
-            if room {
-                match self.batches.push(batch) {
-                    Ok(()) => {
-                        self.bytes.fetch_add(size, Ordering::AcqRel);
-                        self.signal();
-                        return Ok(());
-                    }
-                    Err(back) => batch = back,
-                }
-            }
-            if shared.stopping() {
-                return Err(Error::LinkClosed);
-            }
-            self.signal();
-            std::thread::sleep(Duration::from_micros(100));
-        }
-    }
-
-    /// The oldest item waiting, if any.
-    fn pop(&self) -> Option<FromLink> {
-        let batch = self.batches.pop()?;
-        self.bytes.fetch_sub(batch.payload_len(), Ordering::AcqRel);
-        Some(batch)
-    }
-
-    /// Cancels a pending apply timer (main thread, at unload).
-    pub fn cancel_timer(&self) {
-        if let Some(id) = self.timer.lock().take() {
-            if let Some(tc) = self.context.lock().as_ref() {
-                let _ = tc.main_thread_context().stop_timer::<()>(id);
-            }
-        }
-    }
-
-    /// Batches received but not applied (dropped at unload).
-    pub fn discard(&self) -> u64 {
-        let mut n = 0;
-        while let Some(item) = self.pop() {
-            if let FromLink::Batch(b) = item {
-                n += b.entries.len() as u64;
-            }
-        }
-        n
-    }
-}
 
 /// Event-loop callback on the main thread (the wake-up pipe is readable):
 /// schedules the apply in a 0 ms timer. Redis runs timer callbacks in a
@@ -200,7 +45,7 @@ pub fn on_wake(shared: &Shared) {
 
 fn on_timer(ctx: &Context, (): ()) {
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        runtime::with_shared(|shared| apply_pending(ctx, shared));
+        shared::with_shared(|shared| apply_pending(ctx, shared));
     }));
 }
 
@@ -243,7 +88,7 @@ fn apply_pending(ctx: &Context, shared: &Shared) {
             break;
         }
     }
-    if !queue.batches.is_empty() {
+    if !queue.is_empty() {
         queue.signal();
     }
 }
@@ -253,11 +98,6 @@ fn set_link(change: impl FnOnce(LinkView) -> LinkView) {
     if let Some(mut link) = main_state().link.get() {
         *link = change(*link);
     }
-}
-
-/// Event-loop callback trampoline (registered by `runtime`).
-pub fn on_wake_current() {
-    runtime::with_shared(|s| on_wake(s));
 }
 
 fn run(
@@ -705,7 +545,7 @@ fn apply_batch(ctx: &Context, shared: &Shared, batch: &Batch) {
         .warm(batch.entries.iter().filter_map(|e| Some((e.db, e.key()?))));
     let tally = apply_entries(ctx, &opts, shared, &mut st, batch);
     // The peer's stamps go into this node's AOF in the batch's transaction.
-    crate::redis::persist::propagate_stamps(ctx, shared, &mut st.versions);
+    crate::capture::persist::propagate_stamps(ctx, shared, &mut st.versions);
     drop(st);
     drop(main);
     drop(suppressed);
@@ -782,59 +622,4 @@ fn apply_entries(
         shared.stats.set_error(format!("apply: {msg}"));
     }
     tally
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_wakeup_with_nothing_to_read_returns_at_once() {
-        let queue = ApplyQueue::new().expect("a socket pair");
-        queue.signal();
-        queue.take_wakeup();
-        // Reported readable again after a nested event loop took the byte:
-        // a blocking read would never return.
-        queue.take_wakeup();
-        queue.signal();
-        queue.take_wakeup();
-        assert!(!queue.signaled.load(Ordering::Acquire));
-    }
-
-    #[test]
-    fn link_events_come_out_in_order_with_the_batches_and_weigh_nothing() {
-        let shared = Shared::for_tests();
-        let queue = &shared.apply;
-        let batch = Batch {
-            entries: vec![Entry {
-                db: 0,
-                origin: 2,
-                seq: 1,
-                clock: 1,
-                op: Op::Delete { key: b"k".to_vec() },
-            }],
-        };
-        let bytes = batch.payload_len();
-        let up = FromLink::LinkUp {
-            epoch: 3,
-            peer_node: 9,
-        };
-        queue.submit(&shared, up).unwrap();
-        queue.submit(&shared, FromLink::Batch(batch)).unwrap();
-        queue
-            .submit(&shared, FromLink::LinkDown { epoch: 3 })
-            .unwrap();
-        assert_eq!(queue.bytes.load(Ordering::Acquire), bytes);
-        assert!(matches!(
-            queue.pop(),
-            Some(FromLink::LinkUp {
-                epoch: 3,
-                peer_node: 9
-            })
-        ));
-        assert!(matches!(queue.pop(), Some(FromLink::Batch(_))));
-        assert_eq!(queue.bytes.load(Ordering::Acquire), 0);
-        assert!(matches!(queue.pop(), Some(FromLink::LinkDown { epoch: 3 })));
-        assert!(queue.pop().is_none());
-    }
 }

@@ -1,11 +1,8 @@
 //! The Redis side: the module API the `redis-module` crate does not
-//! wrap (`server`, the only `unsafe` outside `transport::rdma`), reads of
-//! the keyspace (`snapshot`, with `dump` encoding collections), the
-//! versions in the RDB and the AOF (`persist`) and module configs
-//! (`settings`).
+//! wrap (`server`, the only `unsafe` outside `transport::rdma`) and reads
+//! of the keyspace (`snapshot`, with `dump` encoding collections). Knows
+//! nothing of the module's state.
 
 pub mod dump;
-pub(crate) mod persist;
 pub(crate) mod server;
-pub(crate) mod settings;
 pub(crate) mod snapshot;

@@ -1,6 +1,5 @@
-//! Shipping: the bounded queue from the main thread to the sender
-//! (`queue`) and the sender thread that writes frames into the peer's
-//! ring within its credit (`sender`).
+//! Shipping: the sender thread takes batches off the queue from the main
+//! thread (`shared::queue`) and writes frames into the peer's ring within
+//! its credit (`sender`).
 
-pub mod queue;
 pub(crate) mod sender;

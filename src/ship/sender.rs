@@ -10,7 +10,7 @@ use crate::ops::status::Stats;
 use crate::proto::entry::Batch;
 use crate::proto::ring::{Placement, RingGeometry};
 use crate::proto::wire::{self, chunk_entry, encode_frame, encode_padding, frame_len, PAD_LEN};
-use crate::runtime::Shared;
+use crate::shared::Shared;
 use crate::transport::RingWriter;
 
 /// Bytes gathered before a write is posted, at most.

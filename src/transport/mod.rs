@@ -18,35 +18,6 @@ use crate::proto::ring::RingGeometry;
 /// (a TCP read times out, an RDMA receiver's completion wait returns).
 pub const IDLE_TICK: Duration = Duration::from_millis(250);
 
-/// Rings registered for a peer in this process and not yet released.
-static RINGS_LIVE: AtomicU64 = AtomicU64::new(0);
-
-/// How many rings a peer could write into right now (RDMA: registered
-/// memory regions with REMOTE_WRITE; TCP: receive rings). One per live link.
-pub fn rings_live() -> u64 {
-    RINGS_LIVE.load(Ordering::Relaxed)
-}
-
-/// Counts one ring from its registration to its release (dropped after the
-/// ring's memory region is deregistered).
-#[derive(Debug)]
-pub struct RingGuard(());
-
-#[allow(clippy::new_without_default)] // counting is the point of `new`
-impl RingGuard {
-    /// A ring was just registered.
-    pub fn new() -> Self {
-        RINGS_LIVE.fetch_add(1, Ordering::Relaxed);
-        Self(())
-    }
-}
-
-impl Drop for RingGuard {
-    fn drop(&mut self) {
-        RINGS_LIVE.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
 /// The sending half of an established link, as the sender thread sees it.
 pub trait RingWriter: Send + Sync {
     /// Geometry of the ring the peer registered for us.

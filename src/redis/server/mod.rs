@@ -607,14 +607,19 @@ pub struct FilteredClient {
     pub queuing: bool,
 }
 
-/// What the command filter hands on: the command's kind, its arguments
-/// (the name at 0) and its client, if known.
-pub type CommandHandler = fn(crate::capture::silent::Kind, &[&[u8]], Option<FilteredClient>);
+/// What the command filter hands on: a command's arguments (the name at
+/// 0) and its client, if known.
+pub type CommandHandler = fn(&[&[u8]], Option<FilteredClient>);
 
-static COMMAND_HANDLER: std::sync::OnceLock<CommandHandler> = std::sync::OnceLock::new();
+/// Which commands the handler takes, by name (the others pass without
+/// their arguments being collected).
+pub type CommandWanted = fn(&[u8]) -> bool;
+
+static COMMAND_HANDLER: std::sync::OnceLock<(CommandWanted, CommandHandler)> =
+    std::sync::OnceLock::new();
 
 unsafe extern "C" fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
-    let Some(handler) = COMMAND_HANDLER.get() else {
+    let Some((wanted, handler)) = COMMAND_HANDLER.get() else {
         return;
     };
     // SAFETY: the API table is filled by RedisModule_Init; reading pointers.
@@ -639,12 +644,11 @@ unsafe extern "C" fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
         // SAFETY: as above.
         let argc = unsafe { count(fctx) };
         let Some(name) = arg(0) else { return };
-        let kind = crate::capture::silent::kind(name);
-        if kind == crate::capture::silent::Kind::Other {
+        if !wanted(name) {
             return;
         }
         let args: Vec<&[u8]> = (0..argc).map_while(arg).collect();
-        handler(kind, &args, filtered_client(fctx));
+        handler(&args, filtered_client(fctx));
     }));
 }
 
@@ -685,8 +689,12 @@ fn filtered_client(fctx: *mut raw::RedisModuleCommandFilterCtx) -> Option<Filter
 ///
 /// # Errors
 /// When Redis refuses the filter.
-pub fn register_command_filter(ctx: &Context, handler: CommandHandler) -> Result<(), &'static str> {
-    let _ = COMMAND_HANDLER.set(handler);
+pub fn register_command_filter(
+    ctx: &Context,
+    wanted: CommandWanted,
+    handler: CommandHandler,
+) -> Result<(), &'static str> {
+    let _ = COMMAND_HANDLER.set((wanted, handler));
     // SAFETY: the API table is filled by RedisModule_Init before OnLoad continues.
     let Some(register) = (unsafe { raw::RedisModule_RegisterCommandFilter }) else {
         return Err("RegisterCommandFilter");

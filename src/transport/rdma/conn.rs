@@ -16,13 +16,12 @@ use super::mem::{MemoryRegion, MmapRegion};
 use super::verbs::{self, CompletionChannel, CompletionQueue, ProtectionDomain, SendKind};
 use super::{RdmaError, CONNECT_TIMEOUT};
 use crate::error::{report, Error, HandshakeFailure, Result, Violation};
+use crate::ops::status::RingGuard;
 use crate::proto::auth::Side;
 use crate::proto::control::{MessageHeader, Op, RemoteRing, HEADER_LEN, MAX_CONTROL_LEN};
 use crate::proto::handshake::{self, decode_header, Agreed, Local, MessageIo, Watch};
 use crate::proto::ring::RingGeometry;
-use crate::transport::{
-    credit_message, keepalive_message, Delivery, LinkFlags, RingGuard, RingWriter,
-};
+use crate::transport::{credit_message, keepalive_message, Delivery, LinkFlags, RingWriter};
 
 /// Receives pre-posted for control messages and write notifications.
 const RECV_SLOTS: usize = 256;
