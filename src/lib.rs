@@ -11,7 +11,7 @@
 //! the peer (complete, verified frames -> batches) -> `receive::apply`
 //! (batch -> Redis on the main thread, echo suppressed). `link::session`
 //! runs the connection lifecycle, `link::accept` takes incoming
-//! connections, `proto::handshake` (with `proto::auth` and, over TCP,
+//! connections, `proto::handshake` (driven by `transport::handshake`, with `proto::auth` and, over TCP,
 //! `transport::tls`) admits only the real peer before any ring is
 //! disclosed; `ops::status` holds the counters. The convergence state
 //! (`converge::version`: stamps, tombstones, floors, watermarks) is as

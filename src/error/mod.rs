@@ -109,20 +109,15 @@ pub enum Error {
     },
 }
 
-/// Kinds of handshake failure; each has its own counter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HandshakeFailure {
-    /// Bytes no rdmasync peer sends (`bad_frames`).
-    Malformed,
-    /// Wrong or missing secret, or a TLS certificate that does not verify
-    /// (`auth_failures`).
-    Auth,
-    /// Versions differ (protocol, frames, RDB format) (`handshakes_refused`).
-    Version,
-    /// Both nodes have the same node id (`handshakes_refused`).
-    SameNodeId,
-    /// Closed, timed out, or evicted before completing (`handshakes_incomplete`).
-    Incomplete,
+pub use crate::proto::handshake::HandshakeFailure;
+
+impl From<crate::proto::handshake::Refusal> for Error {
+    fn from(refusal: crate::proto::handshake::Refusal) -> Self {
+        Self::Handshake {
+            failure: refusal.failure,
+            reason: refusal.reason,
+        }
+    }
 }
 
 /// An error and its causes, outermost first, as one line for the log

@@ -17,8 +17,8 @@ use crate::error::{Error, HandshakeFailure, Result};
 use crate::link::session::{rdma_handshake, tcp_handshake, Offer, IDLE_TICK};
 use crate::ops::status::Stats;
 use crate::proto::auth::Side;
-use crate::proto::handshake::Watch;
 use crate::shared::Shared;
+use crate::transport::handshake::Watch;
 use crate::transport::rdma;
 
 /// Handshakes in progress at once, at most.

@@ -4,20 +4,59 @@
 //! key leaves a node before the peer has proven the secret, and nothing the
 //! peer sends before that is applied.
 //!
-//! `Handshake` is a pure state machine (fuzzed in `fuzz/`); [`run`] drives
-//! it over any [`MessageIo`] within a deadline.
+//! `Handshake` is a pure state machine (fuzzed in `fuzz/`) that says why a
+//! connection is refused with a [`Refusal`];
+//! `transport::handshake::run` drives it over a transport within a deadline.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
-
-use crate::error::{Error, HandshakeFailure as F, Result};
 use crate::proto::auth::{self, Secret, Side, Transcript, BINDING_LEN};
 use crate::proto::control::{
-    proof_message, refuse_message, server_field, AuthMode, ControlError, Hello, MessageHeader, Op,
-    RefuseReason, RemoteRing, HEADER_LEN, HELLO_LEN, NONCE_LEN,
+    proof_message, server_field, AuthMode, ControlError, Hello, MessageHeader, Op, RefuseReason,
+    RemoteRing, HEADER_LEN, HELLO_LEN, NONCE_LEN,
 };
 use crate::proto::ring::RingGeometry;
 use crate::proto::ring::{MAX_RING_SIZE, MIN_RING_SIZE};
+
+/// Kinds of handshake failure; each has its own counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandshakeFailure {
+    /// Bytes no rdmasync peer sends (`bad_frames`).
+    Malformed,
+    /// Wrong or missing secret, or a TLS certificate that does not verify
+    /// (`auth_failures`).
+    Auth,
+    /// Versions differ (protocol, frames, RDB format) (`handshakes_refused`).
+    Version,
+    /// Both nodes have the same node id (`handshakes_refused`).
+    SameNodeId,
+    /// Closed, timed out, or evicted before completing (`handshakes_incomplete`).
+    Incomplete,
+}
+
+use HandshakeFailure as F;
+
+/// Why a handshake must be refused: the kind, for the counters, and what
+/// the log says.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}")]
+pub struct Refusal {
+    /// What kind of failure.
+    pub failure: HandshakeFailure,
+    /// What the log says.
+    pub reason: String,
+}
+
+impl Refusal {
+    /// A refusal of `failure` kind.
+    pub fn new(failure: HandshakeFailure, reason: impl Into<String>) -> Self {
+        Self {
+            failure,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// What the state machine's steps return.
+pub type Result<T, E = Refusal> = std::result::Result<T, E>;
 
 /// What this node says about itself in its HELLO.
 #[derive(Debug, Clone)]
@@ -138,10 +177,10 @@ impl<'a> Handshake<'a> {
     /// The RING message announcing `ring`; only after [`Step::Authenticated`].
     ///
     /// # Errors
-    /// [`Error::Handshake`] when called before the peer is authenticated.
+    /// A [`Refusal`] when called before the peer is authenticated.
     pub fn ring_message(&self, ring: &RemoteRing) -> Result<Vec<u8>> {
         if !self.authenticated() {
-            return Err(Error::handshake(
+            return Err(Refusal::new(
                 F::Auth,
                 "ring requested before authentication",
             ));
@@ -166,10 +205,10 @@ impl<'a> Handshake<'a> {
     /// (exactly `header.len` bytes).
     ///
     /// # Errors
-    /// [`Error::Handshake`] saying why the connection must be refused.
+    /// A [`Refusal`] saying why the connection must be refused.
     pub fn on_message(&mut self, header: &MessageHeader, body: &[u8]) -> Result<Step> {
         if body.len() != header.len as usize {
-            return Err(Error::handshake(F::Malformed, "body length mismatch"));
+            return Err(Refusal::new(F::Malformed, "body length mismatch"));
         }
         if header.op == Op::Refuse {
             let reason = RefuseReason::from_arg(header.arg);
@@ -179,7 +218,7 @@ impl<'a> Handshake<'a> {
                 RefuseReason::SameNodeId => F::SameNodeId,
                 RefuseReason::Malformed | RefuseReason::Other => F::Malformed,
             };
-            return Err(Error::handshake(
+            return Err(Refusal::new(
                 failure,
                 format!("the peer refused the connection: {}", reason.as_str()),
             ));
@@ -187,12 +226,12 @@ impl<'a> Handshake<'a> {
         match (self.state, header.op) {
             (State::AwaitHello, Op::Hello) => self.on_hello(body),
             (State::AwaitProof, Op::Proof) => self.on_proof(body),
-            (State::AwaitProof, op) => Err(Error::handshake(
+            (State::AwaitProof, op) => Err(Refusal::new(
                 F::Auth,
                 format!("the peer sent {op:?} instead of its proof"),
             )),
             (State::AwaitRing, Op::Ring) => self.on_ring(body),
-            (state, op) => Err(Error::handshake(
+            (state, op) => Err(Refusal::new(
                 F::Malformed,
                 format!("unexpected {op:?} during the handshake (waiting for {state:?})"),
             )),
@@ -201,8 +240,8 @@ impl<'a> Handshake<'a> {
 
     fn on_hello(&mut self, body: &[u8]) -> Result<Step> {
         let peer = Hello::decode(body).map_err(|e| match e {
-            ControlError::BadVersion { .. } => Error::handshake(F::Version, e.to_string()),
-            other => Error::handshake(F::Malformed, other.to_string()),
+            ControlError::BadVersion { .. } => Refusal::new(F::Version, e.to_string()),
+            other => Refusal::new(F::Malformed, other.to_string()),
         })?;
         let mut peer_body = [0u8; HELLO_LEN];
         peer_body.copy_from_slice(body);
@@ -230,7 +269,7 @@ impl<'a> Handshake<'a> {
 
     fn check_peer(&self, peer: &Hello) -> Result<()> {
         if peer.frame_version != self.ours.frame_version {
-            return Err(Error::handshake(
+            return Err(Refusal::new(
                 F::Version,
                 format!(
                     "the peer ({}) writes frame format {}, this node ({}) reads {}",
@@ -242,7 +281,7 @@ impl<'a> Handshake<'a> {
             ));
         }
         if peer.rdb_version != self.ours.rdb_version {
-            return Err(Error::handshake(
+            return Err(Refusal::new(
                 F::Version,
                 format!(
                     "the peer runs {} with RDB format {}, this node runs {} with RDB format {}: \
@@ -255,7 +294,7 @@ impl<'a> Handshake<'a> {
             ));
         }
         if peer.node_id == self.local.node_id {
-            return Err(Error::handshake(
+            return Err(Refusal::new(
                 F::SameNodeId,
                 format!(
                     "the peer has the same node id {}; set node-id= on one of them",
@@ -264,11 +303,11 @@ impl<'a> Handshake<'a> {
             ));
         }
         match (self.ours.auth, peer.auth) {
-            (AuthMode::HmacSha256, AuthMode::None) => Err(Error::handshake(
+            (AuthMode::HmacSha256, AuthMode::None) => Err(Refusal::new(
                 F::Auth,
                 "authentication failed: the peer has no secret configured, this node requires one",
             )),
-            (AuthMode::None, AuthMode::HmacSha256) => Err(Error::handshake(
+            (AuthMode::None, AuthMode::HmacSha256) => Err(Refusal::new(
                 F::Auth,
                 "authentication failed: the peer requires a secret, none is configured here",
             )),
@@ -278,7 +317,7 @@ impl<'a> Handshake<'a> {
 
     fn on_proof(&mut self, body: &[u8]) -> Result<Step> {
         let (Some(secret), Some((peer, peer_body))) = (&self.local.secret, &self.peer) else {
-            return Err(Error::handshake(F::Malformed, "PROOF without a secret"));
+            return Err(Refusal::new(F::Malformed, "PROOF without a secret"));
         };
         let transcript = self.transcript(peer_body);
         let peer_side = match self.side {
@@ -286,7 +325,7 @@ impl<'a> Handshake<'a> {
             Side::Acceptor => Side::Dialer,
         };
         if !auth::verify(secret, peer_side, &transcript, body) {
-            return Err(Error::handshake(
+            return Err(Refusal::new(
                 F::Auth,
                 "authentication failed: the peer's proof does not match (wrong secret on one side, or a replayed handshake)",
             ));
@@ -304,11 +343,11 @@ impl<'a> Handshake<'a> {
 
     fn on_ring(&mut self, body: &[u8]) -> Result<Step> {
         let ring =
-            RemoteRing::decode(body).map_err(|e| Error::handshake(F::Malformed, e.to_string()))?;
+            RemoteRing::decode(body).map_err(|e| Refusal::new(F::Malformed, e.to_string()))?;
         if !(MIN_RING_SIZE..=MAX_RING_SIZE).contains(&ring.capacity)
             || RingGeometry::new(ring.capacity).is_none()
         {
-            return Err(Error::handshake(
+            return Err(Refusal::new(
                 F::Malformed,
                 format!(
                     "the peer announced an invalid ring of {} bytes",
@@ -321,140 +360,17 @@ impl<'a> Handshake<'a> {
     }
 }
 
-/// Moves handshake messages over a transport.
-pub trait MessageIo {
-    /// Sends one whole message.
-    ///
-    /// # Errors
-    /// I/O or transport errors.
-    fn send(&mut self, msg: &[u8]) -> Result<()>;
-
-    /// Receives the next message (header checked, body of `header.len`
-    /// bytes, at most [`crate::proto::control::MAX_CONTROL_LEN`] in all), giving up
-    /// at `deadline`.
-    ///
-    /// # Errors
-    /// Malformed headers ([`HandshakeFailure::Malformed`](F::Malformed)),
-    /// the deadline ([`HandshakeFailure::Incomplete`](F::Incomplete)), I/O errors.
-    fn recv(&mut self, deadline: Instant) -> Result<(MessageHeader, Vec<u8>)>;
-}
-
 /// Decodes a header received during the handshake (no WRITE allowed).
 ///
 /// # Errors
-/// [`Error::Handshake`] ([`HandshakeFailure::Malformed`](F::Malformed)).
+/// A [`Refusal`] ([`HandshakeFailure::Malformed`](F::Malformed)).
 pub fn decode_header(bytes: &[u8; HEADER_LEN]) -> Result<MessageHeader> {
     MessageHeader::decode(bytes, 0).map_err(|e| {
-        Error::handshake(
+        Refusal::new(
             F::Malformed,
             format!("not an rdmasync handshake message: {e}"),
         )
     })
-}
-
-/// Shared between a handshake in progress and whoever may cut it short.
-#[derive(Debug, Default)]
-pub struct Watch {
-    abandoned: AtomicBool,
-    progressed: AtomicBool,
-}
-
-impl Watch {
-    /// Asks the handshake to give up at its next read tick.
-    pub fn abandon(&self) {
-        self.abandoned.store(true, Ordering::Release);
-    }
-
-    /// Whether the handshake was asked to give up.
-    pub fn is_abandoned(&self) -> bool {
-        self.abandoned.load(Ordering::Acquire)
-    }
-
-    /// Whether the peer has sent a valid HELLO: a real peer does so at
-    /// once, an idle or half-open connection never does.
-    pub fn progressed(&self) -> bool {
-        self.progressed.load(Ordering::Acquire)
-    }
-}
-
-/// What a completed handshake yields.
-#[derive(Debug, Clone, Copy)]
-pub struct Agreed {
-    /// The peer's HELLO (authenticated when a secret is in use).
-    pub peer: Hello,
-    /// The ring the peer registered for us.
-    pub peer_ring: RemoteRing,
-}
-
-/// Runs a handshake over `io` until `deadline`. `register` is called once
-/// the peer is authenticated and kept, and returns the fresh ring to
-/// announce. `Ok(None)`: authenticated but the tie-break drops this
-/// connection. On failure a REFUSE is sent (best effort) before returning.
-/// `watch` learns when the peer's HELLO was accepted.
-///
-/// # Errors
-/// [`Error::Handshake`] or transport errors.
-pub fn run(
-    io: &mut dyn MessageIo,
-    local: &Local,
-    side: Side,
-    binding: [u8; BINDING_LEN],
-    deadline: Instant,
-    watch: &Watch,
-    register: &mut dyn FnMut() -> Result<RemoteRing>,
-) -> Result<Option<Agreed>> {
-    let nonce = auth::nonce()?;
-    let (mut hs, hello) = Handshake::new(local, side, nonce, binding);
-    let result = drive(io, &mut hs, hello, deadline, watch, register);
-    if let Err(Error::Handshake { failure, .. }) = &result {
-        let reason = match failure {
-            F::Auth => Some(RefuseReason::Auth),
-            F::Version => Some(RefuseReason::Version),
-            F::SameNodeId => Some(RefuseReason::SameNodeId),
-            F::Malformed => Some(RefuseReason::Malformed),
-            F::Incomplete => None,
-        };
-        if let Some(r) = reason {
-            let _ = io.send(&refuse_message(r));
-        }
-    }
-    result
-}
-
-fn drive(
-    io: &mut dyn MessageIo,
-    hs: &mut Handshake<'_>,
-    hello: Vec<u8>,
-    deadline: Instant,
-    watch: &Watch,
-    register: &mut dyn FnMut() -> Result<RemoteRing>,
-) -> Result<Option<Agreed>> {
-    io.send(&hello)?;
-    loop {
-        let (header, body) = io.recv(deadline)?;
-        let step = hs.on_message(&header, &body)?;
-        watch.progressed.store(true, Ordering::Release);
-        match step {
-            Step::Send(msg) => io.send(&msg)?,
-            Step::Wait => {}
-            Step::Authenticated { reply, keep } => {
-                if let Some(msg) = reply {
-                    io.send(&msg)?;
-                }
-                if !keep {
-                    return Ok(None);
-                }
-                let ring = register()?;
-                io.send(&hs.ring_message(&ring)?)?;
-            }
-            Step::Done(peer_ring) => {
-                let peer = *hs
-                    .peer()
-                    .ok_or_else(|| Error::handshake(F::Malformed, "RING before HELLO"))?;
-                return Ok(Some(Agreed { peer, peer_ring }));
-            }
-        }
-    }
 }
 
 #[cfg(test)]
@@ -524,14 +440,14 @@ mod tests {
             step(&mut ha, &mut to_a, &mut to_d, &mut out_a);
         }
         (
-            out_d.unwrap_or(Err(Error::LinkClosed)),
-            out_a.unwrap_or(Err(Error::LinkClosed)),
+            out_d.unwrap_or(Err(Refusal::new(F::Incomplete, "no outcome"))),
+            out_a.unwrap_or(Err(Refusal::new(F::Incomplete, "no outcome"))),
         )
     }
 
     fn failure<T: std::fmt::Debug>(r: Result<T>) -> F {
         match r {
-            Err(e) => e.handshake_failure(),
+            Err(e) => e.failure,
             Ok(v) => panic!("expected a failure, got {v:?}"),
         }
     }

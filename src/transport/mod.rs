@@ -3,6 +3,7 @@
 //! trait (sender, poller, apply) is the same for every transport.
 
 pub mod channel;
+pub mod handshake;
 pub mod rdma;
 pub mod tcp;
 pub(crate) mod tls;

@@ -12,9 +12,10 @@ use parking_lot::Mutex;
 use crate::error::{Error, HandshakeFailure, Result, Violation};
 use crate::ops::status::RingGuard;
 use crate::proto::control::{MessageHeader, Op, HEADER_LEN, MAX_CONTROL_LEN};
-use crate::proto::handshake::{decode_header, MessageIo};
+use crate::proto::handshake::decode_header;
 use crate::proto::ring::RingGeometry;
 use crate::transport::channel::{self, ChannelReader, ChannelWriter};
+use crate::transport::handshake::MessageIo;
 use crate::transport::{credit_message, keepalive_message, Delivery, LinkFlags, RingWriter};
 
 /// How long a read waits before the receiver checks for shutdown and liveness.

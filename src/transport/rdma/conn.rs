@@ -19,8 +19,9 @@ use crate::error::{report, Error, HandshakeFailure, Result, Violation};
 use crate::ops::status::RingGuard;
 use crate::proto::auth::Side;
 use crate::proto::control::{MessageHeader, Op, RemoteRing, HEADER_LEN, MAX_CONTROL_LEN};
-use crate::proto::handshake::{self, decode_header, Agreed, Local, MessageIo, Watch};
+use crate::proto::handshake::{decode_header, Local};
 use crate::proto::ring::RingGeometry;
+use crate::transport::handshake::{self, Agreed, MessageIo, Watch};
 use crate::transport::{credit_message, keepalive_message, Delivery, LinkFlags, RingWriter};
 
 /// Receives pre-posted for control messages and write notifications.
