@@ -62,34 +62,10 @@ fn spawn(
 pub fn start(config: Config, server: ServerInfo) -> Result<String> {
     let (transport, why) = choose_transport(config.transport, config.tls)?;
     let tls = config.tls.then(|| TlsConfig::load(&config)).transpose()?;
-    for warning in config.warnings() {
-        redis_module::logging::log_warning(format!("rdmasync: {warning}"));
-    }
-    if server.rdb_version == 0 {
-        redis_module::logging::log_warning(
-            "rdmasync: cannot tell this server's RDB format (FUNCTION DUMP failed); \
-             the handshake will only accept a peer that cannot tell either",
-        );
-    }
+    log_warnings(&config, &server);
     rdma::abort_waits(false);
     let listen_addr = std::net::SocketAddr::new(config.bind, config.listen_port);
-    let listener =
-        match transport {
-            TransportKind::Tcp => Listener::Tcp(TcpListener::bind(listen_addr).map_err(
-                |source| Error::Listen {
-                    addr: listen_addr.to_string(),
-                    source,
-                },
-            )?),
-            TransportKind::Rdma => {
-                Listener::Rdma(rdma::Listener::bind(listen_addr).map_err(|source| {
-                    Error::ListenRdma {
-                        addr: listen_addr.to_string(),
-                        source,
-                    }
-                })?)
-            }
-        };
+    let listener = bind(transport, listen_addr)?;
     let node_id = node_id_for(&config);
     let apply = ApplyQueue::new()?;
     let local = Local {
@@ -99,27 +75,8 @@ pub fn start(config: Config, server: ServerInfo) -> Result<String> {
         secret: config.secret.clone(),
     };
     let shared = Arc::new(Shared::new(config, node_id, transport, local, tls, apply));
-    let (offer_tx, offer_rx) = crossbeam_channel::bounded(4);
     let mut threads = Vec::new();
-    let started = (|| -> Result<()> {
-        server::watch_fd(shared.apply.wake_fd(), on_apply_wake).map_err(|what| Error::Spawn {
-            name: "apply watcher",
-            source: std::io::Error::other(format!("RedisModule_{what} refused")),
-        })?;
-        threads.push(spawn("rdmasync-send", &shared, sender::run)?);
-        threads.push(match listener {
-            Listener::Tcp(l) => spawn("rdmasync-accept", &shared, move |s| {
-                accept::run_tcp_acceptor(s, l, offer_tx)
-            })?,
-            Listener::Rdma(l) => spawn("rdmasync-accept", &shared, move |s| {
-                accept::run_rdma_acceptor(s, l, offer_tx)
-            })?,
-        });
-        threads.push(spawn("rdmasync-link", &shared, move |s| {
-            session::run_link(s, offer_rx)
-        })?);
-        Ok(())
-    })();
+    let started = spawn_threads(&shared, listener, &mut threads);
     let line = format!(
         "rdmasync: node {node_id} ({}, RDB format {}) listening on {listen_addr}, peer {}, {why}, auth {}{}",
         shared.local.server,
@@ -134,6 +91,60 @@ pub fn start(config: Config, server: ServerInfo) -> Result<String> {
         return Err(e);
     }
     Ok(line)
+}
+
+/// What the operator should know about the configuration at load.
+fn log_warnings(config: &Config, server: &ServerInfo) {
+    for warning in config.warnings() {
+        redis_module::logging::log_warning(format!("rdmasync: {warning}"));
+    }
+    if server.rdb_version == 0 {
+        redis_module::logging::log_warning(
+            "rdmasync: cannot tell this server's RDB format (FUNCTION DUMP failed); \
+             the handshake will only accept a peer that cannot tell either",
+        );
+    }
+}
+
+/// Listens on `addr` with `transport`.
+fn bind(transport: TransportKind, addr: std::net::SocketAddr) -> Result<Listener> {
+    let name = addr.to_string();
+    Ok(match transport {
+        TransportKind::Tcp => Listener::Tcp(
+            TcpListener::bind(addr).map_err(|source| Error::Listen { addr: name, source })?,
+        ),
+        TransportKind::Rdma => Listener::Rdma(
+            rdma::Listener::bind(addr)
+                .map_err(|source| Error::ListenRdma { addr: name, source })?,
+        ),
+    })
+}
+
+/// Registers the apply wake-up and starts the sender, acceptor and link
+/// threads; those that started are in `threads` even when one fails.
+fn spawn_threads(
+    shared: &Arc<Shared>,
+    listener: Listener,
+    threads: &mut Vec<JoinHandle<()>>,
+) -> Result<()> {
+    let (offer_tx, offer_rx) = crossbeam_channel::bounded(4);
+    server::watch_fd(shared.apply.wake_fd(), on_apply_wake).map_err(|what| Error::Spawn {
+        name: "apply watcher",
+        source: std::io::Error::other(format!("RedisModule_{what} refused")),
+    })?;
+    threads.push(spawn("rdmasync-send", shared, sender::run)?);
+    threads.push(match listener {
+        Listener::Tcp(l) => spawn("rdmasync-accept", shared, move |s| {
+            accept::run_tcp_acceptor(s, l, offer_tx)
+        })?,
+        Listener::Rdma(l) => spawn("rdmasync-accept", shared, move |s| {
+            accept::run_rdma_acceptor(s, l, offer_tx)
+        })?,
+    });
+    threads.push(spawn("rdmasync-link", shared, move |s| {
+        session::run_link(s, offer_rx)
+    })?);
+    Ok(())
 }
 
 /// Event-loop callback: the link thread handed the main thread something.

@@ -455,11 +455,8 @@ fn flush_changes(ctx: &Context, shared: &Shared, may_wait: bool, propagate: bool
         Stats::add(&shared.stats.entries_dropped, ops.len() as u64);
         return;
     }
-    let expired = main
-        .expired
-        .get()
-        .map(|mut e| std::mem::take(&mut *e))
-        .unwrap_or_default();
+    let expired = main.expired.get().map(|mut e| std::mem::take(&mut *e));
+    let expired = expired.unwrap_or_default();
     let new_link = link_up && st.peer.is_new_link(epoch);
     let link_work = link_up && st.has_link_work();
     let stamps_pending = propagate && st.versions.journal_pending();
@@ -477,14 +474,7 @@ fn flush_changes(ctx: &Context, shared: &Shared, may_wait: bool, propagate: bool
     if link_up {
         start_syncs(&reader, shared, &mut st);
     }
-    let direct = link_up && st.peer.backlog.is_empty() && !shared.queue.is_full();
-    let entries = record_local(&reader, shared, &mut st, ops, direct);
-    if let Err(entries) = push(shared, &mut st, entries, true) {
-        // Cannot happen after `is_full` said no (single producer): keep them.
-        Stats::add(&shared.stats.queue_overflows, 1);
-        let ops = entries.iter().filter_map(pending_of).collect();
-        st.defer(ops);
-    }
+    ship_local(&reader, shared, &mut st, ops, link_up);
     if link_up {
         catch_up_and_ack(ctx, &reader, shared, &mut st);
     }
@@ -497,6 +487,25 @@ fn flush_changes(ctx: &Context, shared: &Shared, may_wait: bool, propagate: bool
         crate::capture::persist::propagate_stamps(ctx, shared, &mut st.versions);
     }
     server::select_db(ctx, original_db);
+}
+
+/// Records this node's changes `ops` and queues them for the sender,
+/// straight when the link is up and nothing waits before them.
+fn ship_local(
+    reader: &Reader<'_>,
+    shared: &Shared,
+    st: &mut Replication,
+    ops: Vec<PendingOp>,
+    link_up: bool,
+) {
+    let direct = link_up && st.peer.backlog.is_empty() && !shared.queue.is_full();
+    let entries = record_local(reader, shared, st, ops, direct);
+    if let Err(entries) = push(shared, st, entries, true) {
+        // Cannot happen after `is_full` said no (single producer): keep them.
+        Stats::add(&shared.stats.queue_overflows, 1);
+        let ops = entries.iter().filter_map(pending_of).collect();
+        st.defer(ops);
+    }
 }
 
 /// Takes the dirty set, unless `may_wait` and a resting hot key in it holds

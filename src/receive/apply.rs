@@ -372,25 +372,7 @@ fn apply_entry<'a>(
         return Err(format!("no database {}", e.db));
     }
     match &e.op {
-        Op::Value {
-            key,
-            payload,
-            expiry_ms,
-            encoding,
-        } => match decide(ctx, st, me, e, key) {
-            Decision::Apply => {
-                // The batch loop wrote the run first if `e` could not join it.
-                if MsetRun::is_plain(e).is_some() {
-                    let before = st.versions.get(e.db, key);
-                    mset.push(e.db, key, payload, before);
-                } else {
-                    restore(ctx, opts, key, payload, *expiry_ms, *encoding)?;
-                }
-                record_value(st, e.db, key, stamp, *expiry_ms);
-                Ok(Outcome::Applied)
-            }
-            other => Ok(Outcome::of(other)),
-        },
+        Op::Value { .. } => apply_value(ctx, opts, st, me, e, mset),
         Op::Delete { key } => match decide(ctx, st, me, e, key) {
             Decision::Apply => {
                 run(ctx, opts, "DEL", &[key])?;
@@ -404,6 +386,41 @@ fn apply_entry<'a>(
         Op::SwapDb { other } => apply_swap(ctx, opts, st, e.db, *other, stamp),
         Op::Functions { payload } => apply_functions(ctx, opts, st, payload, stamp),
         Op::Ack { .. } | Op::SyncRequest { .. } => Ok(Outcome::Notice),
+    }
+}
+
+/// A value of the peer's, if it wins: into the MSET run when it can join
+/// one (the batch loop wrote the run first if it could not), else restored.
+fn apply_value<'a>(
+    ctx: &Context,
+    opts: &CallOptions,
+    st: &mut Replication,
+    me: u64,
+    e: &'a Entry,
+    mset: &mut MsetRun<'a>,
+) -> std::result::Result<Outcome, String> {
+    let Op::Value {
+        key,
+        payload,
+        expiry_ms,
+        encoding,
+    } = &e.op
+    else {
+        return Ok(Outcome::Notice);
+    };
+    match decide(ctx, st, me, e, key) {
+        Decision::Apply => {
+            if MsetRun::is_plain(e).is_some() {
+                let before = st.versions.get(e.db, key);
+                mset.push(e.db, key, payload, before);
+            } else {
+                restore(ctx, opts, key, payload, *expiry_ms, *encoding)?;
+            }
+            let stamp = Stamp::new(e.clock, e.origin);
+            record_value(st, e.db, key, stamp, *expiry_ms);
+            Ok(Outcome::Applied)
+        }
+        other => Ok(Outcome::of(other)),
     }
 }
 
