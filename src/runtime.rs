@@ -15,6 +15,7 @@ use crate::proto::handshake::Local;
 use crate::receive::apply;
 use crate::redis::server::ServerInfo;
 use crate::shared::apply_queue::ApplyQueue;
+use crate::shared::queue::{batch_queue, BatchConsumer};
 use crate::shared::{self, Live, Shared, TransportKind};
 use crate::transport::rdma;
 use crate::transport::tls::TlsConfig;
@@ -68,15 +69,18 @@ pub fn start(config: Config, server: ServerInfo) -> Result<String> {
     let listener = bind(transport, listen_addr)?;
     let node_id = node_id_for(&config);
     let apply = ApplyQueue::new()?;
+    let (queue, to_send) = batch_queue(config.queue_size);
     let local = Local {
         node_id,
         rdb_version: server.rdb_version,
         server: server.description,
         secret: config.secret.clone(),
     };
-    let shared = Arc::new(Shared::new(config, node_id, transport, local, tls, apply));
+    let shared = Arc::new(Shared::new(
+        config, node_id, transport, local, tls, queue, apply,
+    ));
     let mut threads = Vec::new();
-    let started = spawn_threads(&shared, listener, &mut threads);
+    let started = spawn_threads(&shared, listener, to_send, &mut threads);
     let line = format!(
         "rdmasync: node {node_id} ({}, RDB format {}) listening on {listen_addr}, peer {}, {why}, auth {}{}",
         shared.local.server,
@@ -120,11 +124,13 @@ fn bind(transport: TransportKind, addr: std::net::SocketAddr) -> Result<Listener
     })
 }
 
-/// Registers the apply wake-up and starts the sender, acceptor and link
-/// threads; those that started are in `threads` even when one fails.
+/// Registers the apply wake-up and starts the sender (which takes the
+/// queue's consumer end `to_send`), acceptor and link threads; those that
+/// started are in `threads` even when one fails.
 fn spawn_threads(
     shared: &Arc<Shared>,
     listener: Listener,
+    to_send: BatchConsumer,
     threads: &mut Vec<JoinHandle<()>>,
 ) -> Result<()> {
     let (offer_tx, offer_rx) = crossbeam_channel::bounded(4);
@@ -132,7 +138,9 @@ fn spawn_threads(
         name: "apply watcher",
         source: std::io::Error::other(format!("RedisModule_{what} refused")),
     })?;
-    threads.push(spawn("rdmasync-send", shared, sender::run)?);
+    threads.push(spawn("rdmasync-send", shared, move |s| {
+        sender::run(s, to_send)
+    })?);
     threads.push(match listener {
         Listener::Tcp(l) => spawn("rdmasync-accept", shared, move |s| {
             accept::run_tcp_acceptor(s, l, offer_tx)
@@ -210,7 +218,7 @@ pub fn change_peer(host: &str, port: u16) {
         if let Some(link) = s.link.lock().take() {
             link.close();
         }
-        s.queue.wake.wake();
+        s.queue.wake_sender();
     });
 }
 
@@ -223,7 +231,7 @@ pub fn stop() {
     server::unwatch_fd(rt.shared.apply.wake_fd());
     rt.shared.apply.cancel_timer();
     rt.shared.shutdown.store(true, Ordering::SeqCst);
-    rt.shared.queue.wake.wake();
+    rt.shared.queue.wake_sender();
     if let Some(link) = rt.shared.link.lock().take() {
         link.close();
     }

@@ -363,7 +363,7 @@ fn run_connection(
             *slot = None;
         }
     }
-    shared.queue.wake.wake();
+    shared.queue.wake_sender();
     // Unless unloading (the main thread then applies nothing more).
     let _ = shared.apply.submit(shared, FromLink::LinkDown { epoch });
     result
@@ -482,7 +482,7 @@ impl Delivery for Inbound<'_> {
 
     fn credit(&mut self, head: u64) {
         self.shared.stats.ring_credit.store(head, Ordering::Relaxed);
-        self.shared.queue.wake.wake();
+        self.shared.queue.wake_sender();
     }
 
     fn head(&self) -> u64 {

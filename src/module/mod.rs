@@ -179,7 +179,7 @@ extern "C" fn info_func(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: i3
             status_fields(
                 &s.identity(),
                 &s.stats,
-                s.queue.len(),
+                s.queue.waiting(),
                 // A crash report can ask while the state is held: never wait.
                 &try_main_state()
                     .and_then(|main| main.replication.try_get().map(|st| st.convergence()))
@@ -221,7 +221,7 @@ fn status_reply(argc: usize) -> RedisResult {
         status_fields(
             &s.identity(),
             &s.stats,
-            s.queue.len(),
+            s.queue.waiting(),
             &main_state()
                 .replication
                 .get()

@@ -19,7 +19,7 @@ use crate::ops::status::{Identity, LinkState, Stats};
 use crate::proto::control::AuthMode;
 use crate::proto::handshake::Local;
 use crate::shared::apply_queue::ApplyQueue;
-use crate::shared::queue::BatchQueue;
+use crate::shared::queue::BatchProducer;
 use crate::transport::tls::TlsConfig;
 use crate::transport::RingWriter;
 
@@ -56,8 +56,9 @@ pub struct Shared {
     pub stats: Stats,
     /// Hybrid logical clock stamping captured entries.
     pub clock: HybridClock,
-    /// Capture -> sender queue.
-    pub queue: BatchQueue,
+    /// The capture end of the capture -> sender queue (the sender thread
+    /// owns the other).
+    pub queue: BatchProducer,
     /// Link thread -> main thread: decoded batches to apply.
     pub apply: ApplyQueue,
     /// The link the sender writes to, when one is up.
@@ -152,13 +153,14 @@ impl Shared {
         transport: TransportKind,
         local: Local,
         tls: Option<TlsConfig>,
+        queue: BatchProducer,
         apply: ApplyQueue,
     ) -> Self {
         let shared = Self {
             local,
             tls,
             failures: Mutex::new(FailureLog::default()),
-            queue: BatchQueue::new(config.queue_size),
+            queue,
             apply,
             peer: RwLock::new((config.peer_host.clone(), config.peer_port)),
             config,
@@ -189,7 +191,8 @@ impl Shared {
             secret: config.secret.clone(),
         };
         let apply = ApplyQueue::new().unwrap_or_else(|e| panic!("test apply queue: {e}"));
-        Self::new(config, 1, TransportKind::Tcp, local, None, apply)
+        let (queue, _) = crate::shared::queue::batch_queue(config.queue_size);
+        Self::new(config, 1, TransportKind::Tcp, local, None, queue, apply)
     }
 }
 

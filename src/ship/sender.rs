@@ -10,6 +10,7 @@ use crate::ops::status::Stats;
 use crate::proto::entry::Batch;
 use crate::proto::ring::{Placement, RingGeometry};
 use crate::proto::wire::{self, chunk_entry, encode_frame, encode_padding, frame_len, PAD_LEN};
+use crate::shared::queue::BatchConsumer;
 use crate::shared::Shared;
 use crate::transport::RingWriter;
 
@@ -59,7 +60,7 @@ impl RingCursor {
     }
 
     /// Waits until `needed` bytes are free at the tail.
-    fn wait_for_room(&mut self, needed: u64, shared: &Shared) -> Result<()> {
+    fn wait_for_room(&mut self, needed: u64, shared: &Shared, queue: &BatchConsumer) -> Result<()> {
         let mut stalled = false;
         loop {
             let credit = self.link.credit();
@@ -79,7 +80,7 @@ impl RingCursor {
                 self.link.send_keepalive()?;
             }
             let link = &self.link;
-            shared.queue.wake.wait(Duration::from_millis(100), || {
+            queue.wait_until(Duration::from_millis(100), || {
                 link.credit() != credit || !link.is_alive()
             });
         }
@@ -92,9 +93,10 @@ impl RingCursor {
         key: &[u8],
         value: &[u8],
         shared: &Shared,
+        queue: &BatchConsumer,
     ) -> Result<()> {
         let len = frame_len(key.len(), value.len());
-        self.wait_for_room(self.geometry.needed(self.tail, len as u64), shared)?;
+        self.wait_for_room(self.geometry.needed(self.tail, len as u64), shared, queue)?;
         if let Placement::WrapAfterPadding { pad } = self.geometry.place(self.tail, len as u64) {
             let at = self.staging.len();
             self.staging.resize(at + PAD_LEN, 0);
@@ -117,7 +119,12 @@ impl RingCursor {
     }
 
     /// Stages a whole batch; the last frame carries the batch-end flag.
-    fn stage_batch(&mut self, batch: &Batch, shared: &Shared) -> Result<u64> {
+    fn stage_batch(
+        &mut self,
+        batch: &Batch,
+        shared: &Shared,
+        queue: &BatchConsumer,
+    ) -> Result<u64> {
         let max_frame = self.geometry.max_frame();
         let mut planned = Vec::with_capacity(batch.entries.len());
         for e in &batch.entries {
@@ -143,16 +150,23 @@ impl RingCursor {
                 if i == last && j == last_chunk {
                     h.flags |= wire::FLAG_BATCH_END;
                 }
-                self.stage_frame(&h, key, &value[c.value_range.0..c.value_range.1], shared)?;
+                self.stage_frame(
+                    &h,
+                    key,
+                    &value[c.value_range.0..c.value_range.1],
+                    shared,
+                    queue,
+                )?;
             }
         }
         Ok(planned.iter().filter(|(e, _)| e.is_data()).count() as u64)
     }
 }
 
-/// The sender thread: runs until unload.
-pub fn run(shared: Arc<Shared>) {
-    shared.queue.wake.register_current();
+/// The sender thread: runs until unload, popping the batches of `queue`
+/// (the consumer end; the main thread holds the producer in `Shared`).
+pub fn run(shared: Arc<Shared>, mut queue: BatchConsumer) {
+    queue.register_current();
     let mut cursor: Option<RingCursor> = None;
     while !shared.stopping() {
         if crate::ops::faults::sends_held() {
@@ -160,7 +174,7 @@ pub fn run(shared: Arc<Shared>) {
             std::thread::sleep(Duration::from_millis(10));
             continue;
         }
-        let Some(batch) = shared.queue.pop() else {
+        let Some(batch) = queue.pop() else {
             // A dead link's memory (its registered ring included) must go now,
             // not when the next write comes.
             if cursor.as_ref().is_some_and(|c| !c.link.is_alive()) {
@@ -171,9 +185,7 @@ pub fn run(shared: Arc<Shared>) {
                     let _ = link.send_keepalive();
                 }
             }
-            let q = &shared.queue;
-            q.wake
-                .wait(Duration::from_millis(KEEPALIVE_MS / 2), || !q.is_empty());
+            queue.wait_for_batch(Duration::from_millis(KEEPALIVE_MS / 2));
             continue;
         };
         let Some(link) = shared.current_link() else {
@@ -185,8 +197,8 @@ pub fn run(shared: Arc<Shared>) {
             cursor = Some(RingCursor::new(link));
         }
         let Some(c) = cursor.as_mut() else { continue };
-        let sent = c.stage_batch(&batch, &shared).and_then(|n| {
-            if shared.queue.is_empty() {
+        let sent = c.stage_batch(&batch, &shared, &queue).and_then(|n| {
+            if queue.is_empty() {
                 c.post(&shared)?;
             }
             Ok(n)
@@ -309,10 +321,11 @@ mod tests {
 
     fn send_all(capacity: u64, batches: &[Batch], post_every: usize) -> Vec<Batch> {
         let shared = Shared::for_tests();
+        let (_, queue) = crate::shared::queue::batch_queue(1);
         let peer = Arc::new(CheckingPeer::new(capacity));
         let mut cursor = RingCursor::new(peer.clone());
         for (i, b) in batches.iter().enumerate() {
-            cursor.stage_batch(b, &shared).unwrap();
+            cursor.stage_batch(b, &shared, &queue).unwrap();
             if i % post_every == 0 {
                 cursor.post(&shared).unwrap();
             }
