@@ -134,12 +134,13 @@ fn spawn_threads(
     threads: &mut Vec<JoinHandle<()>>,
 ) -> Result<()> {
     let (offer_tx, offer_rx) = crossbeam_channel::bounded(4);
+    let (link_tx, link_rx) = crossbeam_channel::unbounded();
     server::watch_fd(shared.apply.wake_fd(), on_apply_wake).map_err(|what| Error::Spawn {
         name: "apply watcher",
         source: std::io::Error::other(format!("RedisModule_{what} refused")),
     })?;
     threads.push(spawn("rdmasync-send", shared, move |s| {
-        sender::run(s, to_send)
+        sender::run(s, to_send, link_rx)
     })?);
     threads.push(match listener {
         Listener::Tcp(l) => spawn("rdmasync-accept", shared, move |s| {
@@ -150,7 +151,7 @@ fn spawn_threads(
         })?,
     });
     threads.push(spawn("rdmasync-link", shared, move |s| {
-        session::run_link(s, offer_rx)
+        session::run_link(s, offer_rx, link_tx)
     })?);
     Ok(())
 }

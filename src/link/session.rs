@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use crate::error::{Error, Result, Violation};
 use crate::link::accept::report_failure;
@@ -248,12 +248,24 @@ fn dial(shared: &Shared) -> Result<Option<Offer>> {
     }))
 }
 
+/// What the link thread keeps across its links.
+struct Links {
+    /// Links this thread brought up: the last one's number is its epoch.
+    up: u64,
+    /// Each link as it comes up, to the sender thread.
+    to_sender: Sender<Arc<dyn RingWriter>>,
+}
+
 /// The link thread: connects, runs the link, reconnects; until unload.
-pub fn run_link(shared: Arc<Shared>, offers: Receiver<Offer>) {
+/// Each link that comes up goes to the sender through `to_sender`.
+pub fn run_link(
+    shared: Arc<Shared>,
+    offers: Receiver<Offer>,
+    to_sender: Sender<Arc<dyn RingWriter>>,
+) {
     let mut backoff = BACKOFF_MIN;
     let mut dial_error_logged = false;
-    // Links this thread brought up: the last one's number is its epoch.
-    let mut links_up = 0u64;
+    let mut links = Links { up: 0, to_sender };
     while !shared.stopping() {
         shared.stats.set_link(LinkState::Connecting);
         let offer = match offers.try_recv() {
@@ -291,7 +303,7 @@ pub fn run_link(shared: Arc<Shared>, offers: Receiver<Offer>) {
             shared.failures.lock().forget(ip);
         }
         let started = Instant::now();
-        let result = run_connection(&shared, offer, &offers, &mut links_up);
+        let result = run_connection(&shared, offer, &offers, &mut links);
         shared.stats.set_link(LinkState::Connecting);
         if let Err(e) = result {
             if !shared.stopping() {
@@ -307,13 +319,14 @@ pub fn run_link(shared: Arc<Shared>, offers: Receiver<Offer>) {
 }
 
 /// Runs one established link until it fails, is replaced, or unload begins.
-/// Runs one link until it ends; `links_up` counts it once it is up (its
-/// number, 1 for the thread's first, is the epoch the main thread sees).
+/// Runs one link until it ends; `links` counts it once it is up (its
+/// number, 1 for the thread's first, is the epoch the main thread sees)
+/// and hands it to the sender first.
 fn run_connection(
     shared: &Shared,
     offer: Offer,
     offers: &Receiver<Offer>,
-    links_up: &mut u64,
+    links: &mut Links,
 ) -> Result<()> {
     let Offer {
         conn,
@@ -345,8 +358,10 @@ fn run_connection(
     shared.stats.ring_credit.store(0, Ordering::Relaxed);
     *shared.device.lock() = device.clone();
     *shared.link.lock() = Some(writer.clone());
-    *links_up += 1;
-    let epoch = *links_up;
+    // The sender thread lives as long as this one (both end at unload).
+    let _ = links.to_sender.send(writer.clone());
+    links.up += 1;
+    let epoch = links.up;
     announce_link_up(shared, &peer, &device, epoch);
     let up = FromLink::LinkUp {
         epoch,

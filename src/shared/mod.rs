@@ -61,7 +61,9 @@ pub struct Shared {
     pub queue: BatchProducer,
     /// Link thread -> main thread: decoded batches to apply.
     pub apply: ApplyQueue,
-    /// The link the sender writes to, when one is up.
+    /// The link up now, so that a peer change or unload can close it. The
+    /// sender never reads it: the link thread hands each link to it in
+    /// order (`ship::sender::run`'s `links`).
     pub link: Mutex<Option<Arc<dyn RingWriter>>>,
     /// Where the peer is: from the config, changeable with `CONFIG SET`.
     pub peer: RwLock<(String, u16)>,
@@ -93,11 +95,6 @@ impl Shared {
     /// Whether unload has begun.
     pub fn stopping(&self) -> bool {
         self.shutdown.load(Ordering::Relaxed)
-    }
-
-    /// The link currently up, if any.
-    pub fn current_link(&self) -> Option<Arc<dyn RingWriter>> {
-        self.link.lock().clone()
     }
 
     /// The dataset was replaced wholesale (`DEBUG RELOAD`, a full sync from a

@@ -5,6 +5,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crossbeam_channel::Receiver;
+
 use crate::error::{Error, Result};
 use crate::ops::status::Stats;
 use crate::proto::entry::Batch;
@@ -164,8 +166,10 @@ impl RingCursor {
 }
 
 /// The sender thread: runs until unload, popping the batches of `queue`
-/// (the consumer end; the main thread holds the producer in `Shared`).
-pub fn run(shared: Arc<Shared>, mut queue: BatchConsumer) {
+/// (the consumer end; the main thread holds the producer in `Shared`) and
+/// writing them to the newest link of `links`, which the link thread sends
+/// as each comes up (before the main thread hears of it).
+pub fn run(shared: Arc<Shared>, mut queue: BatchConsumer, links: Receiver<Arc<dyn RingWriter>>) {
     queue.register_current();
     let mut cursor: Option<RingCursor> = None;
     while !shared.stopping() {
@@ -174,29 +178,30 @@ pub fn run(shared: Arc<Shared>, mut queue: BatchConsumer) {
             std::thread::sleep(Duration::from_millis(10));
             continue;
         }
-        let Some(batch) = queue.pop() else {
-            // A dead link's memory (its registered ring included) must go now,
-            // not when the next write comes.
-            if cursor.as_ref().is_some_and(|c| !c.link.is_alive()) {
-                cursor = None;
-            }
-            if let Some(link) = shared.current_link() {
-                if link.is_alive() && link.idle_ms() >= KEEPALIVE_MS {
-                    let _ = link.send_keepalive();
+        let batch = queue.pop();
+        // Taken after the pop: a batch queued for a link that came up is
+        // popped after that link was sent.
+        if let Some(link) = links.try_iter().last() {
+            cursor = Some(RingCursor::new(link));
+        }
+        // A dead link's memory (its registered ring included) goes now, not
+        // when the next write comes.
+        if cursor.as_ref().is_some_and(|c| !c.link.is_alive()) {
+            cursor = None;
+        }
+        let Some(batch) = batch else {
+            if let Some(c) = &cursor {
+                if c.link.idle_ms() >= KEEPALIVE_MS {
+                    let _ = c.link.send_keepalive();
                 }
             }
             queue.wait_for_batch(Duration::from_millis(KEEPALIVE_MS / 2));
             continue;
         };
-        let Some(link) = shared.current_link() else {
-            cursor = None;
+        let Some(c) = cursor.as_mut() else {
             Stats::add(&shared.stats.entries_dropped, batch.entries.len() as u64);
             continue;
         };
-        if cursor.as_ref().is_none_or(|c| !Arc::ptr_eq(&c.link, &link)) {
-            cursor = Some(RingCursor::new(link));
-        }
-        let Some(c) = cursor.as_mut() else { continue };
         let sent = c.stage_batch(&batch, &shared, &queue).and_then(|n| {
             if queue.is_empty() {
                 c.post(&shared)?;
