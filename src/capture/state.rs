@@ -22,6 +22,7 @@ use crate::capture::hook::{ExpiredKey, SilentChanges};
 use crate::capture::hotkeys::HotKeys;
 use crate::catchup::replication::Replication;
 use crate::converge::changes::DirtySet;
+use crate::ops::faults::Faults;
 
 /// One part of the main thread's state.
 pub struct Part<T> {
@@ -102,6 +103,8 @@ pub struct MainState {
     pub link: Part<LinkView>,
     /// Versions, backlog, syncs and acknowledgements with the peer.
     pub replication: Part<Replication>,
+    /// The `RDMASYNC.DEBUG` switches the main thread reads.
+    pub faults: Part<Faults>,
 }
 
 impl Default for MainState {
@@ -113,6 +116,7 @@ impl Default for MainState {
             hot: Part::new("hot-key record", HotKeys::default()),
             link: Part::new("link view", LinkView::default()),
             replication: Part::new("convergence state", Replication::default()),
+            faults: Part::new("fault switches", Faults::default()),
         }
     }
 }

@@ -265,7 +265,12 @@ fn debug_reply(ctx: &Context, args: &[RedisString]) -> RedisResult {
             "ERR RDMASYNC.DEBUG is refused: it needs enable-debug-command yes",
         ));
     }
-    faults::apply(request);
+    let state = main_state();
+    let Some(mut faults) = state.faults.get() else {
+        return Err(RedisError::Str("ERR rdmasync internal error (see the log)"));
+    };
+    let live = shared::with_shared(std::sync::Arc::clone);
+    faults.apply(request, live.as_ref().map(|s| &s.hold_sends));
     Ok(RedisValue::SimpleStringStatic("OK"))
 }
 

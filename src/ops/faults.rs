@@ -13,32 +13,46 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use parking_lot::RwLock;
-
-/// A prefix is set (checked first, so reads cost one load when it is not).
-static ACTIVE: AtomicBool = AtomicBool::new(false);
-/// Keys starting with it fail to read.
-static FAIL_READS: RwLock<Vec<u8>> = RwLock::new(Vec::new());
-
-/// Acks from the peer are ignored.
-static DROP_ACKS: AtomicBool = AtomicBool::new(false);
-
-/// The sender leaves the queue alone.
-static HOLD_SENDS: AtomicBool = AtomicBool::new(false);
-
-/// Whether the sender must leave queued batches where they are now.
-pub fn sends_held() -> bool {
-    HOLD_SENDS.load(Ordering::Acquire)
+/// The switches the main thread reads: a part of its state
+/// (`capture::state::MainState::faults`). HOLD-SENDS is the sender's, an
+/// atomic in `Shared`.
+#[derive(Debug, Default)]
+pub struct Faults {
+    /// Keys starting with it fail to read.
+    fail_reads: Option<Vec<u8>>,
+    /// Acks from the peer are ignored.
+    drop_acks: bool,
 }
 
-/// Whether an ack from the peer must be ignored now.
-pub fn acks_dropped() -> bool {
-    DROP_ACKS.load(Ordering::Acquire)
+impl Faults {
+    /// The prefix of the keys whose reads must fail now, if any.
+    pub fn failing_reads(&self) -> Option<&[u8]> {
+        self.fail_reads.as_deref()
+    }
+
+    /// Whether an ack from the peer must be ignored now.
+    pub fn acks_dropped(&self) -> bool {
+        self.drop_acks
+    }
+
+    /// Carries out a parsed request; `hold_sends` is the sender's switch.
+    pub fn apply(&mut self, request: DebugRequest, hold_sends: Option<&AtomicBool>) {
+        match request {
+            DebugRequest::FailReads(prefix) => self.fail_reads = Some(prefix),
+            DebugRequest::ClearFaults => self.fail_reads = None,
+            DebugRequest::DropAcks(on) => self.drop_acks = on,
+            DebugRequest::HoldSends(on) => {
+                if let Some(hold) = hold_sends {
+                    hold.store(on, Ordering::Release);
+                }
+            }
+        }
+    }
 }
 
-/// Whether reading `key` must fail now.
-pub fn read_fails(key: &[u8]) -> bool {
-    ACTIVE.load(Ordering::Acquire) && key.starts_with(&FAIL_READS.read())
+/// Whether reading `key` must fail, with reads of `prefix` failing.
+pub fn read_fails(prefix: Option<&[u8]>, key: &[u8]) -> bool {
+    prefix.is_some_and(|p| key.starts_with(p))
 }
 
 /// What a `RDMASYNC.DEBUG` command asks for.
@@ -83,22 +97,6 @@ pub fn parse(args: &[&[u8]]) -> Result<DebugRequest, &'static str> {
             Ok(DebugRequest::HoldSends(false))
         }
         _ => Err(USAGE),
-    }
-}
-
-/// Carries out a parsed request.
-pub fn apply(request: DebugRequest) {
-    match request {
-        DebugRequest::FailReads(prefix) => {
-            *FAIL_READS.write() = prefix;
-            ACTIVE.store(true, Ordering::Release);
-        }
-        DebugRequest::ClearFaults => {
-            ACTIVE.store(false, Ordering::Release);
-            FAIL_READS.write().clear();
-        }
-        DebugRequest::DropAcks(on) => DROP_ACKS.store(on, Ordering::Release),
-        DebugRequest::HoldSends(on) => HOLD_SENDS.store(on, Ordering::Release),
     }
 }
 
@@ -153,10 +151,19 @@ mod tests {
 
     #[test]
     fn set_then_clear() {
-        apply(DebugRequest::FailReads(b"f:".to_vec()));
-        assert!(read_fails(b"f:1"));
-        assert!(!read_fails(b"g:1"));
-        apply(DebugRequest::ClearFaults);
-        assert!(!read_fails(b"f:1"));
+        let mut faults = Faults::default();
+        let hold = AtomicBool::new(false);
+        assert!(!read_fails(faults.failing_reads(), b"f:1"));
+        faults.apply(DebugRequest::FailReads(b"f:".to_vec()), Some(&hold));
+        assert!(read_fails(faults.failing_reads(), b"f:1"));
+        assert!(!read_fails(faults.failing_reads(), b"g:1"));
+        faults.apply(DebugRequest::ClearFaults, Some(&hold));
+        assert!(!read_fails(faults.failing_reads(), b"f:1"));
+        faults.apply(DebugRequest::DropAcks(true), Some(&hold));
+        assert!(faults.acks_dropped());
+        faults.apply(DebugRequest::HoldSends(true), Some(&hold));
+        assert!(hold.load(Ordering::Acquire));
+        faults.apply(DebugRequest::HoldSends(false), None);
+        assert!(hold.load(Ordering::Acquire), "no sender: nothing to switch");
     }
 }

@@ -272,7 +272,11 @@ fn apply_flush(
     for (d, key) in st.versions.flush(db, stamp) {
         survivors.entry(d).or_default().push(key);
     }
-    let reader = Reader::new(ctx);
+    let faults = main_state()
+        .faults
+        .get()
+        .map(|f| f.failing_reads().map(<[u8]>::to_vec));
+    let reader = Reader::new(ctx).failing(faults.flatten().as_deref());
     // FLUSHALL as one FLUSHDB per database: with save points configured,
     // FLUSHALL also writes an RDB on the spot, whose aux data needs the
     // convergence state this thread holds.
@@ -447,7 +451,8 @@ fn record_value(st: &mut Replication, db: u32, key: &[u8], stamp: Stamp, expiry_
 /// fault switch drops acks, what it acknowledges and covers.
 fn note_ack(st: &mut Replication, e: &Entry, applied: u64) -> Outcome {
     st.peer.received(e.seq);
-    if !crate::ops::faults::acks_dropped() {
+    let dropped = main_state().faults.get().is_some_and(|f| f.acks_dropped());
+    if !dropped {
         // Before the acknowledgement: one that answers our request ends
         // the wait, and its own coverage (voided by the peer when it took
         // the request) is not yet to be trusted.

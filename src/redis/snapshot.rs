@@ -54,6 +54,8 @@ pub enum Read {
 pub struct Reader<'a> {
     ctx: &'a Context,
     opts: CallOptions,
+    /// Keys starting with it read as failed (`RDMASYNC.DEBUG FAIL-READS`).
+    failing: Option<Vec<u8>>,
 }
 
 impl<'a> Reader<'a> {
@@ -62,7 +64,15 @@ impl<'a> Reader<'a> {
         Self {
             ctx,
             opts: CallOptionsBuilder::new().errors_as_replies().build(),
+            failing: None,
         }
+    }
+
+    /// This reader, with the reads of keys starting with `prefix` failing
+    /// as an error reply would.
+    pub fn failing(mut self, prefix: Option<&[u8]>) -> Self {
+        self.failing = prefix.map(<[u8]>::to_vec);
+        self
     }
 
     /// The context, to select databases.
@@ -139,7 +149,7 @@ impl<'a> Reader<'a> {
             return Read::Absent;
         }
         let by_mget = info.is_string() && value.is_none();
-        if crate::ops::faults::read_fails(key) {
+        if crate::ops::faults::read_fails(self.failing.as_deref(), key) {
             // Its string value (if any) is still taken, in order.
             if by_mget {
                 mget_values.next();

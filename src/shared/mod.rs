@@ -69,6 +69,9 @@ pub struct Shared {
     pub peer: RwLock<(String, u16)>,
     /// Set once at unload: every thread returns.
     pub shutdown: AtomicBool,
+    /// `RDMASYNC.DEBUG HOLD-SENDS`: the sender leaves queued batches in the
+    /// queue, as a stalled link would.
+    pub hold_sends: AtomicBool,
     /// What this node says in its handshake (id, versions, secret).
     pub local: Local,
     /// TLS for the TCP transport, when `tls=yes`.
@@ -168,6 +171,7 @@ impl Shared {
             clock: HybridClock::new(),
             link: Mutex::new(None),
             shutdown: AtomicBool::new(false),
+            hold_sends: AtomicBool::new(false),
             next_seq: AtomicU64::new(first_seq()),
         };
         shared.stats.set_link(LinkState::Connecting);

@@ -173,7 +173,7 @@ pub fn run(shared: Arc<Shared>, mut queue: BatchConsumer, links: Receiver<Arc<dy
     queue.register_current();
     let mut cursor: Option<RingCursor> = None;
     while !shared.stopping() {
-        if crate::ops::faults::sends_held() {
+        if shared.hold_sends.load(Ordering::Acquire) {
             // RDMASYNC.DEBUG HOLD-SENDS: the batches wait, as on a stalled link.
             std::thread::sleep(Duration::from_millis(10));
             continue;
