@@ -187,7 +187,7 @@ if before_rows:
 runs = {}
 sends = {}
 for fn in sorted(glob.glob(path("lag", "*.txt"))):
-    m = re.match(r"(module|replicaof)-(light|bg)-r(\d+)\.txt", os.path.basename(fn))
+    m = re.match(r"(module-before|module|replicaof)-(light|bg)-r(\d+)\.txt", os.path.basename(fn))
     if not m:
         continue
     with open(fn) as f:
@@ -197,7 +197,7 @@ for fn in sorted(glob.glob(path("lag", "*.txt"))):
 lost = {}
 bg_rates = {}
 for line in read("lag.txt").splitlines():
-    m = re.match(r"(module|replicaof)-(light|bg)-r\d+: probes (\d+) lost (\d+) bg (\d+)/s", line)
+    m = re.match(r"(module-before|module|replicaof)-(light|bg)-r\d+: probes (\d+) lost (\d+) bg (\d+)/s", line)
     if m:
         k = (m[1], m[2])
         n, l = lost.get(k, (0, 0))
@@ -217,7 +217,7 @@ if runs:
     say("| pair | load | probes | lost | p50 | p99 | p99.9 | max | p50 per round | p99 per round | send->visible p50 | p99 |")
     say("|---|---|---:|---:|---:|---:|---:|---:|---|---|---:|---:|")
     for load in ("light", "bg"):
-        for who in ("module", "replicaof"):
+        for who in ("module", "module-before", "replicaof"):
             per = runs.get((who, load))
             if not per:
                 continue

@@ -28,18 +28,21 @@
 #                target/release/librdmasync.so), measured in the same rounds as
 #                'module-before': the write path before and after a change
 #   --write-path-only  only the write-path overhead and CPU per request (section 1)
+#   --lag        section 1 and the replication lag (section 2) only; with --before,
+#                the lag of the module-before pair too, in the same rounds
 # Environment: BENCH_PORT (default 26400: ports BENCH_PORT+1..+14 are used),
 #   BG_RATE (background writes/s for the loaded lag run, default 50000),
 #   BENCH_TESTS / BENCH_PIPELINES (the write-path tests and pipelines, default all).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-ROUNDS=3 QUICK=0 RDMA=0 MICRO=1 OUT="" AOF=0 BEFORE="" WRITE_ONLY=0
+ROUNDS=3 QUICK=0 RDMA=0 MICRO=1 OUT="" AOF=0 BEFORE="" WRITE_ONLY=0 LAG_TOO=0
 while [ $# -gt 0 ]; do
   case $1 in
     --aof) AOF=1; shift ;;
     --before) BEFORE=$(realpath "$2"); shift 2 ;;
     --write-path-only) WRITE_ONLY=1 MICRO=0; shift ;;
+    --lag) WRITE_ONLY=1 LAG_TOO=1 MICRO=0; shift ;;
     --rounds) ROUNDS=$2; shift 2 ;;
     --quick) QUICK=1 ROUNDS=1; shift ;;
     --rdma) RDMA=1; shift ;;
@@ -207,15 +210,18 @@ for r in $(seq "$ROUNDS"); do
 done
 flush $PA $PP $PM $PF
 
-if [ "$WRITE_ONLY" = 0 ]; then
-# 2. Replication lag, module pair and REPLICAOF pair alternating.
+if [ "$WRITE_ONLY" = 0 ] || [ "$LAG_TOO" = 1 ]; then
+# 2. Replication lag, module pair and REPLICAOF pair alternating (and the
+# module-before pair, with --before).
 echo "== replication lag ($PROBES probes at 1000/s; loaded: $BG_RATE bg writes/s)"
 for r in $(seq "$ROUNDS"); do
   for load in light bg; do
     order=(module replicaof); [ $((r % 2)) = 0 ] && order=(replicaof module)
+    [ -n "$BEFORE" ] && { [ $((r % 2)) = 1 ] && order=(module-before "${order[@]}") || order+=(module-before); }
     for who in "${order[@]}"; do
-      quiet
       w=$PM rd=$PR; [ "$who" = module ] && w=$PA rd=$PB
+      [ "$who" = module-before ] && w=$PC rd=$PD
+      if [ "$who" = module-before ]; then quiet $PC $PD; else quiet; fi
       bg=0; [ $load = bg ] && bg=$BG_RATE
       "$LAG" lag --write $w --read $rd --rate 1000 --count "$PROBES" --bg-rate "$bg" \
         --label "$who-$load-r$r" --out "$OUT/lag/$who-$load-r$r.txt" | tee -a "$OUT/lag.txt"
@@ -223,7 +229,10 @@ for r in $(seq "$ROUNDS"); do
   done
 done
 flush $PA $PM $PP
+[ -n "$BEFORE" ] && redis-cli -p $PC flushall >/dev/null
+fi
 
+if [ "$WRITE_ONLY" = 0 ]; then
 # 3. Saturation: plain node flat out, module node flat out then lower until B keeps up.
 echo "== saturation (pipelined SET, 4 clients x 32; ${SAT_SECS} s per step)"
 : > "$OUT/saturation.txt"
