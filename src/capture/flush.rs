@@ -465,9 +465,7 @@ fn flush_changes(ctx: &Context, shared: &Shared, may_wait: bool, propagate: bool
     }
     // Snapshots and lazy expiry raise events that are not local writes.
     let _guard = Suppressed::new();
-    let faults = main.faults.get();
-    let reader = Reader::new(ctx).failing(faults.as_ref().and_then(|f| f.failing_reads()));
-    drop(faults);
+    let reader = Reader::new(ctx).failing(main.failing_reads());
     let original_db = server::selected_db(ctx);
     record_expired(ctx, &reader, &mut st, expired);
     if new_link {

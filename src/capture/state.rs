@@ -121,6 +121,14 @@ impl Default for MainState {
     }
 }
 
+impl MainState {
+    /// The prefix of the keys whose reads must fail now
+    /// (`RDMASYNC.DEBUG FAIL-READS`), for a `Reader`.
+    pub fn failing_reads(&self) -> Option<Vec<u8>> {
+        self.faults.get()?.failing_reads().map(<[u8]>::to_vec)
+    }
+}
+
 /// The one handle the C callbacks need: Redis gives them no context to
 /// carry state in.
 static MAIN: LazyLock<ReentrantMutex<MainState>> = LazyLock::new(ReentrantMutex::default);

@@ -272,11 +272,7 @@ fn apply_flush(
     for (d, key) in st.versions.flush(db, stamp) {
         survivors.entry(d).or_default().push(key);
     }
-    let faults = main_state()
-        .faults
-        .get()
-        .map(|f| f.failing_reads().map(<[u8]>::to_vec));
-    let reader = Reader::new(ctx).failing(faults.flatten().as_deref());
+    let reader = Reader::new(ctx).failing(main_state().failing_reads());
     // FLUSHALL as one FLUSHDB per database: with save points configured,
     // FLUSHALL also writes an RDB on the spot, whose aux data needs the
     // convergence state this thread holds.

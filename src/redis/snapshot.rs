@@ -70,8 +70,8 @@ impl<'a> Reader<'a> {
 
     /// This reader, with the reads of keys starting with `prefix` failing
     /// as an error reply would.
-    pub fn failing(mut self, prefix: Option<&[u8]>) -> Self {
-        self.failing = prefix.map(<[u8]>::to_vec);
+    pub fn failing(mut self, prefix: Option<Vec<u8>>) -> Self {
+        self.failing = prefix;
         self
     }
 
