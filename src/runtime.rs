@@ -14,7 +14,7 @@ use crate::ops::status::{LinkState, Stats};
 use crate::proto::handshake::Local;
 use crate::receive::apply;
 use crate::redis::server::ServerInfo;
-use crate::shared::apply_queue::ApplyQueue;
+use crate::shared::apply_queue::{apply_queue, ApplyProducer};
 use crate::shared::queue::{batch_queue, BatchConsumer};
 use crate::shared::{self, Live, Shared, TransportKind};
 use crate::transport::rdma;
@@ -68,7 +68,7 @@ pub fn start(config: Config, server: ServerInfo) -> Result<String> {
     let listen_addr = std::net::SocketAddr::new(config.bind, config.listen_port);
     let listener = bind(transport, listen_addr)?;
     let node_id = node_id_for(&config);
-    let apply = ApplyQueue::new()?;
+    let (to_main, apply) = apply_queue()?;
     let (queue, to_send) = batch_queue(config.queue_size);
     let local = Local {
         node_id,
@@ -80,7 +80,7 @@ pub fn start(config: Config, server: ServerInfo) -> Result<String> {
         config, node_id, transport, local, tls, queue, apply,
     ));
     let mut threads = Vec::new();
-    let started = spawn_threads(&shared, listener, to_send, &mut threads);
+    let started = spawn_threads(&shared, listener, (to_send, to_main), &mut threads);
     let line = format!(
         "rdmasync: node {node_id} ({}, RDB format {}) listening on {listen_addr}, peer {}, {why}, auth {}{}",
         shared.local.server,
@@ -125,12 +125,13 @@ fn bind(transport: TransportKind, addr: std::net::SocketAddr) -> Result<Listener
 }
 
 /// Registers the apply wake-up and starts the sender (which takes the
-/// queue's consumer end `to_send`), acceptor and link threads; those that
+/// capture queue's consumer end `to_send`), acceptor and link threads (the
+/// link thread takes the apply queue's producer end `to_main`); those that
 /// started are in `threads` even when one fails.
 fn spawn_threads(
     shared: &Arc<Shared>,
     listener: Listener,
-    to_send: BatchConsumer,
+    (to_send, to_main): (BatchConsumer, ApplyProducer),
     threads: &mut Vec<JoinHandle<()>>,
 ) -> Result<()> {
     let (offer_tx, offer_rx) = crossbeam_channel::bounded(4);
@@ -151,7 +152,7 @@ fn spawn_threads(
         })?,
     });
     threads.push(spawn("rdmasync-link", shared, move |s| {
-        session::run_link(s, offer_rx, link_tx)
+        session::run_link(s, offer_rx, link_tx, to_main)
     })?);
     Ok(())
 }

@@ -21,7 +21,7 @@ use crate::proto::control::{Hello, RemoteRing};
 use crate::proto::entry::Batch;
 use crate::proto::ring::{CreditPolicy, RingGeometry};
 use crate::receive::poller::Poller;
-use crate::shared::apply_queue::FromLink;
+use crate::shared::apply_queue::{ApplyProducer, FromLink};
 use crate::shared::{Shared, TransportKind};
 use crate::transport::channel::{self, ChannelReader, ChannelWriter, TlsSession};
 use crate::transport::handshake::{self, Watch};
@@ -254,18 +254,26 @@ struct Links {
     up: u64,
     /// Each link as it comes up, to the sender thread.
     to_sender: Sender<Arc<dyn RingWriter>>,
+    /// Links' events and batches, to the main thread (only this thread submits).
+    to_main: ApplyProducer,
 }
 
 /// The link thread: connects, runs the link, reconnects; until unload.
-/// Each link that comes up goes to the sender through `to_sender`.
+/// Each link that comes up goes to the sender through `to_sender`; its
+/// events and batches go to the main thread through `to_main`.
 pub fn run_link(
     shared: Arc<Shared>,
     offers: Receiver<Offer>,
     to_sender: Sender<Arc<dyn RingWriter>>,
+    to_main: ApplyProducer,
 ) {
     let mut backoff = BACKOFF_MIN;
     let mut dial_error_logged = false;
-    let mut links = Links { up: 0, to_sender };
+    let mut links = Links {
+        up: 0,
+        to_sender,
+        to_main,
+    };
     while !shared.stopping() {
         shared.stats.set_link(LinkState::Connecting);
         let offer = match offers.try_recv() {
@@ -367,10 +375,10 @@ fn run_connection(
         epoch,
         peer_node: peer.node_id,
     };
-    let result = shared
-        .apply
+    let to_main = &links.to_main;
+    let result = to_main
         .submit(shared, up)
-        .and_then(|()| receive(shared, offers, active));
+        .and_then(|()| receive(shared, offers, to_main, active));
     writer.close();
     {
         let mut slot = shared.link.lock();
@@ -380,13 +388,18 @@ fn run_connection(
     }
     shared.queue.wake_sender();
     // Unless unloading (the main thread then applies nothing more).
-    let _ = shared.apply.submit(shared, FromLink::LinkDown { epoch });
+    let _ = to_main.submit(shared, FromLink::LinkDown { epoch });
     result
 }
 
 /// Receives over the link until it ends: poller -> apply queue -> credit.
-fn receive(shared: &Shared, offers: &Receiver<Offer>, active: Active) -> Result<()> {
-    let mut inbound = Inbound::new(shared, offers)?;
+fn receive(
+    shared: &Shared,
+    offers: &Receiver<Offer>,
+    to_main: &ApplyProducer,
+    active: Active,
+) -> Result<()> {
+    let mut inbound = Inbound::new(shared, offers, to_main)?;
     match active {
         Active::Tcp(mut reader, link, mut ring) => {
             tcp::receive(&mut reader, &link, &mut ring, &mut inbound)
@@ -432,17 +445,23 @@ fn announce_link_up(shared: &Shared, peer: &Hello, device: &str, epoch: u64) {
 struct Inbound<'a> {
     shared: &'a Shared,
     offers: &'a Receiver<Offer>,
+    to_main: &'a ApplyProducer,
     poller: Poller,
     credit: CreditPolicy,
     batches: Vec<Batch>,
 }
 
 impl<'a> Inbound<'a> {
-    fn new(shared: &'a Shared, offers: &'a Receiver<Offer>) -> Result<Self> {
+    fn new(
+        shared: &'a Shared,
+        offers: &'a Receiver<Offer>,
+        to_main: &'a ApplyProducer,
+    ) -> Result<Self> {
         let geometry = local_geometry(shared)?;
         Ok(Self {
             shared,
             offers,
+            to_main,
             poller: Poller::new(geometry),
             credit: CreditPolicy::new(geometry),
             batches: Vec::new(),
@@ -457,9 +476,7 @@ impl Delivery for Inbound<'_> {
             return Err(e);
         }
         for batch in self.batches.drain(..) {
-            self.shared
-                .apply
-                .submit(self.shared, FromLink::Batch(batch))?;
+            self.to_main.submit(self.shared, FromLink::Batch(batch))?;
         }
         let head = self.poller.head();
         let due = self.credit.due(head, head == placed);

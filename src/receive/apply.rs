@@ -88,9 +88,7 @@ fn apply_pending(ctx: &Context, shared: &Shared) {
             break;
         }
     }
-    if !queue.is_empty() {
-        queue.signal();
-    }
+    queue.rewake_if_left();
 }
 
 /// The link as the main thread knows it from now on.

@@ -1,9 +1,15 @@
 //! The hand-off from the link thread to the main thread: decoded batches
 //! and the link's events, in order (`FromLink`), bounded in count and
 //! bytes, with a wake-up pipe the event loop watches.
+//!
+//! `apply_queue` makes its two ends: an [`ApplyProducer`] the link thread
+//! owns (the only one that submits) and an [`ApplyConsumer`] in `Shared`
+//! that only the main thread pops. Neither clones.
 
-use std::io::{Read as _, Write};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::io::{Read as _, Write as _};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crossbeam_queue::ArrayQueue;
@@ -21,21 +27,72 @@ const PENDING_BATCHES: usize = 1024;
 /// link thread stops consuming the ring, and credit stops: backpressure).
 const PENDING_BYTES: usize = 8 << 20;
 
-/// Link thread -> main thread hand-off.
-pub struct ApplyQueue {
-    batches: ArrayQueue<FromLink>,
-    /// Payload bytes of the batches in `batches`.
-    bytes: std::sync::atomic::AtomicUsize,
+/// What both ends see: the items, their weight, whether a wake-up is owed.
+struct Channel {
+    items: ArrayQueue<FromLink>,
+    /// Payload bytes of the items queued.
+    bytes: AtomicUsize,
     /// A wake-up byte is in the pipe and not yet read.
     signaled: AtomicBool,
+}
+
+impl Channel {
+    /// Writes a wake-up byte into the pipe through `writer`, unless one is
+    /// there already.
+    fn wake(&self, writer: &UnixStream) {
+        if !self.signaled.swap(true, Ordering::AcqRel) {
+            let _ = (&*writer).write_all(&[1]);
+        }
+    }
+}
+
+/// The link thread's end: submits items and wakes the event loop.
+pub struct ApplyProducer {
+    channel: Arc<Channel>,
+    /// The pipe's writing end (the event loop watches the other).
+    writer: UnixStream,
+}
+
+/// The main thread's end: the pipe it watches, the apply timer, the items.
+pub struct ApplyConsumer {
+    channel: Arc<Channel>,
     /// Non-blocking: the event loop can report it readable after a nested
     /// event loop (a load, `DEBUG LOADAOF`, a busy script) read the byte.
-    reader: Mutex<std::os::unix::net::UnixStream>,
-    writer: Mutex<std::os::unix::net::UnixStream>,
+    reader: UnixStream,
+    /// The writing end again, for the main thread to wake itself when an
+    /// apply run left items (it yields to clients in between).
+    rewake: UnixStream,
     /// A detached context, used on the main thread only, to create the timer.
     pub(crate) context: Mutex<Option<ThreadContext>>,
     /// The apply timer, while one is pending (stopped at unload).
     pub(crate) timer: Mutex<Option<RedisModuleTimerID>>,
+}
+
+/// The two ends of a fresh link -> main thread queue.
+///
+/// # Errors
+/// [`Error::LinkIo`] when the wake-up pipe cannot be created.
+pub fn apply_queue() -> Result<(ApplyProducer, ApplyConsumer)> {
+    let (reader, writer) = UnixStream::pair()?;
+    reader.set_nonblocking(true)?;
+    let channel = Arc::new(Channel {
+        items: ArrayQueue::new(PENDING_BATCHES),
+        bytes: AtomicUsize::new(0),
+        signaled: AtomicBool::new(false),
+    });
+    let rewake = writer.try_clone()?;
+    let producer = ApplyProducer {
+        channel: channel.clone(),
+        writer,
+    };
+    let consumer = ApplyConsumer {
+        channel,
+        reader,
+        rewake,
+        context: Mutex::new(ThreadContext::new()),
+        timer: Mutex::new(None),
+    };
+    Ok((producer, consumer))
 }
 
 /// What the link thread hands the main thread, in the order it happened: a
@@ -71,44 +128,9 @@ impl FromLink {
     }
 }
 
-impl ApplyQueue {
-    /// A queue and its wake-up pipe.
-    ///
-    /// # Errors
-    /// [`Error::LinkIo`] when the pipe cannot be created.
-    pub fn new() -> Result<Self> {
-        let (reader, writer) = std::os::unix::net::UnixStream::pair()?;
-        reader.set_nonblocking(true)?;
-        Ok(Self {
-            batches: ArrayQueue::new(PENDING_BATCHES),
-            bytes: std::sync::atomic::AtomicUsize::new(0),
-            signaled: AtomicBool::new(false),
-            reader: Mutex::new(reader),
-            writer: Mutex::new(writer),
-            context: Mutex::new(ThreadContext::new()),
-            timer: Mutex::new(None),
-        })
-    }
-
-    /// The pipe end the event loop watches.
-    pub fn wake_fd(&self) -> i32 {
-        use std::os::fd::AsRawFd;
-        self.reader.lock().as_raw_fd()
-    }
-
-    /// Reads the wake-up byte. A byte is in the pipe when `signaled` is
-    /// set; none when a nested event loop took it since the event was
-    /// reported: the read then fails at once instead of waiting.
-    pub(crate) fn take_wakeup(&self) {
-        let mut byte = [0u8; 1];
-        let _ = self.reader.lock().read(&mut byte);
-        self.signaled.store(false, Ordering::Release);
-    }
-
-    pub(crate) fn signal(&self) {
-        if !self.signaled.swap(true, Ordering::AcqRel) {
-            let _ = self.writer.lock().write_all(&[1]);
-        }
+impl ApplyProducer {
+    fn signal(&self) {
+        self.channel.wake(&self.writer);
     }
 
     /// Hands a batch or a link event to the main thread, waiting while the
@@ -116,19 +138,20 @@ impl ApplyQueue {
     ///
     /// # Errors
     /// [`Error::LinkClosed`] when unload begins while waiting.
-    pub fn submit(&self, shared: &Shared, mut batch: FromLink) -> Result<()> {
-        let size = batch.payload_len();
+    pub fn submit(&self, shared: &Shared, mut item: FromLink) -> Result<()> {
+        let channel = &*self.channel;
+        let size = item.payload_len();
         loop {
-            let room = self.batches.is_empty()
-                || self.bytes.load(Ordering::Acquire) + size <= PENDING_BYTES;
+            let room = channel.items.is_empty()
+                || channel.bytes.load(Ordering::Acquire) + size <= PENDING_BYTES;
             if room {
-                match self.batches.push(batch) {
+                match channel.items.push(item) {
                     Ok(()) => {
-                        self.bytes.fetch_add(size, Ordering::AcqRel);
+                        channel.bytes.fetch_add(size, Ordering::AcqRel);
                         self.signal();
                         return Ok(());
                     }
-                    Err(back) => batch = back,
+                    Err(back) => item = back,
                 }
             }
             if shared.stopping() {
@@ -138,17 +161,39 @@ impl ApplyQueue {
             std::thread::sleep(Duration::from_micros(100));
         }
     }
+}
 
-    /// Whether nothing waits.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.batches.is_empty()
+impl ApplyConsumer {
+    /// The pipe end the event loop watches.
+    pub fn wake_fd(&self) -> i32 {
+        use std::os::fd::AsRawFd;
+        self.reader.as_raw_fd()
+    }
+
+    /// Reads the wake-up byte. A byte is in the pipe when `signaled` is
+    /// set; none when a nested event loop took it since the event was
+    /// reported: the read then fails at once instead of waiting.
+    pub(crate) fn take_wakeup(&self) {
+        let mut byte = [0u8; 1];
+        let _ = (&self.reader).read(&mut byte);
+        self.channel.signaled.store(false, Ordering::Release);
+    }
+
+    /// Wakes the event loop again if items are left (after an apply run
+    /// that ended to let clients in).
+    pub(crate) fn rewake_if_left(&self) {
+        if !self.channel.items.is_empty() {
+            self.channel.wake(&self.rewake);
+        }
     }
 
     /// The oldest item waiting, if any.
     pub(crate) fn pop(&self) -> Option<FromLink> {
-        let batch = self.batches.pop()?;
-        self.bytes.fetch_sub(batch.payload_len(), Ordering::AcqRel);
-        Some(batch)
+        let item = self.channel.items.pop()?;
+        self.channel
+            .bytes
+            .fetch_sub(item.payload_len(), Ordering::AcqRel);
+        Some(item)
     }
 
     /// Cancels a pending apply timer (main thread, at unload).
@@ -160,7 +205,7 @@ impl ApplyQueue {
         }
     }
 
-    /// Batches received but not applied (dropped at unload).
+    /// Entries received but not applied (dropped at unload).
     pub fn discard(&self) -> u64 {
         let mut n = 0;
         while let Some(item) = self.pop() {
@@ -179,21 +224,21 @@ mod tests {
 
     #[test]
     fn a_wakeup_with_nothing_to_read_returns_at_once() {
-        let queue = ApplyQueue::new().expect("a socket pair");
-        queue.signal();
-        queue.take_wakeup();
+        let (producer, consumer) = apply_queue().expect("a socket pair");
+        producer.signal();
+        consumer.take_wakeup();
         // Reported readable again after a nested event loop took the byte:
         // a blocking read would never return.
-        queue.take_wakeup();
-        queue.signal();
-        queue.take_wakeup();
-        assert!(!queue.signaled.load(Ordering::Acquire));
+        consumer.take_wakeup();
+        producer.signal();
+        consumer.take_wakeup();
+        assert!(!consumer.channel.signaled.load(Ordering::Acquire));
     }
 
     #[test]
     fn link_events_come_out_in_order_with_the_batches_and_weigh_nothing() {
         let shared = Shared::for_tests();
-        let queue = &shared.apply;
+        let (producer, consumer) = apply_queue().expect("a socket pair");
         let batch = Batch {
             entries: vec![Entry {
                 db: 0,
@@ -208,22 +253,55 @@ mod tests {
             epoch: 3,
             peer_node: 9,
         };
-        queue.submit(&shared, up).unwrap();
-        queue.submit(&shared, FromLink::Batch(batch)).unwrap();
-        queue
+        producer.submit(&shared, up).unwrap();
+        producer.submit(&shared, FromLink::Batch(batch)).unwrap();
+        producer
             .submit(&shared, FromLink::LinkDown { epoch: 3 })
             .unwrap();
-        assert_eq!(queue.bytes.load(Ordering::Acquire), bytes);
+        assert_eq!(consumer.channel.bytes.load(Ordering::Acquire), bytes);
         assert!(matches!(
-            queue.pop(),
+            consumer.pop(),
             Some(FromLink::LinkUp {
                 epoch: 3,
                 peer_node: 9
             })
         ));
-        assert!(matches!(queue.pop(), Some(FromLink::Batch(_))));
-        assert_eq!(queue.bytes.load(Ordering::Acquire), 0);
-        assert!(matches!(queue.pop(), Some(FromLink::LinkDown { epoch: 3 })));
-        assert!(queue.pop().is_none());
+        assert!(matches!(consumer.pop(), Some(FromLink::Batch(_))));
+        assert_eq!(consumer.channel.bytes.load(Ordering::Acquire), 0);
+        assert!(matches!(
+            consumer.pop(),
+            Some(FromLink::LinkDown { epoch: 3 })
+        ));
+        assert!(consumer.pop().is_none());
+        assert_eq!(consumer.discard(), 0);
+    }
+
+    #[test]
+    fn a_full_queue_waits_until_the_main_thread_pops() {
+        let shared = Arc::new(Shared::for_tests());
+        let (producer, consumer) = apply_queue().expect("a socket pair");
+        let down = |epoch| FromLink::LinkDown { epoch };
+        for epoch in 0..PENDING_BATCHES as u64 {
+            producer.submit(&shared, down(epoch)).unwrap();
+        }
+        let s = shared.clone();
+        let late = std::thread::spawn(move || producer.submit(&s, down(u64::MAX)));
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(
+            !late.is_finished(),
+            "a full queue must make the link thread wait"
+        );
+        assert!(matches!(
+            consumer.pop(),
+            Some(FromLink::LinkDown { epoch: 0 })
+        ));
+        late.join()
+            .expect("no panic")
+            .expect("submitted once there was room");
+        let mut last = None;
+        while let Some(FromLink::LinkDown { epoch }) = consumer.pop() {
+            last = Some(epoch);
+        }
+        assert_eq!(last, Some(u64::MAX), "the waiting item comes out last");
     }
 }

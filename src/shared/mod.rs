@@ -18,7 +18,7 @@ use crate::ops::failure_log::FailureLog;
 use crate::ops::status::{Identity, LinkState, Stats};
 use crate::proto::control::AuthMode;
 use crate::proto::handshake::Local;
-use crate::shared::apply_queue::ApplyQueue;
+use crate::shared::apply_queue::ApplyConsumer;
 use crate::shared::queue::BatchProducer;
 use crate::transport::tls::TlsConfig;
 use crate::transport::RingWriter;
@@ -59,8 +59,9 @@ pub struct Shared {
     /// The capture end of the capture -> sender queue (the sender thread
     /// owns the other).
     pub queue: BatchProducer,
-    /// Link thread -> main thread: decoded batches to apply.
-    pub apply: ApplyQueue,
+    /// The main thread's end of the link thread -> main thread queue
+    /// (decoded batches and link events; the link thread owns the other).
+    pub apply: ApplyConsumer,
     /// The link up now, so that a peer change or unload can close it. The
     /// sender never reads it: the link thread hands each link to it in
     /// order (`ship::sender::run`'s `links`).
@@ -154,7 +155,7 @@ impl Shared {
         local: Local,
         tls: Option<TlsConfig>,
         queue: BatchProducer,
-        apply: ApplyQueue,
+        apply: ApplyConsumer,
     ) -> Self {
         let shared = Self {
             local,
@@ -191,7 +192,8 @@ impl Shared {
             server: "test".into(),
             secret: config.secret.clone(),
         };
-        let apply = ApplyQueue::new().unwrap_or_else(|e| panic!("test apply queue: {e}"));
+        let (_, apply) = crate::shared::apply_queue::apply_queue()
+            .unwrap_or_else(|e| panic!("test apply queue: {e}"));
         let (queue, _) = crate::shared::queue::batch_queue(config.queue_size);
         Self::new(config, 1, TransportKind::Tcp, local, None, queue, apply)
     }
