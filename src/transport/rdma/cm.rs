@@ -2,16 +2,18 @@
 
 use std::net::SocketAddr;
 use std::ptr::{self, NonNull};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdma_sys::{
-    ibv_context, ibv_qp, ibv_qp_init_attr, rdma_accept, rdma_ack_cm_event, rdma_bind_addr,
-    rdma_cm_event, rdma_cm_event_type, rdma_cm_id, rdma_conn_param, rdma_connect,
+    ibv_context, ibv_qp, ibv_qp_init_attr, ibv_qp_type, rdma_accept, rdma_ack_cm_event,
+    rdma_bind_addr, rdma_cm_event, rdma_cm_event_type, rdma_cm_id, rdma_conn_param, rdma_connect,
     rdma_create_event_channel, rdma_create_id, rdma_create_qp, rdma_destroy_event_channel,
     rdma_destroy_id, rdma_destroy_qp, rdma_disconnect, rdma_event_channel, rdma_get_cm_event,
     rdma_listen, rdma_migrate_id, rdma_port_space, rdma_resolve_addr, rdma_resolve_route,
 };
 
+use super::verbs::{CompletionQueue, ProtectionDomain};
 use super::RdmaError;
 
 /// Set at unload: every rdma_cm wait returns at once, so `MODULE UNLOAD`
@@ -77,7 +79,7 @@ impl EventChannel {
     ///
     /// # Errors
     /// [`RdmaError::CreateEventChannel`].
-    pub fn new() -> Result<Self, RdmaError> {
+    pub fn new() -> Result<Arc<Self>, RdmaError> {
         // SAFETY: no preconditions; the result is checked.
         let ch = unsafe { rdma_create_event_channel() };
         let channel = NonNull::new(ch)
@@ -88,11 +90,11 @@ impl EventChannel {
             let flags = libc::fcntl(fd, libc::F_GETFL);
             libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
         }
-        Ok(Self { channel })
+        Ok(Arc::new(Self { channel }))
     }
 
     /// The raw handle.
-    pub fn as_ptr(&self) -> *mut rdma_event_channel {
+    fn as_ptr(&self) -> *mut rdma_event_channel {
         self.channel.as_ptr()
     }
 
@@ -165,16 +167,18 @@ impl EventChannel {
 
 impl Drop for EventChannel {
     fn drop(&mut self) {
-        // SAFETY: every id on this channel was destroyed before (CmId holds
-        // no reference, so owners keep field order: id before channel).
+        // SAFETY: every id on this channel holds an Arc of it, so none is left.
         unsafe { rdma_destroy_event_channel(self.channel.as_ptr()) };
     }
 }
 
-/// An rdma_cm id; destroyed on drop (with its QP, if one was created).
+/// An rdma_cm id; destroyed on drop, before the event channel it holds.
+/// A [`QueuePair`] and the verbs objects made on its device context hold an
+/// `Arc` of it.
 pub struct CmId {
     id: NonNull<rdma_cm_id>,
-    has_qp: bool,
+    /// The channel its events arrive on (a migrated id holds its new one).
+    channel: Arc<EventChannel>,
 }
 
 // SAFETY: rdma_cm ids may be used from any thread; the owner serialises use.
@@ -187,7 +191,7 @@ impl CmId {
     ///
     /// # Errors
     /// [`RdmaError::CreateId`].
-    pub fn new(channel: &EventChannel) -> Result<Self, RdmaError> {
+    pub fn new(channel: Arc<EventChannel>) -> Result<Self, RdmaError> {
         let mut id = ptr::null_mut();
         // SAFETY: `channel` is live; `id` receives the new id.
         let rc = unsafe {
@@ -202,7 +206,7 @@ impl CmId {
             return Err(RdmaError::CreateId(std::io::Error::last_os_error()));
         }
         NonNull::new(id)
-            .map(|id| Self { id, has_qp: false })
+            .map(|id| Self { id, channel })
             .ok_or_else(|| RdmaError::CreateId(std::io::Error::other("null id")))
     }
 
@@ -211,12 +215,18 @@ impl CmId {
     ///
     /// # Safety
     /// `id` must come from a CONNECT_REQUEST event and not be owned elsewhere.
-    pub unsafe fn adopt(id: *mut rdma_cm_id, channel: &EventChannel) -> Result<Self, RdmaError> {
+    pub unsafe fn adopt(
+        id: *mut rdma_cm_id,
+        channel: Arc<EventChannel>,
+    ) -> Result<Self, RdmaError> {
         let id = NonNull::new(id)
             .ok_or_else(|| RdmaError::CreateId(std::io::Error::other("null id")))?;
-        let me = Self { id, has_qp: false };
+        let target = channel.as_ptr();
+        // If the move fails, the id is destroyed where it is (on the
+        // listener's channel, which outlives it), and `channel` is left with none.
+        let me = Self { id, channel };
         // SAFETY: `id` is a live id with all its events acknowledged.
-        if unsafe { rdma_migrate_id(id.as_ptr(), channel.as_ptr()) } != 0 {
+        if unsafe { rdma_migrate_id(id.as_ptr(), target) } != 0 {
             return Err(RdmaError::MigrateId(std::io::Error::last_os_error()));
         }
         Ok(me)
@@ -228,10 +238,15 @@ impl CmId {
         unsafe { self.id.as_ref().verbs }
     }
 
-    /// The QP created on this id (null before `create_qp`).
-    pub fn qp(&self) -> *mut ibv_qp {
+    /// The QP created on this id (null before `QueuePair::create`).
+    fn qp(&self) -> *mut ibv_qp {
         // SAFETY: the id is live.
         unsafe { self.id.as_ref().qp }
+    }
+
+    /// The channel the id's events arrive on.
+    pub fn channel(&self) -> &EventChannel {
+        &self.channel
     }
 
     /// The remote address of a connected or requesting id.
@@ -296,13 +311,12 @@ impl CmId {
         Ok(())
     }
 
-    /// Resolves `dst` (from `src` if given) and its route, waiting on `channel`.
+    /// Resolves `dst` (from `src` if given) and its route, waiting on the id's channel.
     ///
     /// # Errors
     /// [`RdmaError::ResolveAddr`], [`RdmaError::ResolveRoute`], CM event errors, timeouts.
     pub fn resolve(
         &self,
-        channel: &EventChannel,
         src: Option<SocketAddr>,
         dst: SocketAddr,
         timeout: Duration,
@@ -325,7 +339,7 @@ impl CmId {
         {
             return Err(RdmaError::ResolveAddr(std::io::Error::last_os_error()));
         }
-        channel.expect(
+        self.channel.expect(
             rdma_cm_event_type::RDMA_CM_EVENT_ADDR_RESOLVED,
             timeout,
             "rdma_resolve_addr",
@@ -334,28 +348,11 @@ impl CmId {
         if unsafe { rdma_resolve_route(self.id.as_ptr(), ms) } != 0 {
             return Err(RdmaError::ResolveRoute(std::io::Error::last_os_error()));
         }
-        channel.expect(
+        self.channel.expect(
             rdma_cm_event_type::RDMA_CM_EVENT_ROUTE_RESOLVED,
             timeout,
             "rdma_resolve_route",
         )?;
-        Ok(())
-    }
-
-    /// Creates the RC queue pair on this id (`rdma_create_qp`).
-    ///
-    /// # Safety
-    /// `pd` and the CQs in `attr` must be live and outlive the QP.
-    pub unsafe fn create_qp(
-        &mut self,
-        pd: *mut rdma_sys::ibv_pd,
-        attr: &mut ibv_qp_init_attr,
-    ) -> Result<(), RdmaError> {
-        // SAFETY: the caller guarantees `pd` and the CQs; the id is live.
-        if unsafe { rdma_create_qp(self.id.as_ptr(), pd, attr) } != 0 {
-            return Err(RdmaError::CreateQp(std::io::Error::last_os_error()));
-        }
-        self.has_qp = true;
         Ok(())
     }
 
@@ -373,13 +370,13 @@ impl CmId {
     ///
     /// # Errors
     /// [`RdmaError::Connect`], CM event errors (rejected, unreachable), timeouts.
-    pub fn connect(&self, channel: &EventChannel, timeout: Duration) -> Result<(), RdmaError> {
+    pub fn connect(&self, timeout: Duration) -> Result<(), RdmaError> {
         let mut p = Self::conn_param();
         // SAFETY: the id has a route and a QP; `p` is valid for the call.
         if unsafe { rdma_connect(self.id.as_ptr(), &mut p) } != 0 {
             return Err(RdmaError::Connect(std::io::Error::last_os_error()));
         }
-        channel.expect(
+        self.channel.expect(
             rdma_cm_event_type::RDMA_CM_EVENT_ESTABLISHED,
             timeout,
             "rdma_connect",
@@ -391,13 +388,13 @@ impl CmId {
     ///
     /// # Errors
     /// [`RdmaError::Accept`], CM event errors, timeouts.
-    pub fn accept(&self, channel: &EventChannel, timeout: Duration) -> Result<(), RdmaError> {
+    pub fn accept(&self, timeout: Duration) -> Result<(), RdmaError> {
         let mut p = Self::conn_param();
         // SAFETY: the id came from a CONNECT_REQUEST and has a QP.
         if unsafe { rdma_accept(self.id.as_ptr(), &mut p) } != 0 {
             return Err(RdmaError::Accept(std::io::Error::last_os_error()));
         }
-        channel.expect(
+        self.channel.expect(
             rdma_cm_event_type::RDMA_CM_EVENT_ESTABLISHED,
             timeout,
             "rdma_accept",
@@ -412,22 +409,79 @@ impl CmId {
     }
 }
 
-impl CmId {
-    /// Destroys the QP now (before the CQs, memory and PD it uses), if any.
-    pub fn destroy_qp(&mut self) {
-        if self.has_qp {
-            self.has_qp = false;
-            // SAFETY: the QP was created on this live id and is destroyed once.
-            unsafe { rdma_destroy_qp(self.id.as_ptr()) };
-        }
+impl Drop for CmId {
+    fn drop(&mut self) {
+        // SAFETY: the id is live and all its events were acknowledged; its QP
+        // is gone (a `QueuePair` holds an Arc of the id), as rdma_destroy_id
+        // requires; the channel it holds is destroyed after it.
+        unsafe { rdma_destroy_id(self.id.as_ptr()) };
     }
 }
 
-impl Drop for CmId {
+/// The RC queue pair of an id (`rdma_create_qp`), destroyed on drop before
+/// the id, the CQs and the PD it holds.
+pub struct QueuePair {
+    id: Arc<CmId>,
+    _send_cq: Arc<CompletionQueue>,
+    _recv_cq: Arc<CompletionQueue>,
+    _pd: Arc<ProtectionDomain>,
+}
+
+/// The queues' depths and scatter lists of a [`QueuePair`].
+#[derive(Debug, Clone, Copy)]
+pub struct QueueDepths {
+    /// Send work requests outstanding at most.
+    pub send: u32,
+    /// Receive work requests posted at most.
+    pub recv: u32,
+}
+
+impl QueuePair {
+    /// Creates an RC QP on `id` with one scatter element per request and
+    /// no implicit signalling.
+    ///
+    /// # Errors
+    /// [`RdmaError::CreateQp`].
+    pub fn create(
+        id: Arc<CmId>,
+        pd: Arc<ProtectionDomain>,
+        send_cq: Arc<CompletionQueue>,
+        recv_cq: Arc<CompletionQueue>,
+        depths: QueueDepths,
+    ) -> Result<Self, RdmaError> {
+        // SAFETY: ibv_qp_init_attr is plain old data; fields set below.
+        let mut attr: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+        attr.send_cq = send_cq.as_ptr();
+        attr.recv_cq = recv_cq.as_ptr();
+        attr.cap.max_send_wr = depths.send;
+        attr.cap.max_recv_wr = depths.recv;
+        attr.cap.max_send_sge = 1;
+        attr.cap.max_recv_sge = 1;
+        attr.qp_type = ibv_qp_type::IBV_QPT_RC;
+        attr.sq_sig_all = 0;
+        // SAFETY: the id, PD and CQs are live, and the QP holds an Arc of
+        // each, so they outlive it.
+        if unsafe { rdma_create_qp(id.id.as_ptr(), pd.as_ptr(), &mut attr) } != 0 {
+            return Err(RdmaError::CreateQp(std::io::Error::last_os_error()));
+        }
+        Ok(Self {
+            id,
+            _send_cq: send_cq,
+            _recv_cq: recv_cq,
+            _pd: pd,
+        })
+    }
+
+    /// The raw handle, for posting.
+    pub fn as_ptr(&self) -> *mut ibv_qp {
+        self.id.qp()
+    }
+}
+
+impl Drop for QueuePair {
     fn drop(&mut self) {
-        self.destroy_qp();
-        // SAFETY: the id is live and all its events were acknowledged; its QP
-        // is gone, as rdma_destroy_id requires.
-        unsafe { rdma_destroy_id(self.id.as_ptr()) };
+        // SAFETY: the QP was created on this live id and is destroyed once,
+        // while the CQs and PD it uses are still held.
+        unsafe { rdma_destroy_qp(self.id.id.as_ptr()) };
     }
 }

@@ -7,11 +7,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use rdma_sys::{
-    ibv_access_flags, ibv_qp_init_attr, ibv_qp_type, ibv_wc, ibv_wc_opcode, ibv_wc_status,
-};
+use rdma_sys::{ibv_access_flags, ibv_wc, ibv_wc_opcode, ibv_wc_status};
 
-use super::cm::{CmId, EventChannel};
+use super::cm::{CmId, QueueDepths, QueuePair};
 use super::mem::{MemoryRegion, MmapRegion};
 use super::verbs::{self, CompletionChannel, CompletionQueue, ProtectionDomain, SendKind};
 use super::{RdmaError, CONNECT_TIMEOUT};
@@ -49,12 +47,18 @@ fn slot_header(slot: &[u8; SLOT_BYTES]) -> &[u8; HEADER_LEN] {
     slot.first_chunk().unwrap_or(&[0; HEADER_LEN])
 }
 
-/// Verbs resources of one connection, released in dependency order (see Drop).
+/// Verbs resources of one connection. Each object holds an `Arc` of what
+/// it depends on (the QP its id, CQs and PD; memory regions the PD; CQs
+/// their channel; all of them the id whose device context they use; the
+/// id its event channel), so they are released in dependency order
+/// whatever the order of the fields.
 ///
 /// Before authentication a connection holds only receive slots and a small
 /// send buffer: the ring (the only memory the peer may write) and the
 /// staging region are registered once the peer has proven the secret.
 pub(crate) struct Endpoint {
+    /// First, so that it goes before the memory its requests point into.
+    qp: QueuePair,
     send_cq: Arc<CompletionQueue>,
     recv_cq: Arc<CompletionQueue>,
     /// The ring the peer writes into, and its count in `rings_live`.
@@ -64,56 +68,34 @@ pub(crate) struct Endpoint {
     /// Handshake messages are copied here and sent one at a time.
     handshake: MemoryRegion,
     pd: Arc<ProtectionDomain>,
-    id: CmId,
-    channel: EventChannel,
+    id: Arc<CmId>,
     device: String,
 }
 
-impl Drop for Endpoint {
-    fn drop(&mut self) {
-        // The QP goes first; the fields then drop in declaration order: CQs,
-        // memory, PD, and only then the id (whose device context they used,
-        // which a hot-removed device frees with its last id), then the channel.
-        self.id.destroy_qp();
-    }
-}
-
 impl Endpoint {
-    fn build(mut id: CmId, channel: EventChannel) -> Result<Self, RdmaError> {
-        let ctx = id.verbs();
-        if ctx.is_null() {
-            return Err(RdmaError::NoDevice(
-                "rdma_cm id is not bound to a device".into(),
-            ));
-        }
-        // `ctx` belongs to the bound id; librdmacm keeps device contexts open
-        // for the life of the process, so it outlives everything below.
-        // SAFETY: see above.
-        let pd = unsafe { ProtectionDomain::new(ctx)? };
-        // SAFETY: see above.
-        let comp = unsafe { CompletionChannel::new(ctx)? };
-        // SAFETY: see above.
-        let recv_cq = unsafe { CompletionQueue::new(ctx, (RECV_SLOTS * 2) as i32, Some(comp))? };
-        // SAFETY: see above.
-        let send_cq = unsafe { CompletionQueue::new(ctx, (SEND_WRS * 2) as i32, None)? };
+    fn build(id: CmId) -> Result<Self, RdmaError> {
+        let id = Arc::new(id);
+        let pd = ProtectionDomain::new(&id)?;
+        let comp = CompletionChannel::new(&id)?;
+        let recv_cq = CompletionQueue::new(&id, (RECV_SLOTS * 2) as i32, Some(comp))?;
+        let send_cq = CompletionQueue::new(&id, (SEND_WRS * 2) as i32, None)?;
         let local = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0;
         let slots = MemoryRegion::register(&pd, MmapRegion::new(RECV_SLOTS * SLOT_BYTES)?, local)?;
         let handshake = MemoryRegion::register(&pd, MmapRegion::new(SLOT_BYTES)?, local)?;
-        // SAFETY: ibv_qp_init_attr is plain old data; fields set below.
-        let mut attr: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
-        attr.send_cq = send_cq.as_ptr();
-        attr.recv_cq = recv_cq.as_ptr();
-        attr.cap.max_send_wr = SEND_WRS as u32;
-        attr.cap.max_recv_wr = RECV_SLOTS as u32;
-        attr.cap.max_send_sge = 1;
-        attr.cap.max_recv_sge = 1;
-        attr.qp_type = ibv_qp_type::IBV_QPT_RC;
-        attr.sq_sig_all = 0;
-        // SAFETY: the PD and CQs are live and are dropped after the id (field order).
-        unsafe { id.create_qp(pd.as_ptr(), &mut attr)? };
+        let depths = QueueDepths {
+            send: SEND_WRS as u32,
+            recv: RECV_SLOTS as u32,
+        };
+        let qp = QueuePair::create(
+            id.clone(),
+            pd.clone(),
+            send_cq.clone(),
+            recv_cq.clone(),
+            depths,
+        )?;
         let device = id.device_name();
         let ep = Self {
-            id,
+            qp,
             send_cq,
             recv_cq,
             ring: OnceLock::new(),
@@ -121,7 +103,7 @@ impl Endpoint {
             slots,
             handshake,
             pd,
-            channel,
+            id,
             device,
         };
         for slot in 0..RECV_SLOTS {
@@ -161,7 +143,7 @@ impl Endpoint {
         // endpoint; it is only re-posted after its previous completion.
         unsafe {
             verbs::post_recv(
-                self.id.qp(),
+                self.qp.as_ptr(),
                 slot,
                 addr,
                 SLOT_BYTES as u32,
@@ -222,7 +204,7 @@ impl Endpoint {
         );
         // SAFETY: the QP is live; the bytes stay untouched until the
         // completion below.
-        unsafe { verbs::post_send(self.id.qp(), HANDSHAKE_WR, SendKind::Send, sge, true)? };
+        unsafe { verbs::post_send(self.qp.as_ptr(), HANDSHAKE_WR, SendKind::Send, sge, true)? };
         let mut wcs = std::array::from_fn::<_, 1, _>(|_| verbs::empty_wc());
         loop {
             if self.send_cq.poll(&mut wcs)? == 1 {
@@ -279,7 +261,7 @@ impl MessageIo for RdmaMessages<'_> {
                 if (self.abandoned)() || super::cm::waits_aborted() {
                     return Err(incomplete("handshake abandoned"));
                 }
-                if let Some(ev) = ep.channel.next_event(Duration::ZERO)? {
+                if let Some(ev) = ep.id.channel().next_event(Duration::ZERO)? {
                     return Err(incomplete(format!(
                         "rdma_cm event {} during the handshake",
                         ev.kind
@@ -318,24 +300,16 @@ impl MessageIo for RdmaMessages<'_> {
 
 impl Pending {
     /// Dialer side: resources, then `rdma_connect`.
-    pub(crate) fn connect(
-        id: CmId,
-        channel: EventChannel,
-        ring_size: u64,
-    ) -> Result<Self, RdmaError> {
-        let ep = Endpoint::build(id, channel)?;
-        ep.id.connect(&ep.channel, CONNECT_TIMEOUT)?;
+    pub(crate) fn connect(id: CmId, ring_size: u64) -> Result<Self, RdmaError> {
+        let ep = Endpoint::build(id)?;
+        ep.id.connect(CONNECT_TIMEOUT)?;
         Ok(Self { ep, ring_size })
     }
 
     /// Acceptor side: resources, then `rdma_accept`.
-    pub(crate) fn accept(
-        id: CmId,
-        channel: EventChannel,
-        ring_size: u64,
-    ) -> Result<Self, RdmaError> {
-        let ep = Endpoint::build(id, channel)?;
-        ep.id.accept(&ep.channel, CONNECT_TIMEOUT)?;
+    pub(crate) fn accept(id: CmId, ring_size: u64) -> Result<Self, RdmaError> {
+        let ep = Endpoint::build(id)?;
+        ep.id.accept(CONNECT_TIMEOUT)?;
         Ok(Self { ep, ring_size })
     }
 
@@ -531,7 +505,8 @@ impl RdmaLink {
         let sge = (staging.addr() + at, len as u32, staging.lkey());
         // SAFETY: the QP is live while `ep` is; the staging bytes stay untouched
         // until a completion covering `wr_id` frees them (see `reap`).
-        if let Err(e) = unsafe { verbs::post_send(self.ep.id.qp(), wr_id, kind, sge, signaled) } {
+        if let Err(e) = unsafe { verbs::post_send(self.ep.qp.as_ptr(), wr_id, kind, sge, signaled) }
+        {
             self.close();
             return Err(e.into());
         }
@@ -679,7 +654,7 @@ fn idle_work(link: &RdmaLink, delivery: &mut dyn Delivery, last_rx: Instant) -> 
     if !link.is_alive() {
         return Err(Error::LinkClosed);
     }
-    if let Some(ev) = link.ep.channel.next_event(Duration::ZERO)? {
+    if let Some(ev) = link.ep.id.channel().next_event(Duration::ZERO)? {
         return Err(RdmaError::CmEvent {
             step: "established link",
             event: ev.kind,

@@ -69,7 +69,7 @@ impl Drop for MmapRegion {
 }
 
 /// A registered memory region over an [`MmapRegion`]; deregistered on drop,
-/// before the memory is unmapped (field order).
+/// before the memory is unmapped (a `Drop` runs before its fields drop).
 pub struct MemoryRegion {
     mr: NonNull<ibv_mr>,
     _pd: Arc<ProtectionDomain>,
@@ -140,8 +140,10 @@ impl MemoryRegion {
 
 impl Drop for MemoryRegion {
     fn drop(&mut self) {
-        // SAFETY: deregisters the region registered in `register`, once; the
-        // QP using it is destroyed before (see `conn::Connection` field order).
+        // SAFETY: deregisters the region registered in `register`, once,
+        // before its memory is unmapped. A QP still live may not use it after
+        // (its requests would fail with a protection error; `conn::Endpoint`
+        // destroys its QP first anyway).
         let rc = unsafe { ibv_dereg_mr(self.mr.as_ptr()) };
         if rc != 0 {
             redis_module::logging::log_warning(format!("rdmasync: ibv_dereg_mr failed: {rc}"));

@@ -88,8 +88,8 @@ pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A listening rdma_cm id.
 pub(crate) struct Listener {
+    /// Holds its event channel, where connection requests arrive.
     id: cm::CmId,
-    channel: cm::EventChannel,
 }
 
 impl Listener {
@@ -98,10 +98,9 @@ impl Listener {
     /// # Errors
     /// An [`RdmaError`] naming the failing call.
     pub(crate) fn bind(addr: SocketAddr) -> Result<Self, RdmaError> {
-        let channel = cm::EventChannel::new()?;
-        let id = cm::CmId::new(&channel)?;
+        let id = cm::CmId::new(cm::EventChannel::new()?)?;
         id.listen(addr)?;
-        Ok(Self { id, channel })
+        Ok(Self { id })
     }
 
     /// Waits up to `timeout` for a connection request and takes its id onto
@@ -111,8 +110,7 @@ impl Listener {
     /// # Errors
     /// An [`RdmaError`] from the event channel.
     pub(crate) fn next_request(&self, timeout: Duration) -> Result<Option<Incoming>, RdmaError> {
-        let _ = &self.id;
-        let Some(ev) = self.channel.next_event(timeout)? else {
+        let Some(ev) = self.id.channel().next_event(timeout)? else {
             return Ok(None);
         };
         if ev.kind != rdma_sys::rdma_cm_event_type::RDMA_CM_EVENT_CONNECT_REQUEST {
@@ -120,17 +118,16 @@ impl Listener {
         }
         let channel = cm::EventChannel::new()?;
         // SAFETY: `ev.id` is the new id of a CONNECT_REQUEST we just acknowledged.
-        let id = unsafe { cm::CmId::adopt(ev.id, &channel)? };
+        let id = unsafe { cm::CmId::adopt(ev.id, channel)? };
         let peer = id.peer_ip();
-        Ok(Some(Incoming { id, channel, peer }))
+        Ok(Some(Incoming { id, peer }))
     }
 }
 
 /// A connection request taken off the listener, not yet accepted.
 pub(crate) struct Incoming {
-    // Field order: the id is destroyed before its channel.
+    /// On a channel of its own, which it holds.
     id: cm::CmId,
-    channel: cm::EventChannel,
     /// Where it comes from, when known.
     pub(crate) peer: Option<std::net::IpAddr>,
 }
@@ -141,7 +138,7 @@ impl Incoming {
     /// # Errors
     /// An [`RdmaError`] from any setup step.
     pub(crate) fn accept(self, ring_size: u64) -> Result<Pending, RdmaError> {
-        conn::Pending::accept(self.id, self.channel, ring_size)
+        conn::Pending::accept(self.id, ring_size)
     }
 }
 
@@ -154,8 +151,7 @@ pub(crate) fn dial(
     peer: SocketAddr,
     ring_size: u64,
 ) -> Result<Pending, RdmaError> {
-    let channel = cm::EventChannel::new()?;
-    let id = cm::CmId::new(&channel)?;
-    id.resolve(&channel, bind, peer, CONNECT_TIMEOUT)?;
-    Pending::connect(id, channel, ring_size)
+    let id = cm::CmId::new(cm::EventChannel::new()?)?;
+    id.resolve(bind, peer, CONNECT_TIMEOUT)?;
+    Pending::connect(id, ring_size)
 }

@@ -13,6 +13,7 @@ use rdma_sys::{
     ibv_recv_wr, ibv_req_notify_cq, ibv_send_flags, ibv_send_wr, ibv_sge, ibv_wc, ibv_wr_opcode,
 };
 
+use super::cm::CmId;
 use super::RdmaError;
 
 fn log_teardown(what: &str, rc: i32) {
@@ -21,10 +22,24 @@ fn log_teardown(what: &str, rc: i32) {
     }
 }
 
-/// A protection domain on one device context (the context belongs to the
-/// rdma_cm id, which outlives everything created here).
+/// The device context of a bound rdma_cm id, for allocating on it.
+/// librdmacm owns the context and frees a hot-removed device's with the
+/// last id bound to it, so what is allocated on it holds an `Arc` of the id.
+fn device_context(id: &CmId) -> Result<*mut ibv_context, RdmaError> {
+    let ctx = id.verbs();
+    if ctx.is_null() {
+        return Err(RdmaError::NoDevice(
+            "rdma_cm id is not bound to a device".into(),
+        ));
+    }
+    Ok(ctx)
+}
+
+/// A protection domain on the device context of an rdma_cm id.
 pub struct ProtectionDomain {
     pd: NonNull<ibv_pd>,
+    /// The id whose device context it is allocated on.
+    _device: Arc<CmId>,
 }
 
 // SAFETY: verbs handles are thread-safe to use and to destroy from any thread.
@@ -33,15 +48,21 @@ unsafe impl Send for ProtectionDomain {}
 unsafe impl Sync for ProtectionDomain {}
 
 impl ProtectionDomain {
-    /// Allocates a protection domain (`ibv_alloc_pd`).
+    /// Allocates a protection domain on `device`'s context (`ibv_alloc_pd`).
     ///
-    /// # Safety
-    /// `context` must be a live device context that outlives the domain.
-    pub unsafe fn new(context: *mut ibv_context) -> Result<Arc<Self>, RdmaError> {
-        // SAFETY: the caller guarantees `context` is live.
+    /// # Errors
+    /// [`RdmaError::NoDevice`] for an unbound id, [`RdmaError::AllocPd`].
+    pub fn new(device: &Arc<CmId>) -> Result<Arc<Self>, RdmaError> {
+        let context = device_context(device)?;
+        // SAFETY: `context` is live while `device` is, which the PD holds.
         let pd = unsafe { ibv_alloc_pd(context) };
         NonNull::new(pd)
-            .map(|pd| Arc::new(Self { pd }))
+            .map(|pd| {
+                Arc::new(Self {
+                    pd,
+                    _device: device.clone(),
+                })
+            })
             .ok_or_else(|| RdmaError::AllocPd(std::io::Error::last_os_error()))
     }
 
@@ -64,6 +85,8 @@ impl Drop for ProtectionDomain {
 /// armed with `req_notify` gets a completion.
 pub struct CompletionChannel {
     channel: NonNull<ibv_comp_channel>,
+    /// The id whose device context it is created on.
+    _device: Arc<CmId>,
 }
 
 // SAFETY: the channel fd may be polled and read from any one thread at a time.
@@ -72,12 +95,13 @@ unsafe impl Send for CompletionChannel {}
 unsafe impl Sync for CompletionChannel {}
 
 impl CompletionChannel {
-    /// Creates a completion channel with a non-blocking fd.
+    /// Creates a completion channel with a non-blocking fd on `device`'s context.
     ///
-    /// # Safety
-    /// `context` must be a live device context that outlives the channel.
-    pub unsafe fn new(context: *mut ibv_context) -> Result<Arc<Self>, RdmaError> {
-        // SAFETY: the caller guarantees `context` is live.
+    /// # Errors
+    /// [`RdmaError::NoDevice`] for an unbound id, [`RdmaError::CreateCompChannel`].
+    pub fn new(device: &Arc<CmId>) -> Result<Arc<Self>, RdmaError> {
+        let context = device_context(device)?;
+        // SAFETY: `context` is live while `device` is, which the channel holds.
         let ch = unsafe { ibv_create_comp_channel(context) };
         let channel = NonNull::new(ch)
             .ok_or_else(|| RdmaError::CreateCompChannel(std::io::Error::last_os_error()))?;
@@ -87,7 +111,10 @@ impl CompletionChannel {
             let flags = libc::fcntl(fd, libc::F_GETFL);
             libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
         }
-        Ok(Arc::new(Self { channel }))
+        Ok(Arc::new(Self {
+            channel,
+            _device: device.clone(),
+        }))
     }
 
     fn fd(&self) -> i32 {
@@ -109,6 +136,8 @@ impl Drop for CompletionChannel {
 pub struct CompletionQueue {
     cq: NonNull<ibv_cq>,
     channel: Option<Arc<CompletionChannel>>,
+    /// The id whose device context it is created on.
+    _device: Arc<CmId>,
 }
 
 // SAFETY: a CQ is polled by exactly one thread (sender or receiver); the
@@ -118,23 +147,30 @@ unsafe impl Send for CompletionQueue {}
 unsafe impl Sync for CompletionQueue {}
 
 impl CompletionQueue {
-    /// Creates a CQ of `entries` entries.
+    /// Creates a CQ of `entries` entries on `device`'s context, reporting
+    /// to `channel` if given.
     ///
-    /// # Safety
-    /// `context` must be a live device context that outlives the CQ.
-    pub unsafe fn new(
-        context: *mut ibv_context,
+    /// # Errors
+    /// [`RdmaError::NoDevice`] for an unbound id, [`RdmaError::CreateCq`].
+    pub fn new(
+        device: &Arc<CmId>,
         entries: i32,
         channel: Option<Arc<CompletionChannel>>,
     ) -> Result<Arc<Self>, RdmaError> {
+        let context = device_context(device)?;
         let ch = channel
             .as_ref()
             .map_or(ptr::null_mut(), |c| c.channel.as_ptr());
-        // SAFETY: the caller guarantees `context`; `ch` is null or a live channel.
+        // SAFETY: `context` is live while `device` is, which the CQ holds;
+        // `ch` is null or a live channel, which the CQ holds too.
         let cq = unsafe { ibv_create_cq(context, entries, ptr::null_mut(), ch, 0) };
         let cq =
             NonNull::new(cq).ok_or_else(|| RdmaError::CreateCq(std::io::Error::last_os_error()))?;
-        Ok(Arc::new(Self { cq, channel }))
+        Ok(Arc::new(Self {
+            cq,
+            channel,
+            _device: device.clone(),
+        }))
     }
 
     /// The raw handle.
@@ -200,8 +236,8 @@ impl CompletionQueue {
 
 impl Drop for CompletionQueue {
     fn drop(&mut self) {
-        // SAFETY: the QP using this CQ is destroyed first (it holds an Arc of
-        // the CQ through `conn::Endpoint`), and all events were acknowledged.
+        // SAFETY: a QP using this CQ holds an Arc of it (`cm::QueuePair`), so
+        // none is left, and all events were acknowledged.
         log_teardown("ibv_destroy_cq", unsafe {
             ibv_destroy_cq(self.cq.as_ptr())
         });
