@@ -234,3 +234,102 @@ fn crate_references_are_read_from_single_and_grouped_paths() {
     let got: Vec<String> = crate_references(code).into_iter().collect();
     assert_eq!(got, ["a", "b", "c", "d", "g_h"]);
 }
+
+/// The non-test code of every source file, by path under `src/`.
+fn sources() -> Vec<(String, String)> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    files
+        .into_iter()
+        .map(|file| {
+            let rel = file.strip_prefix(&src).expect("under src");
+            let text = std::fs::read_to_string(&file).expect("readable source");
+            let rel = rel.to_string_lossy().into_owned();
+            (rel, non_test_code(&text).to_owned())
+        })
+        .collect()
+}
+
+/// The statics that hold a lock, as `file: line`.
+fn static_locks(sources: &[(String, String)]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (file, code) in sources {
+        for line in code.lines() {
+            let decl = line.trim_start();
+            let decl = decl
+                .strip_prefix("pub(crate) ")
+                .or_else(|| decl.strip_prefix("pub "))
+                .unwrap_or(decl);
+            let locked = ["Mutex<", "RwLock<", "Mutex::", "RwLock::"]
+                .iter()
+                .any(|l| decl.contains(l));
+            if decl.starts_with("static ") && locked {
+                out.push(format!("{file}: {}", line.trim()));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_only_static_locks_are_the_handles_the_c_callbacks_need() {
+    // Redis calls the module's C callbacks with no state of the module's
+    // own: they reach the live state (`shared::LIVE`) and the main thread's
+    // state (`capture::state::MAIN`, under the GIL) through these two.
+    let allowed = [
+        "shared/mod.rs: static LIVE:",
+        "capture/state.rs: static MAIN:",
+    ];
+    let locks = static_locks(&sources());
+    let others: Vec<&String> = locks
+        .iter()
+        .filter(|l| !allowed.iter().any(|a| l.starts_with(a)))
+        .collect();
+    assert!(
+        others.is_empty(),
+        "static locks besides the two handles: {others:?}"
+    );
+    assert_eq!(
+        locks.len(),
+        allowed.len(),
+        "the two handles are found: {locks:?}"
+    );
+}
+
+#[test]
+fn a_static_lock_is_found_in_any_spelling() {
+    let code = [(
+        "x.rs".to_owned(),
+        "static A: Mutex<u8> = Mutex::new(0);\npub(crate) static B: LazyLock<RwLock<u8>> = \
+         LazyLock::new(Default::default);\nstatic C: AtomicBool = AtomicBool::new(false);\n"
+            .to_owned(),
+    )];
+    assert_eq!(static_locks(&code).len(), 2);
+}
+
+#[test]
+fn counters_are_read_only_where_they_are_reported() {
+    // The counters (`ops::status::Stats`) are statistics: written by every
+    // stage, read back only to report them (STATUS, INFO), never to decide.
+    // Decisions take their facts from the state that owns them (the link
+    // events in the apply queue, `MainState`, the peer's progress).
+    let readers = ["ops/status.rs"];
+    let reads = [
+        "Stats::get(",
+        "stats.link()",
+        "ring_used()",
+        ".last_error()",
+    ];
+    for (file, code) in sources() {
+        if readers.contains(&file.as_str()) {
+            continue;
+        }
+        for read in reads {
+            assert!(
+                !code.contains(read),
+                "{file} reads a counter back ({read}): counters are for reporting only"
+            );
+        }
+    }
+}

@@ -153,19 +153,22 @@ impl SilentChanges {
 /// Command filter handler: records the keys a command changes without a
 /// keyspace event (see `silent`), and at `EXEC` those queued before it.
 /// Records only; the database of a key the server did not name is found
-/// at the next flush ([`resolve_silent`]).
-pub fn on_command(args: &[&[u8]], client: Option<server::FilteredClient>) {
+/// at the next flush ([`resolve_silent`]). The name decides (once) whether
+/// the arguments are read at all.
+pub fn on_command(command: &server::FilteredCommand<'_>) {
     use crate::capture::silent::Kind;
-    let Some(name) = args.first() else { return };
-    let kind = crate::capture::silent::kind(name);
-    if SUPPRESS.load(Ordering::Relaxed) || server::is_replica_or_loading() {
+    let kind = crate::capture::silent::kind(command.name());
+    if matches!(kind, Kind::Other)
+        || SUPPRESS.load(Ordering::Relaxed)
+        || server::is_replica_or_loading()
+    {
         return;
     }
-    let functions_change =
-        matches!(kind, Kind::Function) && crate::capture::silent::changes_functions(args);
-    if matches!(kind, Kind::Other) || (matches!(kind, Kind::Function) && !functions_change) {
+    let args = command.args();
+    if matches!(kind, Kind::Function) && !crate::capture::silent::changes_functions(&args) {
         return;
     }
+    let client = command.client();
     let main = main_state();
     let (Some(mut silent), Some(mut dirty)) = (main.silent.get(), main.dirty.get()) else {
         return;
@@ -197,7 +200,7 @@ pub fn on_command(args: &[&[u8]], client: Option<server::FilteredClient>) {
         }
         Kind::Other => return,
     };
-    for key in crate::capture::silent::key_positions(keys, args)
+    for key in crate::capture::silent::key_positions(keys, &args)
         .into_iter()
         .filter_map(|i| args.get(i))
     {

@@ -66,12 +66,6 @@ pub fn kind(name: &[u8]) -> Kind {
     }
 }
 
-/// Whether the command named `name` may change data without an event
-/// (the command filter hands on only these).
-pub fn changes_silently(name: &[u8]) -> bool {
-    kind(name) != Kind::Other
-}
-
 /// Whether `FUNCTION <subcommand> ...` (`args`, the name at 0) changes the
 /// function libraries.
 pub fn changes_functions(args: &[&[u8]]) -> bool {

@@ -13,8 +13,7 @@ use crate::catchup::replication::Replication;
 use crate::ops::status::{status_fields, Field};
 use crate::redis::server::{self, ServerEvent};
 use crate::{
-    capture::flush, capture::hook, capture::persist, capture::silent, ops::config, ops::faults,
-    runtime, shared,
+    capture::flush, capture::hook, capture::persist, ops::config, ops::faults, runtime, shared,
 };
 
 mod settings;
@@ -54,9 +53,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     }
     // Last as well (Redis 7.0 keeps a failed module's filters too); without
     // it only the changes that raise no keyspace event stay local.
-    if let Err(what) =
-        server::register_command_filter(ctx, silent::changes_silently, hook::on_command)
-    {
+    if let Err(what) = server::register_command_filter(ctx, hook::on_command) {
         ctx.log_warning(&format!(
             "rdmasync: cannot register the {what}: consumer-group reads and acks, \
              PFCOUNT's cache, PFDEBUG and FUNCTION changes stay on this node"

@@ -607,19 +607,52 @@ pub struct FilteredClient {
     pub queuing: bool,
 }
 
-/// What the command filter hands on: a command's arguments (the name at
-/// 0) and its client, if known.
-pub type CommandHandler = fn(&[&[u8]], Option<FilteredClient>);
+/// A command the filter sees: its name at once, its arguments and client
+/// only when asked (most commands are ruled out by name alone).
+pub struct FilteredCommand<'a> {
+    fctx: *mut raw::RedisModuleCommandFilterCtx,
+    name: &'a [u8],
+    argc: i32,
+    get: ArgGet,
+}
 
-/// Which commands the handler takes, by name (the others pass without
-/// their arguments being collected).
-pub type CommandWanted = fn(&[u8]) -> bool;
+type ArgGet =
+    unsafe extern "C" fn(*mut raw::RedisModuleCommandFilterCtx, i32) -> *mut raw::RedisModuleString;
 
-static COMMAND_HANDLER: std::sync::OnceLock<(CommandWanted, CommandHandler)> =
-    std::sync::OnceLock::new();
+impl<'a> FilteredCommand<'a> {
+    fn arg(&self, i: i32) -> Option<&'a [u8]> {
+        // SAFETY: `fctx` is the live filter context of the running callback,
+        // which this value does not outlive; the strings it returns stay
+        // valid until the callback returns (nothing here changes them).
+        unsafe {
+            let s = (self.get)(self.fctx, i);
+            (!s.is_null()).then(|| redis_module::RedisString::string_as_slice(s))
+        }
+    }
+
+    /// The command's name as the client sent it.
+    pub fn name(&self) -> &'a [u8] {
+        self.name
+    }
+
+    /// The arguments, the name at 0.
+    pub fn args(&self) -> Vec<&'a [u8]> {
+        (0..self.argc).map_while(|i| self.arg(i)).collect()
+    }
+
+    /// The client it runs for, on servers that tell it.
+    pub fn client(&self) -> Option<FilteredClient> {
+        filtered_client(self.fctx)
+    }
+}
+
+/// What the command filter hands every command to.
+pub type CommandHandler = fn(&FilteredCommand<'_>);
+
+static COMMAND_HANDLER: std::sync::OnceLock<CommandHandler> = std::sync::OnceLock::new();
 
 unsafe extern "C" fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
-    let Some((wanted, handler)) = COMMAND_HANDLER.get() else {
+    let Some(handler) = COMMAND_HANDLER.get() else {
         return;
     };
     // SAFETY: the API table is filled by RedisModule_Init; reading pointers.
@@ -634,21 +667,17 @@ unsafe extern "C" fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
     };
     // A panic must not unwind into redis-server.
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        // SAFETY: `fctx` is the live filter context of this callback; the
-        // strings it returns stay valid until the callback returns (nothing
-        // here changes the arguments).
-        let arg = |i: i32| unsafe {
-            let s = get(fctx, i);
-            (!s.is_null()).then(|| redis_module::RedisString::string_as_slice(s))
-        };
-        // SAFETY: as above.
+        // SAFETY: `fctx` is the live filter context of this callback.
         let argc = unsafe { count(fctx) };
-        let Some(name) = arg(0) else { return };
-        if !wanted(name) {
-            return;
-        }
-        let args: Vec<&[u8]> = (0..argc).map_while(arg).collect();
-        handler(&args, filtered_client(fctx));
+        let mut command = FilteredCommand {
+            fctx,
+            name: &[],
+            argc,
+            get,
+        };
+        let Some(name) = command.arg(0) else { return };
+        command.name = name;
+        handler(&command);
     }));
 }
 
@@ -689,12 +718,8 @@ fn filtered_client(fctx: *mut raw::RedisModuleCommandFilterCtx) -> Option<Filter
 ///
 /// # Errors
 /// When Redis refuses the filter.
-pub fn register_command_filter(
-    ctx: &Context,
-    wanted: CommandWanted,
-    handler: CommandHandler,
-) -> Result<(), &'static str> {
-    let _ = COMMAND_HANDLER.set((wanted, handler));
+pub fn register_command_filter(ctx: &Context, handler: CommandHandler) -> Result<(), &'static str> {
+    let _ = COMMAND_HANDLER.set(handler);
     // SAFETY: the API table is filled by RedisModule_Init before OnLoad continues.
     let Some(register) = (unsafe { raw::RedisModule_RegisterCommandFilter }) else {
         return Err("RegisterCommandFilter");
