@@ -340,85 +340,92 @@ fn unlink_all_but(
     }
 }
 
-/// Applies one entry of the peer's (a data change, or a notice for the
-/// convergence state), dispatched by kind.
-fn apply_entry<'a>(
-    ctx: &Context,
-    opts: &CallOptions,
-    st: &mut Replication,
+/// What applying the entries of a batch works with: the server, the
+/// options its writes are called with, and this node's id.
+struct Applier<'c> {
+    ctx: &'c Context,
+    opts: &'c CallOptions,
     me: u64,
-    e: &'a Entry,
-    mset: &mut MsetRun<'a>,
-) -> std::result::Result<Outcome, String> {
-    let stamp = Stamp::new(e.clock, e.origin);
-    match &e.op {
-        Op::Ack { applied } => return Ok(note_ack(st, e, *applied)),
-        Op::SyncRequest {
-            received,
-            since,
-            own,
-            answer,
-        } => {
-            return Ok(note_sync_request(
-                st, e.seq, *received, *since, *own, *answer,
-            ))
+}
+
+impl Applier<'_> {
+    /// Applies one entry of the peer's (a data change, or a notice for the
+    /// convergence state), dispatched by kind.
+    fn entry<'a>(
+        &self,
+        st: &mut Replication,
+        e: &'a Entry,
+        mset: &mut MsetRun<'a>,
+    ) -> std::result::Result<Outcome, String> {
+        let (ctx, opts) = (self.ctx, self.opts);
+        let stamp = Stamp::new(e.clock, e.origin);
+        match &e.op {
+            Op::Ack { applied } => return Ok(note_ack(st, e, *applied)),
+            Op::SyncRequest {
+                received,
+                since,
+                own,
+                answer,
+            } => {
+                return Ok(note_sync_request(
+                    st, e.seq, *received, *since, *own, *answer,
+                ))
+            }
+            _ => {}
         }
-        _ => {}
+        st.peer.applied(e.seq);
+        if !server::select_db(ctx, e.db) {
+            return Err(format!("no database {}", e.db));
+        }
+        match &e.op {
+            Op::Value { .. } => self.value(st, e, mset),
+            Op::Delete { key } => match decide(ctx, st, self.me, e, key) {
+                Decision::Apply => {
+                    run(ctx, opts, "DEL", &[key])?;
+                    st.versions.record_delete(e.db, key, stamp, GC_AT_NEXT_ACK);
+                    Ok(Outcome::Applied)
+                }
+                other => Ok(Outcome::of(other)),
+            },
+            Op::FlushDb => apply_flush(ctx, opts, st, Some(e.db), stamp),
+            Op::FlushAll => apply_flush(ctx, opts, st, None, stamp),
+            Op::SwapDb { other } => apply_swap(ctx, opts, st, e.db, *other, stamp),
+            Op::Functions { payload } => apply_functions(ctx, opts, st, payload, stamp),
+            Op::Ack { .. } | Op::SyncRequest { .. } => Ok(Outcome::Notice),
+        }
     }
-    st.peer.applied(e.seq);
-    if !server::select_db(ctx, e.db) {
-        return Err(format!("no database {}", e.db));
-    }
-    match &e.op {
-        Op::Value { .. } => apply_value(ctx, opts, st, me, e, mset),
-        Op::Delete { key } => match decide(ctx, st, me, e, key) {
+
+    /// A value of the peer's, if it wins: into the MSET run when it can join
+    /// one (the batch loop wrote the run first if it could not), else restored.
+    fn value<'a>(
+        &self,
+        st: &mut Replication,
+        e: &'a Entry,
+        mset: &mut MsetRun<'a>,
+    ) -> std::result::Result<Outcome, String> {
+        let Op::Value {
+            key,
+            payload,
+            expiry_ms,
+            encoding,
+        } = &e.op
+        else {
+            return Ok(Outcome::Notice);
+        };
+        match decide(self.ctx, st, self.me, e, key) {
             Decision::Apply => {
-                run(ctx, opts, "DEL", &[key])?;
-                st.versions.record_delete(e.db, key, stamp, GC_AT_NEXT_ACK);
+                if MsetRun::is_plain(e).is_some() {
+                    let before = st.versions.get(e.db, key);
+                    mset.push(e.db, key, payload, before);
+                } else {
+                    restore(self.ctx, self.opts, key, payload, *expiry_ms, *encoding)?;
+                }
+                let stamp = Stamp::new(e.clock, e.origin);
+                record_value(st, e.db, key, stamp, *expiry_ms);
                 Ok(Outcome::Applied)
             }
             other => Ok(Outcome::of(other)),
-        },
-        Op::FlushDb => apply_flush(ctx, opts, st, Some(e.db), stamp),
-        Op::FlushAll => apply_flush(ctx, opts, st, None, stamp),
-        Op::SwapDb { other } => apply_swap(ctx, opts, st, e.db, *other, stamp),
-        Op::Functions { payload } => apply_functions(ctx, opts, st, payload, stamp),
-        Op::Ack { .. } | Op::SyncRequest { .. } => Ok(Outcome::Notice),
-    }
-}
-
-/// A value of the peer's, if it wins: into the MSET run when it can join
-/// one (the batch loop wrote the run first if it could not), else restored.
-fn apply_value<'a>(
-    ctx: &Context,
-    opts: &CallOptions,
-    st: &mut Replication,
-    me: u64,
-    e: &'a Entry,
-    mset: &mut MsetRun<'a>,
-) -> std::result::Result<Outcome, String> {
-    let Op::Value {
-        key,
-        payload,
-        expiry_ms,
-        encoding,
-    } = &e.op
-    else {
-        return Ok(Outcome::Notice);
-    };
-    match decide(ctx, st, me, e, key) {
-        Decision::Apply => {
-            if MsetRun::is_plain(e).is_some() {
-                let before = st.versions.get(e.db, key);
-                mset.push(e.db, key, payload, before);
-            } else {
-                restore(ctx, opts, key, payload, *expiry_ms, *encoding)?;
-            }
-            let stamp = Stamp::new(e.clock, e.origin);
-            record_value(st, e.db, key, stamp, *expiry_ms);
-            Ok(Outcome::Applied)
         }
-        other => Ok(Outcome::of(other)),
     }
 }
 
@@ -607,6 +614,11 @@ fn apply_entries(
     st: &mut Replication,
     batch: &Batch,
 ) -> Tally {
+    let applier = Applier {
+        ctx,
+        opts,
+        me: shared.node_id,
+    };
     let mut tally = Tally::default();
     let mut mset = MsetRun {
         db: 0,
@@ -623,7 +635,7 @@ fn apply_entries(
                 shared.stats.set_error(format!("apply: {msg}"));
             }
         }
-        match apply_entry(ctx, opts, st, shared.node_id, e, &mut mset) {
+        match applier.entry(st, e, &mut mset) {
             Ok(Outcome::Discarded) => tally.discarded += 1,
             Ok(Outcome::Duplicate) => tally.duplicates += 1,
             Ok(Outcome::Applied | Outcome::Notice) => {}
