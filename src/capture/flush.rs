@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use redis_module::Context;
 
+use crate::capture::flush_plan::{may_rest, plan, FlushFacts};
 use crate::capture::hook::{ExpiredKey, Suppressed};
 use crate::capture::hotkeys::is_costly;
 use crate::capture::resend;
@@ -442,10 +443,8 @@ fn flush_changes(ctx: &Context, shared: &Shared, may_wait: bool, propagate: bool
     let Some(mut st) = main.replication.get() else {
         return;
     };
-    let may_wait = may_wait
-        && link_up
-        && main.hot.get().is_some_and(|h| !h.is_empty())
-        && st.lets_changes_rest(epoch);
+    let resting = main.hot.get().is_some_and(|h| !h.is_empty());
+    let may_wait = may_rest(may_wait, link_up, resting, st.lets_changes_rest(epoch));
     let (ops, held) = take_changes(&main, may_wait);
     if held {
         Stats::add(&shared.stats.flushes_deferred, 1);
@@ -457,29 +456,34 @@ fn flush_changes(ctx: &Context, shared: &Shared, may_wait: bool, propagate: bool
     }
     let expired = main.expired.get().map(|mut e| std::mem::take(&mut *e));
     let expired = expired.unwrap_or_default();
-    let new_link = link_up && st.peer.is_new_link(epoch);
-    let link_work = link_up && st.has_link_work();
-    let stamps_pending = propagate && st.versions.journal_pending();
-    if ops.is_empty() && expired.is_empty() && !new_link && !link_work && !held && !stamps_pending {
+    let facts = FlushFacts {
+        changes: !ops.is_empty(),
+        expired: !expired.is_empty(),
+        link_up,
+        new_link: st.peer.is_new_link(epoch),
+        link_work: st.has_link_work(),
+        held,
+        stamps_pending: propagate && st.versions.journal_pending(),
+    };
+    let Some(steps) = plan(facts) else {
         return;
-    }
+    };
     // Snapshots and lazy expiry raise events that are not local writes.
     let _guard = Suppressed::new();
     let reader = Reader::new(ctx).failing(main.failing_reads());
     let original_db = server::selected_db(ctx);
     record_expired(ctx, &reader, &mut st, expired);
-    if new_link {
+    if steps.on_link_up {
         on_link_up(&mut st, link);
     }
-    if link_up {
+    if steps.link_steps {
         start_syncs(&reader, shared, &mut st);
     }
     ship_local(&reader, shared, &mut st, ops, link_up);
-    if link_up {
+    if steps.link_steps {
         catch_up_and_ack(ctx, &reader, shared, &mut st);
     }
-    if held {
-        // Come back when the rest may be over, even if no client writes.
+    if steps.keep_awake {
         keep_awake(ctx, &mut st);
     }
     // The stamps go into the AOF and to replicas with this iteration's data.

@@ -1,12 +1,13 @@
 //! Capture on the main thread: keyspace events and the command filter
 //! record what changed (`hook`, `silent`), costly keys rest (`hotkeys`),
 //! once per event-loop iteration `flush` reads the changed keys into a
-//! batch for the sender, `resend` reads again what the peer misses
+//! batch for the sender (what it does decided by `flush_plan`, pure), `resend` reads again what the peer misses
 //! (backlog, full sync), and `persist` keeps the versions durable with the
 //! data (RDB aux data, the stamps in the AOF). `state` is the main
 //! thread's state, in one value.
 
 pub(crate) mod flush;
+pub mod flush_plan;
 pub(crate) mod hook;
 pub mod hotkeys;
 pub(crate) mod persist;
