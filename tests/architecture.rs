@@ -333,3 +333,74 @@ fn counters_are_read_only_where_they_are_reported() {
         }
     }
 }
+
+/// The functions of `code` longer than `limit` lines, as `name: lines`.
+/// A function runs from its `fn` line to the closing brace at its own
+/// indentation (rustfmt's layout); declarations without a body are skipped.
+fn long_functions(code: &str, limit: usize) -> Vec<String> {
+    let lines: Vec<&str> = code.lines().collect();
+    let mut out = Vec::new();
+    for (start, line) in lines.iter().enumerate() {
+        let indent = line.len() - line.trim_start().len();
+        let decl = line.trim_start();
+        let Some(at) = decl.find("fn ") else { continue };
+        let prefix = &decl[..at];
+        let is_fn = prefix.split_whitespace().all(|w| {
+            [
+                "pub",
+                "pub(crate)",
+                "pub(super)",
+                "unsafe",
+                "extern",
+                "\"C\"",
+                "const",
+            ]
+            .contains(&w)
+        });
+        if !is_fn {
+            continue;
+        }
+        let name: String = decl[at + 3..]
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        let Some(open) = lines[start..]
+            .iter()
+            .position(|l| l.trim_end().ends_with('{') || l.trim_end().ends_with(';'))
+        else {
+            continue;
+        };
+        if lines[start + open].trim_end().ends_with(';') {
+            continue;
+        }
+        let close = format!("{}}}", " ".repeat(indent));
+        let Some(len) = lines[start..].iter().position(|l| l.trim_end() == close) else {
+            continue;
+        };
+        if len + 1 > limit {
+            out.push(format!("{name}: {} lines", len + 1));
+        }
+    }
+    out
+}
+
+#[test]
+fn no_function_outside_tests_is_over_60_lines() {
+    let mut long = Vec::new();
+    for (file, code) in sources() {
+        for f in long_functions(&code, 60) {
+            long.push(format!("{file}: {f}"));
+        }
+    }
+    assert!(long.is_empty(), "split these: {long:?}");
+}
+
+#[test]
+fn a_long_function_is_found_and_a_declaration_is_not() {
+    let body = "    x += 1;\n".repeat(60);
+    let code = format!(
+        "pub(crate) fn long(x: &mut u8) {{\n{body}}}\n\nfn short() {{\n}}\n\
+         trait T {{\n    fn declared(&self);\n}}\n"
+    );
+    assert_eq!(long_functions(&code, 60), ["long: 62 lines"]);
+}

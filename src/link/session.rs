@@ -70,6 +70,25 @@ enum Active {
     Rdma(Arc<RdmaLink>),
 }
 
+impl Active {
+    /// The link over `conn`, writing into a peer ring of `geometry`.
+    fn of(conn: Conn, geometry: RingGeometry) -> Self {
+        match conn {
+            Conn::Tcp {
+                reader,
+                writer,
+                control,
+                ring,
+            } => Self::Tcp(
+                reader,
+                Arc::new(TcpLink::new(writer, control, geometry)),
+                ring,
+            ),
+            Conn::Rdma(link) => Self::Rdma(link),
+        }
+    }
+}
+
 /// A connection the handshake kept, handed to the link thread.
 pub struct Offer {
     conn: Conn,
@@ -278,20 +297,7 @@ pub fn run_link(
         shared.stats.set_link(LinkState::Connecting);
         let offer = match offers.try_recv() {
             Ok(offer) => Some(offer),
-            Err(_) => match dial(&shared) {
-                Ok(offer) => offer,
-                Err(e) => {
-                    if !dial_error_logged && !matches!(e, Error::Handshake { .. }) {
-                        redis_module::logging::log_notice(format!(
-                            "rdmasync: cannot reach peer yet ({}); retrying with backoff",
-                            e.report()
-                        ));
-                        dial_error_logged = true;
-                    }
-                    shared.stats.set_error(e.report());
-                    None
-                }
-            },
+            Err(_) => dial_logged(&shared, &mut dial_error_logged),
         };
         let offer = match offer {
             Some(o) => Some(o),
@@ -326,8 +332,25 @@ pub fn run_link(
     }
 }
 
-/// Runs one established link until it fails, is replaced, or unload begins.
-/// Runs one link until it ends; `links` counts it once it is up (its
+/// Dials the peer; a failure is logged once until a link comes up.
+fn dial_logged(shared: &Shared, logged: &mut bool) -> Option<Offer> {
+    match dial(shared) {
+        Ok(offer) => offer,
+        Err(e) => {
+            if !*logged && !matches!(e, Error::Handshake { .. }) {
+                redis_module::logging::log_notice(format!(
+                    "rdmasync: cannot reach peer yet ({}); retrying with backoff",
+                    e.report()
+                ));
+                *logged = true;
+            }
+            shared.stats.set_error(e.report());
+            None
+        }
+    }
+}
+
+/// Runs one link until it ends (fails, is replaced, or unload begins); `links` counts it once it is up (its
 /// number, 1 for the thread's first, is the epoch the main thread sees)
 /// and hands it to the sender first.
 fn run_connection(
@@ -345,19 +368,7 @@ fn run_connection(
     let geometry = RingGeometry::new(peer_ring.capacity).ok_or(Violation::InvalidPeerRing {
         capacity: peer_ring.capacity,
     })?;
-    let active = match conn {
-        Conn::Tcp {
-            reader,
-            writer,
-            control,
-            ring,
-        } => Active::Tcp(
-            reader,
-            Arc::new(TcpLink::new(writer, control, geometry)),
-            ring,
-        ),
-        Conn::Rdma(link) => Active::Rdma(link),
-    };
+    let active = Active::of(conn, geometry);
     let (writer, device): (Arc<dyn RingWriter>, String) = match &active {
         Active::Tcp(_, link, _) => (link.clone(), String::new()),
         Active::Rdma(link) => (link.clone(), link.device().to_owned()),
