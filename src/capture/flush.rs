@@ -443,8 +443,8 @@ fn flush_changes(ctx: &Context, shared: &Shared, may_wait: bool, propagate: bool
     let Some(mut st) = main.replication.get() else {
         return;
     };
-    let resting = main.hot.get().is_some_and(|h| !h.is_empty());
-    let may_wait = may_rest(may_wait, link_up, resting, st.lets_changes_rest(epoch));
+    let resting = || main.hot.get().is_some_and(|h| !h.is_empty());
+    let may_wait = may_rest(may_wait, link_up, resting, || st.lets_changes_rest(epoch));
     let (ops, held) = take_changes(&main, may_wait);
     if held {
         Stats::add(&shared.stats.flushes_deferred, 1);
@@ -460,8 +460,8 @@ fn flush_changes(ctx: &Context, shared: &Shared, may_wait: bool, propagate: bool
         changes: !ops.is_empty(),
         expired: !expired.is_empty(),
         link_up,
-        new_link: st.peer.is_new_link(epoch),
-        link_work: st.has_link_work(),
+        new_link: link_up && st.peer.is_new_link(epoch),
+        link_work: link_up && st.has_link_work(),
         held,
         stamps_pending: propagate && st.versions.journal_pending(),
     };

@@ -37,8 +37,15 @@ pub struct FlushSteps {
 /// Whether the changes of this flush may wait for a resting hot key: only
 /// a flush that allows it, over a link that is up, with a key resting,
 /// and while the peer is in step (catching up reads current values anyway).
-pub fn may_rest(allowed: bool, link_up: bool, key_resting: bool, peer_in_step: bool) -> bool {
-    allowed && link_up && key_resting && peer_in_step
+/// The last two are asked only when the first two allow a rest (the flush
+/// runs every event-loop iteration).
+pub fn may_rest(
+    allowed: bool,
+    link_up: bool,
+    key_resting: impl FnOnce() -> bool,
+    peer_in_step: impl FnOnce() -> bool,
+) -> bool {
+    allowed && link_up && key_resting() && peer_in_step()
 }
 
 /// The steps to take, or `None` when there is nothing to do (no change, no
@@ -142,11 +149,14 @@ mod tests {
 
     #[test]
     fn changes_rest_only_over_a_link_up_with_the_peer_in_step() {
-        assert!(may_rest(true, true, true, true));
+        assert!(may_rest(true, true, || true, || true));
         for i in 0..4 {
             let mut args = [true; 4];
             args[i] = false;
-            assert!(!may_rest(args[0], args[1], args[2], args[3]), "{args:?}");
+            let (c, d) = (args[2], args[3]);
+            assert!(!may_rest(args[0], args[1], || c, || d), "{args:?}");
         }
+        let asked = || panic!("not asked while the link is down");
+        assert!(!may_rest(true, false, asked, asked));
     }
 }
