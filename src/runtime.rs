@@ -2,7 +2,6 @@
 //! and spawns the threads; stops and joins them at unload.
 
 use std::net::{TcpListener, ToSocketAddrs};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -19,6 +18,7 @@ use crate::shared::queue::{batch_queue, BatchConsumer};
 use crate::shared::{self, Live, Shared, TransportKind};
 use crate::transport::rdma;
 use crate::transport::tls::TlsConfig;
+use crate::transport::StopToken;
 use crate::{link::session, redis::server, ship::sender};
 
 fn node_id_for(config: &Config) -> u64 {
@@ -64,9 +64,7 @@ pub fn start(config: Config, server: ServerInfo) -> Result<String> {
     let (transport, why) = choose_transport(config.transport, config.tls)?;
     let tls = config.tls.then(|| TlsConfig::load(&config)).transpose()?;
     log_warnings(&config, &server);
-    rdma::abort_waits(false);
     let listen_addr = std::net::SocketAddr::new(config.bind, config.listen_port);
-    let listener = bind(transport, listen_addr)?;
     let node_id = node_id_for(&config);
     let (to_main, apply) = apply_queue()?;
     let (queue, to_send) = batch_queue(config.queue_size);
@@ -79,6 +77,7 @@ pub fn start(config: Config, server: ServerInfo) -> Result<String> {
     let shared = Arc::new(Shared::new(
         config, node_id, transport, local, tls, queue, apply,
     ));
+    let listener = bind(transport, listen_addr, &shared.stop)?;
     let mut threads = Vec::new();
     let started = spawn_threads(&shared, listener, (to_send, to_main), &mut threads);
     let line = format!(
@@ -111,14 +110,19 @@ fn log_warnings(config: &Config, server: &ServerInfo) {
 }
 
 /// Listens on `addr` with `transport`.
-fn bind(transport: TransportKind, addr: std::net::SocketAddr) -> Result<Listener> {
+/// The RDMA listener's waits end when `stop` is set.
+fn bind(
+    transport: TransportKind,
+    addr: std::net::SocketAddr,
+    stop: &StopToken,
+) -> Result<Listener> {
     let name = addr.to_string();
     Ok(match transport {
         TransportKind::Tcp => Listener::Tcp(
             TcpListener::bind(addr).map_err(|source| Error::Listen { addr: name, source })?,
         ),
         TransportKind::Rdma => Listener::Rdma(
-            rdma::Listener::bind(addr)
+            rdma::Listener::bind(addr, stop.clone())
                 .map_err(|source| Error::ListenRdma { addr: name, source })?,
         ),
     })
@@ -229,10 +233,9 @@ pub fn stop() {
     let Some(rt) = shared::uninstall() else {
         return;
     };
-    rdma::abort_waits(true);
     server::unwatch_fd(rt.shared.apply.wake_fd());
     rt.shared.apply.cancel_timer();
-    rt.shared.shutdown.store(true, Ordering::SeqCst);
+    rt.shared.stop.stop();
     rt.shared.queue.wake_sender();
     if let Some(link) = rt.shared.link.lock().take() {
         link.close();

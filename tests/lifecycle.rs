@@ -334,3 +334,52 @@ fn failed_module_load_leaves_the_server_running() {
         assert_eq!(pong, "PONG");
     }
 }
+
+#[test]
+fn module_unload_during_a_handshake_returns_without_waiting_it_out() {
+    // A peer that accepts the connection and never answers: the dialer
+    // waits in its handshake for up to handshake-timeout (60 s). Unload
+    // stops the one stop token every wait watches, so it returns at once.
+    let ip = common::test_ip();
+    let silent = std::net::TcpListener::bind((ip.as_str(), 0)).unwrap();
+    silent.set_nonblocking(true).unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let node = Node::start(
+        "unload-in-handshake",
+        module_args(
+            free_port(),
+            port,
+            &["persist-versions=no", "handshake-timeout=60000"],
+        ),
+    );
+    let pid = node.pid();
+    let mut held = Vec::new();
+    let dialing = if common::test_transport() == "tcp" {
+        // The dial reached the silent peer: the handshake is waiting.
+        wait_until(Duration::from_secs(10), || match silent.accept() {
+            Ok((s, _)) => {
+                held.push(s);
+                true
+            }
+            Err(_) => false,
+        })
+    } else {
+        // Over rdma nothing listens there for rdma_cm: the dial fails and
+        // the link thread waits to redial.
+        wait_until(Duration::from_secs(10), || {
+            !node.status()["last_error"].is_empty()
+        })
+    };
+    assert!(dialing, "{:?}", node.status());
+    assert_eq!(module_threads(pid), 3);
+    let started = std::time::Instant::now();
+    let ok: String = redis::cmd("MODULE")
+        .arg("UNLOAD")
+        .arg("rdmasync")
+        .query(&mut node.conn())
+        .unwrap();
+    let took = started.elapsed();
+    assert_eq!(ok, "OK");
+    assert!(took < Duration::from_secs(5), "unload took {took:?}");
+    assert_eq!(module_threads(pid), 0, "threads left after unload");
+}

@@ -98,10 +98,6 @@ pub struct Offer {
     pub from: Option<IpAddr>,
 }
 
-fn unloading() -> bool {
-    rdma::waits_aborted()
-}
-
 /// Runs the handshake on a connected TCP socket (TLS first when configured).
 /// `host` is the peer as dialed (the dialer checks its certificate against it).
 ///
@@ -116,7 +112,7 @@ pub fn tcp_handshake(
 ) -> Result<Option<Offer>> {
     let timeout_ms = shared.config.handshake_timeout_ms;
     let deadline = Instant::now() + Duration::from_millis(timeout_ms);
-    let abandoned = || watch.is_abandoned() || unloading();
+    let abandoned = || watch.is_abandoned() || shared.stopping();
     tcp::prepare(&stream, Duration::from_millis(timeout_ms))?;
     let (session, binding) = tls_session(shared, &mut stream, side, host, deadline, &abandoned)?;
     let (mut reader, mut writer, control) = channel::split(stream, session)?;
@@ -237,7 +233,7 @@ fn dial(shared: &Shared) -> Result<Option<Offer>> {
             TransportKind::Rdma => {
                 let bind = SocketAddr::new(shared.config.bind, 0);
                 let src = (!bind.ip().is_unspecified()).then_some(bind);
-                rdma::dial(src, addr, shared.config.ring_size)
+                rdma::dial(src, addr, shared.config.ring_size, shared.stop.clone())
                     .map_err(Error::from)
                     .and_then(|p| rdma_handshake(shared, p, Side::Dialer, &watch))
             }

@@ -21,7 +21,7 @@ use crate::proto::handshake::Local;
 use crate::shared::apply_queue::ApplyConsumer;
 use crate::shared::queue::BatchProducer;
 use crate::transport::tls::TlsConfig;
-use crate::transport::RingWriter;
+use crate::transport::{RingWriter, StopToken};
 
 /// The transport a running module uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,8 +68,10 @@ pub struct Shared {
     pub link: Mutex<Option<Arc<dyn RingWriter>>>,
     /// Where the peer is: from the config, changeable with `CONFIG SET`.
     pub peer: RwLock<(String, u16)>,
-    /// Set once at unload: every thread returns.
-    pub shutdown: AtomicBool,
+    /// Stopped once at unload: every thread returns and every handshake and
+    /// rdma_cm wait gives up. The RDMA listener's and each connection's
+    /// event channels hold copies.
+    pub stop: StopToken,
     /// `RDMASYNC.DEBUG HOLD-SENDS`: the sender leaves queued batches in the
     /// queue, as a stalled link would.
     pub hold_sends: AtomicBool,
@@ -98,7 +100,7 @@ impl Shared {
 
     /// Whether unload has begun.
     pub fn stopping(&self) -> bool {
-        self.shutdown.load(Ordering::Relaxed)
+        self.stop.is_stopped()
     }
 
     /// The dataset was replaced wholesale (`DEBUG RELOAD`, a full sync from a
@@ -171,7 +173,7 @@ impl Shared {
             stats: Stats::default(),
             clock: HybridClock::new(),
             link: Mutex::new(None),
-            shutdown: AtomicBool::new(false),
+            stop: StopToken::new(),
             hold_sends: AtomicBool::new(false),
             next_seq: AtomicU64::new(first_seq()),
         };

@@ -5,6 +5,7 @@
 pub mod channel;
 pub mod handshake;
 pub mod rdma;
+pub mod stop;
 pub mod tcp;
 pub(crate) mod tls;
 
@@ -14,6 +15,7 @@ use std::time::{Duration, Instant};
 use crate::error::Result;
 use crate::ops::status::unix_ms;
 use crate::proto::ring::RingGeometry;
+pub use stop::StopToken;
 
 /// How often idle link threads wake to check for unload and a silent peer
 /// (a TCP read times out, an RDMA receiver's completion wait returns).

@@ -15,25 +15,13 @@ use rdma_sys::{
 
 use super::verbs::{CompletionQueue, ProtectionDomain};
 use super::RdmaError;
+use crate::transport::StopToken;
 
-/// Set at unload: every rdma_cm wait returns at once, so `MODULE UNLOAD`
-/// never waits out a dial or handshake timeout.
-static ABORT_WAITS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Makes every pending and future rdma_cm wait give up (`true`), or allows
-/// them again (`false`, at load).
-pub fn abort_waits(abort: bool) {
-    ABORT_WAITS.store(abort, std::sync::atomic::Ordering::Release);
-}
-
-/// Whether waits have been aborted.
-pub fn waits_aborted() -> bool {
-    ABORT_WAITS.load(std::sync::atomic::Ordering::Acquire)
-}
-
-/// A CM event channel with a non-blocking fd; destroyed on drop.
+/// A CM event channel with a non-blocking fd; destroyed on drop. Its waits
+/// give up when its stop token is set (unload).
 pub struct EventChannel {
     channel: NonNull<rdma_event_channel>,
+    stop: StopToken,
 }
 
 // SAFETY: the channel is used by one thread at a time (its owner).
@@ -75,11 +63,12 @@ fn sockaddr_of(addr: SocketAddr) -> libc::sockaddr_storage {
 }
 
 impl EventChannel {
-    /// Creates a channel (`rdma_create_event_channel`).
+    /// Creates a channel (`rdma_create_event_channel`) whose waits end when
+    /// `stop` is set.
     ///
     /// # Errors
     /// [`RdmaError::CreateEventChannel`].
-    pub fn new() -> Result<Arc<Self>, RdmaError> {
+    pub fn new(stop: StopToken) -> Result<Arc<Self>, RdmaError> {
         // SAFETY: no preconditions; the result is checked.
         let ch = unsafe { rdma_create_event_channel() };
         let channel = NonNull::new(ch)
@@ -90,7 +79,18 @@ impl EventChannel {
             let flags = libc::fcntl(fd, libc::F_GETFL);
             libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
         }
-        Ok(Arc::new(Self { channel }))
+        Ok(Arc::new(Self { channel, stop }))
+    }
+
+    /// The token this channel's waits watch.
+    pub fn stop_token(&self) -> &StopToken {
+        &self.stop
+    }
+
+    /// Whether waits on this channel (and on everything set up from it)
+    /// should give up: the module is unloading.
+    pub fn stopped(&self) -> bool {
+        self.stop.is_stopped()
     }
 
     /// The raw handle.
@@ -129,7 +129,7 @@ impl EventChannel {
             let left = deadline
                 .saturating_duration_since(Instant::now())
                 .min(Duration::from_millis(50));
-            if left.is_zero() || waits_aborted() {
+            if left.is_zero() || self.stopped() {
                 return Ok(None);
             }
             let mut pfd = libc::pollfd {

@@ -210,7 +210,7 @@ impl Endpoint {
             if self.send_cq.poll(&mut wcs)? == 1 {
                 return check_status(&wcs[0]);
             }
-            if Instant::now() >= deadline || super::cm::waits_aborted() {
+            if Instant::now() >= deadline || self.id.channel().stopped() {
                 // The QP is torn down with the endpoint, which the caller drops.
                 return Err(RdmaError::Timeout("handshake send"));
             }
@@ -258,7 +258,7 @@ impl MessageIo for RdmaMessages<'_> {
                         self.timeout_ms
                     )));
                 }
-                if (self.abandoned)() || super::cm::waits_aborted() {
+                if (self.abandoned)() || ep.id.channel().stopped() {
                     return Err(incomplete("handshake abandoned"));
                 }
                 if let Some(ev) = ep.id.channel().next_event(Duration::ZERO)? {

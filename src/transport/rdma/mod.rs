@@ -12,6 +12,7 @@ pub(crate) mod conn;
 mod mem;
 mod verbs;
 
+use crate::transport::StopToken;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -81,8 +82,6 @@ pub(crate) fn probe() -> Result<Vec<String>, RdmaError> {
     }
 }
 
-pub(crate) use cm::{abort_waits, waits_aborted};
-
 /// Connect and handshake timeout.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -93,12 +92,13 @@ pub(crate) struct Listener {
 }
 
 impl Listener {
-    /// Listens on `addr` (`rdma_bind_addr` + `rdma_listen`).
+    /// Listens on `addr` (`rdma_bind_addr` + `rdma_listen`). Its waits, and
+    /// those of every connection it takes, end when `stop` is set.
     ///
     /// # Errors
     /// An [`RdmaError`] naming the failing call.
-    pub(crate) fn bind(addr: SocketAddr) -> Result<Self, RdmaError> {
-        let id = cm::CmId::new(cm::EventChannel::new()?)?;
+    pub(crate) fn bind(addr: SocketAddr, stop: StopToken) -> Result<Self, RdmaError> {
+        let id = cm::CmId::new(cm::EventChannel::new(stop)?)?;
         id.listen(addr)?;
         Ok(Self { id })
     }
@@ -116,7 +116,7 @@ impl Listener {
         if ev.kind != rdma_sys::rdma_cm_event_type::RDMA_CM_EVENT_CONNECT_REQUEST {
             return Ok(None);
         }
-        let channel = cm::EventChannel::new()?;
+        let channel = cm::EventChannel::new(self.id.channel().stop_token().clone())?;
         // SAFETY: `ev.id` is the new id of a CONNECT_REQUEST we just acknowledged.
         let id = unsafe { cm::CmId::adopt(ev.id, channel)? };
         let peer = id.peer_ip();
@@ -142,7 +142,8 @@ impl Incoming {
     }
 }
 
-/// Dials `peer` from `bind` (if not the wildcard) and sets up a connection.
+/// Dials `peer` from `bind` (if not the wildcard) and sets up a connection
+/// whose waits end when `stop` is set.
 ///
 /// # Errors
 /// An [`RdmaError`] from any connection step.
@@ -150,8 +151,9 @@ pub(crate) fn dial(
     bind: Option<SocketAddr>,
     peer: SocketAddr,
     ring_size: u64,
+    stop: StopToken,
 ) -> Result<Pending, RdmaError> {
-    let id = cm::CmId::new(cm::EventChannel::new()?)?;
+    let id = cm::CmId::new(cm::EventChannel::new(stop)?)?;
     id.resolve(bind, peer, CONNECT_TIMEOUT)?;
     Pending::connect(id, ring_size)
 }
