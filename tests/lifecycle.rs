@@ -335,11 +335,34 @@ fn failed_module_load_leaves_the_server_running() {
     }
 }
 
+/// Unloads the module on `node`; returns how long `MODULE UNLOAD` took.
+fn timed_unload(node: &Node) -> Duration {
+    let started = std::time::Instant::now();
+    let ok: String = redis::cmd("MODULE")
+        .arg("UNLOAD")
+        .arg("rdmasync")
+        .query(&mut node.conn())
+        .unwrap();
+    assert_eq!(ok, "OK");
+    started.elapsed()
+}
+
+/// Waits until the other end of `stream` has sent its HELLO (both sides
+/// send theirs first): that end now waits for ours.
+fn hello_arrived(stream: &std::net::TcpStream) -> bool {
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut first = [0u8; 1];
+    matches!(stream.peek(&mut first), Ok(1))
+}
+
 #[test]
 fn module_unload_during_a_handshake_returns_without_waiting_it_out() {
     // A peer that accepts the connection and never answers: the dialer
     // waits in its handshake for up to handshake-timeout (60 s). Unload
-    // stops the one stop token every wait watches, so it returns at once.
+    // stops the one stop token the handshake watches, so it returns
+    // within a tick.
     let ip = common::test_ip();
     let silent = std::net::TcpListener::bind((ip.as_str(), 0)).unwrap();
     silent.set_nonblocking(true).unwrap();
@@ -353,33 +376,57 @@ fn module_unload_during_a_handshake_returns_without_waiting_it_out() {
         ),
     );
     let pid = node.pid();
-    let mut held = Vec::new();
-    let dialing = if common::test_transport() == "tcp" {
-        // The dial reached the silent peer: the handshake is waiting.
-        wait_until(Duration::from_secs(10), || match silent.accept() {
-            Ok((s, _)) => {
-                held.push(s);
-                true
-            }
-            Err(_) => false,
-        })
+    // Kept open until the unload: a closed connection ends the handshake.
+    let mut held = None;
+    if common::test_transport() == "tcp" {
+        assert!(wait_until(Duration::from_secs(10), || {
+            held = silent.accept().ok().map(|(s, _)| s);
+            held.is_some()
+        }));
+        let stream = held.as_ref().unwrap();
+        stream.set_nonblocking(false).unwrap();
+        assert!(hello_arrived(stream), "no HELLO from the dialer");
     } else {
-        // Over rdma nothing listens there for rdma_cm: the dial fails and
-        // the link thread waits to redial.
-        wait_until(Duration::from_secs(10), || {
-            !node.status()["last_error"].is_empty()
-        })
-    };
-    assert!(dialing, "{:?}", node.status());
+        // Over rdma nothing listens there for rdma_cm and a peer that
+        // accepts and stays silent can only be a module: the dial fails
+        // and the unload comes while the link thread waits to redial.
+        assert!(
+            wait_until(Duration::from_secs(10), || !node.status()["last_error"]
+                .is_empty()),
+            "{:?}",
+            node.status()
+        );
+    }
     assert_eq!(module_threads(pid), 3);
-    let started = std::time::Instant::now();
-    let ok: String = redis::cmd("MODULE")
-        .arg("UNLOAD")
-        .arg("rdmasync")
-        .query(&mut node.conn())
-        .unwrap();
-    let took = started.elapsed();
-    assert_eq!(ok, "OK");
+    let took = timed_unload(&node);
     assert!(took < Duration::from_secs(5), "unload took {took:?}");
     assert_eq!(module_threads(pid), 0, "threads left after unload");
+    drop(held);
+}
+
+#[test]
+fn module_unload_while_an_incoming_handshake_waits_returns_at_once() {
+    // Over rdma a raw TCP connection reaches no listener: nothing to test.
+    if common::test_transport() != "tcp" {
+        eprintln!("skipped: needs a silent TCP client on the listen port (transport=tcp)");
+        return;
+    }
+    // A client connects to the listen port and never answers: the node's
+    // accept side waits in its handshake for up to handshake-timeout, until
+    // unload abandons it (the acceptor's handshake watch).
+    let listen = free_port();
+    let node = Node::start(
+        "unload-in-accept",
+        module_args(
+            listen,
+            free_port(),
+            &["persist-versions=no", "handshake-timeout=60000"],
+        ),
+    );
+    let silent = std::net::TcpStream::connect((common::test_ip().as_str(), listen)).unwrap();
+    assert!(hello_arrived(&silent), "no HELLO from the acceptor");
+    let took = timed_unload(&node);
+    assert!(took < Duration::from_secs(5), "unload took {took:?}");
+    assert_eq!(module_threads(node.pid()), 0, "threads left after unload");
+    drop(silent);
 }

@@ -3,10 +3,12 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-/// Set once at unload. Every thread loop, every handshake and every
-/// rdma_cm wait holds a copy and gives up when it is set, so `MODULE
-/// UNLOAD` never waits out a dial or handshake timeout. A module load makes
-/// a new token: nothing of an earlier run's state is reset by hand.
+/// Set once at unload. `Shared` holds it (the thread loops and the TCP
+/// handshake ask `Shared::stopping`) and every RDMA event channel holds a
+/// copy (its rdma_cm waits and the RDMA handshake check it), so each gives
+/// up at its next tick and `MODULE UNLOAD` never waits out a dial or
+/// handshake timeout. A module load makes a new token: nothing of an
+/// earlier run is reset by hand.
 #[derive(Clone, Debug, Default)]
 pub struct StopToken(Arc<AtomicBool>);
 
