@@ -1,11 +1,11 @@
 //! Starts the module at load: builds the live state (`shared::Shared`)
 //! and spawns the threads; stops and joins them at unload.
 
-use std::net::{TcpListener, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr, TcpListener, ToSocketAddrs, UdpSocket};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use crate::converge::clock::{default_node_id, local_ip_towards};
+use crate::converge::clock::default_node_id;
 use crate::error::{report, Error, Result};
 use crate::link::accept;
 use crate::ops::config::{Config, TransportChoice};
@@ -32,6 +32,19 @@ fn node_id_for(config: &Config) -> u64 {
         .and_then(local_ip_towards)
         .unwrap_or(config.bind);
     default_node_id(local, config.listen_port)
+}
+
+/// The local address the kernel would use to reach `peer` (no packet is sent),
+/// or `None` when there is no route.
+fn local_ip_towards(peer: SocketAddr) -> Option<IpAddr> {
+    let any: SocketAddr = if peer.is_ipv4() {
+        SocketAddr::from(([0, 0, 0, 0], 0))
+    } else {
+        SocketAddr::from(([0u16; 8], 0))
+    };
+    let socket = UdpSocket::bind(any).ok()?;
+    socket.connect(peer).ok()?;
+    socket.local_addr().ok().map(|a| a.ip())
 }
 
 fn spawn(
@@ -246,4 +259,15 @@ pub fn stop() {
     }
     Stats::add(&rt.shared.stats.entries_dropped, rt.shared.apply.discard());
     rt.shared.stats.set_link(LinkState::Down);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::local_ip_towards;
+
+    #[test]
+    fn loopback_route_is_found() {
+        let ip = local_ip_towards("127.0.0.1:9".parse().unwrap());
+        assert_eq!(ip, Some("127.0.0.1".parse().unwrap()));
+    }
 }

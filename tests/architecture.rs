@@ -3,7 +3,8 @@
 //! sources (test code left out), this test fails on
 //! - a dependency of the pure folders (`proto`, `converge`) on anything but
 //!   each other: they know nothing of threads, sockets, Redis or the
-//!   crate's error type;
+//!   crate's error type; nor do they name a thread, lock, socket, file,
+//!   Redis or the verbs FFI (`IMPURE`);
 //! - a dependency that runs upward in `LAYERS` (which is how an import
 //!   cycle between folders starts), or a folder `LAYERS` does not place.
 
@@ -143,6 +144,61 @@ fn the_pure_folders_use_nothing_but_each_other() {
             .collect();
         assert!(bad.is_empty(), "src/{folder} uses {bad:?}");
     }
+}
+
+/// What the pure folders' code never names: threads, locks, sockets,
+/// files, Redis, the verbs FFI. (The wall clock and the OS's randomness
+/// for a nonce are inputs they read, named in `converge::clock` and
+/// `proto::auth`.)
+const IMPURE: &[&str] = &[
+    "redis_module",
+    "std::thread",
+    "std::net",
+    "std::fs",
+    "std::process",
+    "libc::",
+    "rdma_sys",
+    "parking_lot",
+    "Mutex",
+    "RwLock",
+    "TcpStream",
+    "UdpSocket",
+];
+
+/// The impure names `code` uses.
+fn impure_names(code: &str) -> Vec<&'static str> {
+    IMPURE
+        .iter()
+        .copied()
+        .filter(|name| code.contains(name))
+        .collect()
+}
+
+#[test]
+fn the_pure_folders_name_no_thread_lock_socket_file_or_redis() {
+    let mut found = Vec::new();
+    for (path, code) in sources() {
+        if PURE.iter().any(|p| path.starts_with(&format!("{p}/"))) {
+            for name in impure_names(&code) {
+                found.push(format!("src/{path}: {name}"));
+            }
+        }
+    }
+    assert!(found.is_empty(), "{found:?}");
+}
+
+#[test]
+fn an_impure_name_is_found_in_any_path_form() {
+    assert_eq!(
+        impure_names("use std::net::UdpSocket;"),
+        ["std::net", "UdpSocket"]
+    );
+    assert_eq!(
+        impure_names("let m = parking_lot::Mutex::new(1);"),
+        ["parking_lot", "Mutex"]
+    );
+    assert_eq!(impure_names("redis_module::Context"), ["redis_module"]);
+    assert!(impure_names("use std::time::SystemTime;").is_empty());
 }
 
 /// The layer of `folder` in [`LAYERS`], if it has one.

@@ -13,9 +13,10 @@ use crate::capture::flush_plan::{may_rest, plan, FlushFacts};
 use crate::capture::hook::{ExpiredKey, Suppressed};
 use crate::capture::hotkeys::is_costly;
 use crate::capture::resend;
-use crate::capture::state::{main_state, LinkView, MainState};
+use crate::capture::state::{main_state, MainState};
 use crate::catchup::fullsync::FullSync;
 use crate::catchup::inflight::SentBatch;
+use crate::catchup::peer::LinkView;
 use crate::catchup::replication::{CatchUp, Replication};
 use crate::converge::changes::PendingOp;
 use crate::converge::clock::HybridClock;
@@ -437,12 +438,12 @@ pub fn flush_before_save(ctx: &Context, shared: &Shared) {
 fn flush_changes(ctx: &Context, shared: &Shared, may_wait: bool, propagate: bool) {
     crate::capture::hook::resolve_silent(ctx);
     let main = main_state();
-    let link = main.link.get().map(|l| *l).unwrap_or_default();
-    let (link_up, epoch) = (link.up, link.epoch);
     // Taken first: held further up the stack, the changes stay recorded.
     let Some(mut st) = main.replication.get() else {
         return;
     };
+    let link = st.peer.link;
+    let (link_up, epoch) = (link.up, link.epoch);
     let resting = || main.hot.get().is_some_and(|h| !h.is_empty());
     let may_wait = may_rest(may_wait, link_up, resting, || st.lets_changes_rest(epoch));
     let (ops, held) = take_changes(&main, may_wait);

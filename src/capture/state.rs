@@ -1,7 +1,7 @@
 //! The main thread's state, in one value: what the hooks recorded (the
 //! dirty set, silent changes, expired keys), the keys resting after a
-//! costly read, the link as the link thread's events told it, and the
-//! convergence state. Redis calls the module on its
+//! costly read, and the convergence state (with the peer's, whose link
+//! the link thread's events tell it). Redis calls the module on its
 //! main thread (the GIL held) for every part of it: hooks, the flush
 //! before sleeping, applying the peer's batches, saves and loads, STATUS
 //! and INFO. No other thread touches it.
@@ -57,38 +57,6 @@ impl<T> Part<T> {
     }
 }
 
-/// The link as the main thread knows it: from the link thread's events,
-/// in order with the batches (`shared::apply_queue::FromLink`), never from the
-/// counters.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct LinkView {
-    /// A link is up.
-    pub up: bool,
-    /// The number of the last link that came up (0: none yet).
-    pub epoch: u64,
-    /// The node id the peer gave in that link's handshake.
-    pub peer_node: u64,
-}
-
-impl LinkView {
-    /// Link `epoch`, with node `peer_node`, is up.
-    pub fn up(epoch: u64, peer_node: u64) -> Self {
-        Self {
-            up: true,
-            epoch,
-            peer_node,
-        }
-    }
-
-    /// This view once link `epoch` ended.
-    pub fn ended(self, epoch: u64) -> Self {
-        Self {
-            up: self.up && self.epoch != epoch,
-            ..self
-        }
-    }
-}
-
 /// The main thread's state.
 pub struct MainState {
     /// Keys and events changed since the last flush.
@@ -99,8 +67,6 @@ pub struct MainState {
     pub expired: Part<Vec<ExpiredKey>>,
     /// Keys resting after a costly read.
     pub hot: Part<HotKeys>,
-    /// The link, as its events told it.
-    pub link: Part<LinkView>,
     /// Versions, backlog, syncs and acknowledgements with the peer.
     pub replication: Part<Replication>,
     /// The `RDMASYNC.DEBUG` switches the main thread reads.
@@ -114,7 +80,6 @@ impl Default for MainState {
             silent: Part::new("silent-change record", SilentChanges::default()),
             expired: Part::new("expired-key list", Vec::new()),
             hot: Part::new("hot-key record", HotKeys::default()),
-            link: Part::new("link view", LinkView::default()),
             replication: Part::new("convergence state", Replication::default()),
             faults: Part::new("fault switches", Faults::default()),
         }
@@ -159,15 +124,6 @@ mod tests {
         assert!(state.expired.try_get().is_some());
         drop(held);
         assert!(state.dirty.try_get().is_some());
-    }
-
-    #[test]
-    fn a_link_that_ended_leaves_a_newer_one_up() {
-        let view = LinkView::up(2, 7);
-        assert!(!view.ended(2).up);
-        assert_eq!(view.ended(2).epoch, 2);
-        // The end of link 1, decoded after link 2 came up, changes nothing.
-        assert_eq!(view.ended(1), view);
     }
 
     #[test]

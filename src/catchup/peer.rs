@@ -13,6 +13,38 @@ use crate::catchup::replication::{CatchUp, CatchUpReport};
 use crate::converge::changes::DirtySet;
 use crate::converge::version::Stamp;
 
+/// The link as the main thread knows it: from the link thread's events,
+/// in order with the batches (`shared::apply_queue::FromLink`), never from the
+/// counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LinkView {
+    /// A link is up.
+    pub up: bool,
+    /// The number of the last link that came up (0: none yet).
+    pub epoch: u64,
+    /// The node id the peer gave in that link's handshake.
+    pub peer_node: u64,
+}
+
+impl LinkView {
+    /// Link `epoch`, with node `peer_node`, is up.
+    pub fn up(epoch: u64, peer_node: u64) -> Self {
+        Self {
+            up: true,
+            epoch,
+            peer_node,
+        }
+    }
+
+    /// This view once link `epoch` ended.
+    pub fn ended(self, epoch: u64) -> Self {
+        Self {
+            up: self.up && self.epoch != epoch,
+            ..self
+        }
+    }
+}
+
 /// The progress of one peer. Main thread only.
 #[derive(Debug)]
 pub struct Peer {
@@ -82,6 +114,8 @@ pub struct Peer {
     /// of its changes: until it has (and shipped that), it claims no
     /// coverage (its backlog was dropped, its stream started over).
     pub(super) awaiting_peer_request: bool,
+    /// The link to this peer as the main thread knows it now.
+    pub link: LinkView,
     /// The number of the link this peer was last caught up on (its `LinkUp`
     /// event's epoch; 0: catch up at the next flush even on the same link).
     pub(super) link_epoch: u64,
@@ -143,6 +177,7 @@ impl Peer {
             sync_kind: None,
             coverage_sent: 0,
             awaiting_peer_request: true,
+            link: LinkView::default(),
             link_epoch: 0,
             peer_acked: 0,
             last_peer_swap: Stamp::default(),
@@ -307,5 +342,27 @@ impl Peer {
             || self.sync_requested
             || self.request_sync
             || self.answer_wanted
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_link_that_ended_leaves_a_newer_one_up() {
+        let view = LinkView::up(2, 7);
+        assert!(!view.ended(2).up);
+        assert_eq!(view.ended(2).epoch, 2);
+        // The end of link 1, decoded after link 2 came up, changes nothing.
+        assert_eq!(view.ended(1), view);
+    }
+
+    #[test]
+    fn a_new_peer_knows_no_link() {
+        let peer = Peer::new(10);
+        assert_eq!(peer.link, LinkView::default());
+        assert!(!peer.link.up);
+        assert!(peer.is_new_link(1));
     }
 }

@@ -1,6 +1,6 @@
 //! Hybrid logical clock and the node's stable identity.
 
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+use core::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -92,19 +92,6 @@ pub fn default_node_id(local_ip: IpAddr, listen_port: u16) -> u64 {
     }
 }
 
-/// The local address the kernel would use to reach `peer` (no packet is sent),
-/// or `None` when there is no route.
-pub fn local_ip_towards(peer: SocketAddr) -> Option<IpAddr> {
-    let any: SocketAddr = if peer.is_ipv4() {
-        SocketAddr::from(([0, 0, 0, 0], 0))
-    } else {
-        SocketAddr::from(([0u16; 8], 0))
-    };
-    let socket = UdpSocket::bind(any).ok()?;
-    socket.connect(peer).ok()?;
-    socket.local_addr().ok().map(|a| a.ip())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,12 +122,6 @@ mod tests {
         assert_ne!(default_node_id(ip, 7000), default_node_id(ip, 7001));
         let other: IpAddr = "10.0.0.2".parse().unwrap();
         assert_ne!(default_node_id(ip, 7000), default_node_id(other, 7000));
-    }
-
-    #[test]
-    fn loopback_route_is_found() {
-        let ip = local_ip_towards("127.0.0.1:9".parse().unwrap());
-        assert_eq!(ip, Some("127.0.0.1".parse().unwrap()));
     }
 
     proptest! {

@@ -8,7 +8,7 @@ use redis_module::{
     raw, redis_module, Context, RedisError, RedisResult, RedisString, RedisValue, Status,
 };
 
-use crate::capture::state::{main_state, try_main_state, LinkView};
+use crate::capture::state::{main_state, try_main_state};
 use crate::catchup::replication::Replication;
 use crate::ops::status::{status_fields, Field};
 use crate::redis::server::{self, ServerEvent};
@@ -24,13 +24,10 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         redis_module::logging::log_warning(format!("rdmasync: internal error (caught): {info}"));
     }));
     let line = match prepare(ctx, args).and_then(|config| {
-        // A fresh start: the first contact with the peer is a full sync both ways.
+        // A fresh start: the first contact with the peer is a full sync
+        // both ways, and no link yet (the link thread says when one is up).
         if let Some(mut st) = main_state().replication.get() {
             *st = Replication::new(config.backlog_ops);
-        }
-        // No link yet: the link thread says when one is up.
-        if let Some(mut link) = main_state().link.get() {
-            *link = LinkView::default();
         }
         runtime::start(config, server::server_info(ctx)).map_err(|e| e.report())
     }) {

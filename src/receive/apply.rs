@@ -10,10 +10,14 @@ use std::time::{Duration, Instant};
 use hashbrown::HashSet;
 use redis_module::{CallOptions, CallOptionsBuilder, CallResult, Context};
 
+use super::apply_plan::{
+    expired_on_arrival, functions_decision, swap_decision, MsetRun, Outcome, TakenRun,
+};
 use crate::capture::hook::Suppressed;
-use crate::capture::state::{main_state, LinkView};
+use crate::capture::state::main_state;
+use crate::catchup::peer::LinkView;
 use crate::catchup::replication::Replication;
-use crate::converge::version::{Decision, KeyVersion, Stamp, GC_AT_NEXT_ACK};
+use crate::converge::version::{Decision, Stamp, GC_AT_NEXT_ACK};
 use crate::ops::status::{unix_ms, Stats};
 use crate::proto::entry::{Batch, Encoding, Entry, Op};
 use crate::redis::server;
@@ -91,10 +95,10 @@ fn apply_pending(ctx: &Context, shared: &Shared) {
     queue.rewake_if_left();
 }
 
-/// The link as the main thread knows it from now on.
+/// The link to the peer as the main thread knows it from now on.
 fn set_link(change: impl FnOnce(LinkView) -> LinkView) {
-    if let Some(mut link) = main_state().link.get() {
-        *link = change(*link);
+    if let Some(mut st) = main_state().replication.get() {
+        st.peer.link = change(st.peer.link);
     }
 }
 
@@ -107,29 +111,6 @@ fn run(
     match ctx.call_ext::<_, CallResult>(cmd, opts, args) {
         Ok(_) => Ok(()),
         Err(e) => Err(format!("{cmd}: {}", e.to_utf8_string().unwrap_or_default())),
-    }
-}
-
-/// What became of one entry.
-enum Outcome {
-    /// Written to Redis.
-    Applied,
-    /// Older than this node's version: discarded (a conflict lost).
-    Discarded,
-    /// This node has exactly this version already.
-    Duplicate,
-    /// An ack or sync request: no data.
-    Notice,
-}
-
-impl Outcome {
-    /// What a decision makes of an entry (`Apply`: once written).
-    fn of(decision: Decision) -> Self {
-        match decision {
-            Decision::Apply => Self::Applied,
-            Decision::Stale => Self::Discarded,
-            Decision::Duplicate => Self::Duplicate,
-        }
     }
 }
 
@@ -160,97 +141,42 @@ fn restore(
     }
 }
 
-/// String values without expiry, consecutive in a batch and of one
-/// database, written with one MSET (the same effect as one SET each).
-struct MsetRun<'a> {
-    db: u32,
-    /// key, value, key, value, ...
-    args: Vec<&'a [u8]>,
-    /// Each key's version before it joined the run (its new version is
-    /// recorded at once, for the rest of the batch to see): put back for a
-    /// key that could not be written.
-    before: Vec<Option<KeyVersion>>,
-    /// The keys in the run: a key appears at most once (a repeat starts a
-    /// new run, so each `before` is the version from outside the run).
-    keys: HashSet<&'a [u8]>,
-}
-
-impl<'a> MsetRun<'a> {
-    /// Keys per MSET, at most.
-    const MAX_KEYS: usize = 256;
-
-    /// Whether `e` may join the run: a plain string value of the run's
-    /// database (or any database while the run is empty), with room left.
-    /// A string value without expiry: what a run can carry.
-    fn is_plain(e: &Entry) -> Option<&[u8]> {
-        match &e.op {
-            Op::Value {
-                key,
-                encoding: Encoding::RawString,
-                expiry_ms: None,
-                ..
-            } => Some(key),
-            _ => None,
+/// Writes the run (and leaves it empty). If the MSET fails, each key is
+/// written with SET; a key that still fails gets its previous version back
+/// (so a resend is not taken for a duplicate). On failure, how many keys
+/// were lost and why.
+fn write_run(
+    mset: &mut MsetRun<'_>,
+    ctx: &Context,
+    opts: &CallOptions,
+    st: &mut Replication,
+) -> std::result::Result<(), (u64, String)> {
+    let Some(TakenRun { db, args, before }) = mset.take() else {
+        return Ok(());
+    };
+    let db_ok = server::select_db(ctx, db);
+    if db_ok && run(ctx, opts, "MSET", &args).is_ok() {
+        return Ok(());
+    }
+    let (mut lost, mut why) = (0, format!("no database {db}"));
+    for (pair, before) in args.chunks(2).zip(before) {
+        let written = db_ok
+            && match run(ctx, opts, "SET", pair) {
+                Ok(()) => true,
+                Err(msg) => {
+                    why = msg;
+                    false
+                }
+            };
+        if !written {
+            st.versions.reset(db, pair[0], before);
+            lost += 1;
         }
     }
-
-    fn admits(&self, e: &Entry) -> bool {
-        let Some(key) = Self::is_plain(e) else {
-            return false;
-        };
-        self.args.is_empty()
-            || (self.db == e.db && self.args.len() < 2 * Self::MAX_KEYS && !self.keys.contains(key))
-    }
-
-    fn push(&mut self, db: u32, key: &'a [u8], value: &'a [u8], before: Option<KeyVersion>) {
-        self.db = db;
-        self.args.push(key);
-        self.args.push(value);
-        self.before.push(before);
-        self.keys.insert(key);
-    }
-
-    /// Writes the run. If the MSET fails, each key is written with SET;
-    /// a key that still fails gets its previous version back (so a resend
-    /// is not taken for a duplicate). On failure, how many keys were lost
-    /// and why.
-    fn write(
-        &mut self,
-        ctx: &Context,
-        opts: &CallOptions,
-        st: &mut Replication,
-    ) -> std::result::Result<(), (u64, String)> {
-        if self.args.is_empty() {
-            return Ok(());
-        }
-        let db = self.db;
-        let args = std::mem::take(&mut self.args);
-        let before = std::mem::take(&mut self.before);
-        self.keys.clear();
-        let db_ok = server::select_db(ctx, db);
-        if db_ok && run(ctx, opts, "MSET", &args).is_ok() {
-            return Ok(());
-        }
-        let (mut lost, mut why) = (0, format!("no database {db}"));
-        for (pair, before) in args.chunks(2).zip(before) {
-            let written = db_ok
-                && match run(ctx, opts, "SET", pair) {
-                    Ok(()) => true,
-                    Err(msg) => {
-                        why = msg;
-                        false
-                    }
-                };
-            if !written {
-                st.versions.reset(db, pair[0], before);
-                lost += 1;
-            }
-        }
-        if lost == 0 {
-            Ok(())
-        } else {
-            Err((lost, why))
-        }
+    if lost == 0 {
+        Ok(())
+    } else {
+        Err((lost, why))
     }
 }
 
@@ -440,7 +366,7 @@ fn decide(ctx: &Context, st: &Replication, me: u64, e: &Entry, key: &[u8]) -> De
 /// The version of a value just applied: a write, or a delete when it had
 /// already expired (RESTORE did not create it).
 fn record_value(st: &mut Replication, db: u32, key: &[u8], stamp: Stamp, expiry_ms: Option<u64>) {
-    if expiry_ms.is_some_and(|at| at <= unix_ms()) {
+    if expired_on_arrival(expiry_ms, unix_ms()) {
         st.versions
             .record_delete(db, key, stamp, st.peer.last_pushed.max(1));
     } else {
@@ -508,7 +434,7 @@ fn apply_swap(
     other: u32,
     stamp: Stamp,
 ) -> std::result::Result<Outcome, String> {
-    if stamp <= st.peer.last_peer_swap {
+    if let Decision::Duplicate = swap_decision(stamp, st.peer.last_peer_swap) {
         return Ok(Outcome::Duplicate);
     }
     let a = db.to_string();
@@ -531,10 +457,10 @@ fn apply_functions(
     payload: &[u8],
     stamp: Stamp,
 ) -> std::result::Result<Outcome, String> {
-    match st.versions.functions() {
-        Some(f) if f.stamp == stamp => return Ok(Outcome::Duplicate),
-        Some(f) if f.stamp > stamp => return Ok(Outcome::Discarded),
-        _ => {}
+    let ours = st.versions.functions().map(|f| f.stamp);
+    match functions_decision(ours, stamp) {
+        Decision::Apply => {}
+        other => return Ok(Outcome::of(other)),
     }
     run(ctx, opts, "FUNCTION", &[b"RESTORE", payload, b"FLUSH"])?;
     let digest = crate::redis::snapshot::functions_digest(
@@ -620,17 +546,12 @@ fn apply_entries(
         me: shared.node_id,
     };
     let mut tally = Tally::default();
-    let mut mset = MsetRun {
-        db: 0,
-        args: Vec::new(),
-        before: Vec::new(),
-        keys: HashSet::new(),
-    };
+    let mut mset = MsetRun::new();
     for e in &batch.entries {
         tally.newest = tally.newest.max(e.clock);
         if !mset.admits(e) {
             // Writes stay in batch order: the run goes first.
-            if let Err((keys, msg)) = mset.write(ctx, opts, st) {
+            if let Err((keys, msg)) = write_run(&mut mset, ctx, opts, st) {
                 tally.failed += keys;
                 shared.stats.set_error(format!("apply: {msg}"));
             }
@@ -645,7 +566,7 @@ fn apply_entries(
             }
         }
     }
-    if let Err((keys, msg)) = mset.write(ctx, opts, st) {
+    if let Err((keys, msg)) = write_run(&mut mset, ctx, opts, st) {
         tally.failed += keys;
         shared.stats.set_error(format!("apply: {msg}"));
     }
