@@ -230,12 +230,7 @@ fn module_unload_joins_every_thread_and_reload_works() {
     assert!(wait_until(Duration::from_secs(10), || b
         .exists::<_, bool>("pre")
         .unwrap()));
-    let ok: String = redis::cmd("MODULE")
-        .arg("UNLOAD")
-        .arg("rdmasync")
-        .query(&mut b)
-        .unwrap();
-    assert_eq!(ok, "OK");
+    timed_unload(&pair.b);
     assert_eq!(module_threads(pid), 0, "threads left after unload");
     let pong: String = redis::cmd("PING").query(&mut b).unwrap();
     assert_eq!(pong, "PONG");
