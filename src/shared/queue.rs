@@ -3,7 +3,7 @@
 //! ends, neither of which can be cloned: the producer, kept in `Shared` for
 //! the main thread's flush, and the consumer, moved into the sender thread.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::Thread;
 use std::time::Duration;
@@ -12,11 +12,24 @@ use crossbeam_queue::ArrayQueue;
 
 use crate::proto::entry::Batch;
 
-/// Parks the sender thread and wakes it only when it sleeps, so the hot path
-/// (a push from the main thread) costs no syscall while the sender is busy.
+/// Parks the sender thread and wakes it on a push, on credit and at stop.
+///
+/// Why no wake-up is lost: the wake is `Thread::unpark`, whose token
+/// outlives the call. The sender checks its condition, then parks; a push
+/// makes the condition true, then unparks. Either the unpark comes after the
+/// sender's check, and then its token is there when the sender parks (or it
+/// wakes the parked sender), or it comes before the check, and then the
+/// check sees the push, since `unpark` synchronizes with the `park` that
+/// consumes its token and the queue's own operations are atomic. A token
+/// left by a push the sender saw anyway makes its next park return at once,
+/// once: a spurious wake that the caller's loop absorbs. `unpark` of a
+/// thread that does not sleep is one atomic swap, no syscall, so the hot
+/// path costs what the earlier "is it sleeping" flag cost, without the
+/// store-then-load race that flag had (without a SeqCst fence on both
+/// sides, the sender's "I sleep" store and the producer's "is it asleep"
+/// load could each miss the other, leaving a batch for the park timeout).
 #[derive(Debug, Default)]
 struct SenderWake {
-    sleeping: AtomicBool,
     thread: OnceLock<Thread>,
 }
 
@@ -26,22 +39,19 @@ impl SenderWake {
         let _ = self.thread.set(std::thread::current());
     }
 
-    /// Wakes the sender if it sleeps.
+    /// Wakes the sender, or makes its next park return at once.
     fn wake(&self) {
-        if self.sleeping.swap(false, Ordering::AcqRel) {
-            if let Some(t) = self.thread.get() {
-                t.unpark();
-            }
+        if let Some(t) = self.thread.get() {
+            t.unpark();
         }
     }
 
-    /// Sleeps up to `timeout` unless `ready()` already holds.
+    /// Sleeps up to `timeout` unless `ready()` already holds. Returns early
+    /// on a wake (or a spurious wake-up): callers check again.
     fn wait(&self, timeout: Duration, ready: impl Fn() -> bool) {
-        self.sleeping.store(true, Ordering::Release);
         if !ready() {
             std::thread::park_timeout(timeout);
         }
-        self.sleeping.store(false, Ordering::Release);
     }
 }
 
@@ -53,7 +63,8 @@ pub const MAX_QUEUED_BYTES: usize = 256 << 20;
 #[derive(Debug)]
 struct Inner {
     batches: ArrayQueue<Batch>,
-    /// Payload bytes of the queued batches.
+    /// Payload bytes of the queued batches, and of a batch being pushed:
+    /// never below the bytes of the batches the sender can pop.
     bytes: AtomicUsize,
     /// Wakes the sender on push, on credit and at stop.
     wake: SenderWake,
@@ -96,8 +107,13 @@ impl BatchProducer {
         if self.is_full() {
             return Err(batch);
         }
-        self.inner.batches.push(batch)?;
+        // Counted before the batch is visible, so the sender's subtraction
+        // after its pop never takes the count below zero (it would wrap).
         self.inner.bytes.fetch_add(size, Ordering::AcqRel);
+        if let Err(batch) = self.inner.batches.push(batch) {
+            self.inner.bytes.fetch_sub(size, Ordering::AcqRel);
+            return Err(batch);
+        }
         self.inner.wake.wake();
         Ok(())
     }
@@ -132,9 +148,12 @@ impl BatchConsumer {
     /// The oldest batch, if any.
     pub fn pop(&mut self) -> Option<Batch> {
         let batch = self.inner.batches.pop()?;
-        self.inner
-            .bytes
-            .fetch_sub(batch.payload_len(), Ordering::AcqRel);
+        let len = batch.payload_len();
+        let before = self.inner.bytes.fetch_sub(len, Ordering::AcqRel);
+        debug_assert!(
+            before >= len,
+            "queued bytes {before} below a popped batch's {len}"
+        );
         Some(batch)
     }
 
@@ -184,5 +203,63 @@ mod tests {
         std::thread::sleep(Duration::from_millis(50));
         q.push(Batch::default()).unwrap();
         assert!(t.join().unwrap() < Duration::from_secs(10));
+    }
+}
+
+#[cfg(test)]
+mod wake_stress {
+    use super::*;
+    use crate::proto::entry::{Entry, Op};
+    use std::sync::atomic::AtomicU64;
+
+    fn batch_of_bytes(n: usize) -> Batch {
+        Batch {
+            entries: vec![Entry {
+                origin: 1,
+                seq: 1,
+                clock: 1,
+                db: 0,
+                op: Op::Delete { key: vec![b'k'; n] },
+            }],
+        }
+    }
+
+    /// Ping-pong: the producer pushes one batch, then waits until the sender
+    /// popped it, so every push lands while the sender is going to sleep or
+    /// sleeps. A lost wake-up leaves a batch waiting the whole park timeout;
+    /// a pop before the push counted its bytes trips `pop`'s debug assert.
+    #[test]
+    fn no_push_waits_for_the_park_timeout() {
+        const ROUNDS: u64 = if cfg!(miri) { 100 } else { 20_000 };
+        let (q, mut c) = batch_queue(4);
+        let popped = Arc::new(AtomicU64::new(0));
+        let seen = popped.clone();
+        let sender = std::thread::spawn(move || {
+            c.register_current();
+            let mut longest = Duration::ZERO;
+            for _ in 0..ROUNDS {
+                let start = std::time::Instant::now();
+                loop {
+                    if c.pop().is_some() {
+                        break;
+                    }
+                    c.wait_for_batch(Duration::from_secs(2));
+                }
+                longest = longest.max(start.elapsed());
+                seen.fetch_add(1, Ordering::Release);
+            }
+            longest
+        });
+        for round in 0..ROUNDS {
+            q.push(batch_of_bytes(100)).unwrap();
+            while popped.load(Ordering::Acquire) <= round {
+                std::hint::spin_loop();
+            }
+        }
+        let longest = sender.join().unwrap();
+        assert!(
+            longest < Duration::from_secs(1),
+            "a batch waited {longest:?}: a wake-up was lost"
+        );
     }
 }
