@@ -86,6 +86,8 @@ pub fn start(config: Config, server: ServerInfo) -> Result<String> {
         rdb_version: server.rdb_version,
         server: server.description,
         secret: config.secret.clone(),
+        wall_ms: 0,
+        max_clock_offset_ms: config.max_clock_offset_ms,
     };
     let shared = Arc::new(Shared::new(
         config, node_id, transport, local, tls, queue, apply,

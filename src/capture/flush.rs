@@ -19,7 +19,6 @@ use crate::catchup::inflight::SentBatch;
 use crate::catchup::peer::LinkView;
 use crate::catchup::replication::{CatchUp, Replication};
 use crate::converge::changes::PendingOp;
-use crate::converge::clock::HybridClock;
 use crate::converge::version::Stamp;
 use crate::ops::status::Stats;
 use crate::proto::entry::{Batch, Entry, Op};
@@ -148,7 +147,7 @@ impl ReadRun {
         let keys = std::mem::take(&mut self.keys);
         st.versions.warm(keys.iter().map(|k| (db, k.as_slice())));
         let reads = reader.read_many(&keys);
-        let wall = HybridClock::wall();
+        let wall = shared.clock.wall();
         let mut failed = Vec::new();
         for (key, read) in keys.into_iter().zip(reads) {
             let snap = match read {

@@ -1,8 +1,10 @@
 //! Hybrid logical clock and the node's stable identity.
 
 use core::net::IpAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::proto::entry::Entry;
 
 /// Bits of the logical counter in a packed clock value.
 const LOGICAL_BITS: u32 = 16;
@@ -15,6 +17,29 @@ const LOGICAL_BITS: u32 = 16;
 pub struct HybridClock {
     /// Last value handed out or observed; only increases.
     last: AtomicU64,
+    /// Milliseconds added to every wall-clock reading: 0 but in tests that
+    /// set a node's clock wrong (`RDMASYNC.DEBUG CLOCK-SKEW`).
+    skew_ms: AtomicI64,
+}
+
+/// Whether a clock received from the peer is further ahead of this node's
+/// wall clock than `max_offset_ms`: `Some(by how many ms)` if so. Clocks
+/// behind are never refused (an entry stamped long ago may arrive late).
+pub fn ahead_beyond(remote_ms: u64, local_ms: u64, max_offset_ms: u64) -> Option<u64> {
+    let ahead = remote_ms.saturating_sub(local_ms);
+    (ahead > max_offset_ms).then_some(ahead)
+}
+
+/// The first of `entries` stamped more than `max_offset_ms` ahead of
+/// `local_ms`: its sequence number and how far ahead it is.
+pub fn first_entry_ahead(
+    entries: &[Entry],
+    local_ms: u64,
+    max_offset_ms: u64,
+) -> Option<(u64, u64)> {
+    entries.iter().find_map(|e| {
+        ahead_beyond(millis_of(e.clock), local_ms, max_offset_ms).map(|ahead| (e.seq, ahead))
+    })
 }
 
 /// Packs wall-clock milliseconds into the clock's format (logical part zero).
@@ -42,12 +67,32 @@ impl HybridClock {
 
     /// A fresh timestamp, greater than every earlier one and every observed one.
     pub fn now(&self) -> u64 {
-        self.tick(pack_millis(wall_millis()))
+        self.tick(self.wall())
     }
 
     /// The wall clock, packed: one reading shared by many [`Self::tick`]s.
-    pub fn wall() -> u64 {
-        pack_millis(wall_millis())
+    pub fn wall(&self) -> u64 {
+        pack_millis(self.wall_ms())
+    }
+
+    /// The wall clock in milliseconds since the Unix epoch (with the test
+    /// skew, if one is set).
+    pub fn wall_ms(&self) -> u64 {
+        wall_millis().saturating_add_signed(self.skew_ms.load(Ordering::Relaxed))
+    }
+
+    /// The milliseconds part of the clock now: the wall clock, or the
+    /// newest clock handed out or observed if that is ahead. Hands nothing
+    /// out.
+    pub fn now_ms(&self) -> u64 {
+        millis_of(self.last.load(Ordering::Acquire)).max(self.wall_ms())
+    }
+
+    /// Makes this node's wall clock read `ms` off from now, for tests of a
+    /// peer whose clock is wrong; 0 reads it right again. Stamps already
+    /// handed out stay: the clock never goes back.
+    pub fn set_skew_ms(&self, ms: i64) {
+        self.skew_ms.store(ms, Ordering::Relaxed);
     }
 
     /// `now` with an explicit wall-clock reading (packed): many stamps in
@@ -113,6 +158,45 @@ mod tests {
         let t = c.tick(pack_millis(10));
         assert!(t > pack_millis(5000) + 3);
         assert!(c.now() > t);
+    }
+
+    #[test]
+    fn only_a_clock_further_ahead_than_the_bound_is_refused() {
+        assert_eq!(ahead_beyond(10_500, 10_000, 500), None);
+        assert_eq!(ahead_beyond(10_501, 10_000, 500), Some(501));
+        // Behind is late, not wrong.
+        assert_eq!(ahead_beyond(1, 10_000, 500), None);
+        const TEN_YEARS_MS: u64 = 10 * 365 * 86_400_000;
+        assert_eq!(
+            ahead_beyond(10_000 + TEN_YEARS_MS, 10_000, 10_000),
+            Some(TEN_YEARS_MS)
+        );
+    }
+
+    #[test]
+    fn the_first_entry_too_far_ahead_is_named() {
+        use crate::proto::entry::Op;
+        let at = |seq, ms| Entry {
+            origin: 2,
+            seq,
+            clock: pack_millis(ms) + 5,
+            db: 0,
+            op: Op::FlushAll,
+        };
+        let batch = [at(1, 9_000), at(2, 10_000), at(3, 30_000), at(4, 40_000)];
+        assert_eq!(first_entry_ahead(&batch, 10_000, 10_000), Some((3, 20_000)));
+        assert_eq!(first_entry_ahead(&batch[..2], 10_000, 10_000), None);
+    }
+
+    #[test]
+    fn a_skewed_clock_stamps_ahead_and_never_back() {
+        let c = HybridClock::new();
+        let right = c.now();
+        c.set_skew_ms(3_600_000);
+        let ahead = c.now();
+        assert!(millis_of(ahead) >= millis_of(right) + 3_600_000);
+        c.set_skew_ms(0);
+        assert!(c.now() > ahead, "the clock never goes back");
     }
 
     #[test]

@@ -50,6 +50,20 @@ pub enum Violation {
     /// A batch ended with a chunked value still open.
     #[error("batch ends inside a chunked value")]
     BatchEndsInChunk,
+    /// An entry stamped further ahead of this node's wall clock than
+    /// `max-clock-offset` allows: neither applied nor acknowledged.
+    #[error(
+        "the peer's entry (sequence {seq}) is stamped {ahead_ms} ms ahead of this node's clock, \
+         beyond max-clock-offset {max_ms} ms: fix the clock of the node that is ahead"
+    )]
+    ClockAhead {
+        /// The entry's sequence number.
+        seq: u64,
+        /// How far ahead of this node's wall clock its stamp is.
+        ahead_ms: u64,
+        /// The bound (`max-clock-offset`).
+        max_ms: u64,
+    },
     /// A TCP write message addresses bytes outside the ring's free window.
     #[error("write of {len} bytes at {at} outside the ring (placed {placed}, head {head})")]
     WriteOutsideRing {

@@ -37,6 +37,10 @@ pub fn count_failure(stats: &Stats, failure: HandshakeFailure) {
         HandshakeFailure::Malformed => &stats.bad_frames,
         HandshakeFailure::Auth => &stats.auth_failures,
         HandshakeFailure::Version | HandshakeFailure::SameNodeId => &stats.handshakes_refused,
+        HandshakeFailure::ClockOffset => {
+            Stats::add(&stats.clock_refusals, 1);
+            &stats.handshakes_refused
+        }
         HandshakeFailure::Incomplete => &stats.handshakes_incomplete,
     };
     Stats::add(counter, 1);

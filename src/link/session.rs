@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
+use crate::converge::clock::first_entry_ahead;
 use crate::error::{Error, Result, Violation};
 use crate::link::accept::report_failure;
 use crate::ops::status::{LinkState, Stats};
@@ -136,7 +137,7 @@ pub fn tcp_handshake(
         };
         handshake::run(
             &mut io,
-            &shared.local,
+            &shared.local_now(),
             side,
             binding,
             deadline,
@@ -197,7 +198,7 @@ pub fn rdma_handshake(
     watch: &Watch,
 ) -> Result<Option<Offer>> {
     let done = pending.handshake(
-        &shared.local,
+        &shared.local_now(),
         side,
         shared.config.handshake_timeout_ms,
         watch,
@@ -448,6 +449,26 @@ fn announce_link_up(shared: &Shared, peer: &Hello, device: &str, epoch: u64) {
     ));
 }
 
+/// A batch with an entry stamped further ahead of this node's clock than
+/// `max-clock-offset` is not handed on: the link stops with the reason (in
+/// the log, `last_error` and `clock_refusals`), so the entry is neither
+/// applied nor acknowledged and the peer ships it again on a later link,
+/// once the clocks agree.
+fn refuse_clock_ahead(shared: &Shared, batch: &Batch) -> Result<()> {
+    let bound = shared.config.max_clock_offset_ms;
+    let Some((seq, ahead_ms)) = first_entry_ahead(&batch.entries, shared.clock.wall_ms(), bound)
+    else {
+        return Ok(());
+    };
+    Stats::add(&shared.stats.clock_refusals, 1);
+    Err(Violation::ClockAhead {
+        seq,
+        ahead_ms,
+        max_ms: bound,
+    }
+    .into())
+}
+
 /// The receiving side shared by every transport: poller -> apply -> credit.
 struct Inbound<'a> {
     shared: &'a Shared,
@@ -483,6 +504,7 @@ impl Delivery for Inbound<'_> {
             return Err(e);
         }
         for batch in self.batches.drain(..) {
+            refuse_clock_ahead(self.shared, &batch)?;
             self.to_main.submit(self.shared, FromLink::Batch(batch))?;
         }
         let head = self.poller.head();

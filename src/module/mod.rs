@@ -160,7 +160,7 @@ const STATUS_DOCS: server::CommandDocs = server::CommandDocs {
 
 const DEBUG_DOCS: server::CommandDocs = server::CommandDocs {
     name: c"rdmasync.debug",
-    summary: c"Fault injection for tests: FAIL-READS SET <key-prefix> makes reads of those keys fail; FAIL-READS CLEAR stops it; DROP-ACKS ON|OFF ignores the peer's acks; HOLD-SENDS ON|OFF keeps queued changes from the sender. Refused where DEBUG is.",
+    summary: c"Fault injection for tests: FAIL-READS SET <key-prefix> makes reads of those keys fail; FAIL-READS CLEAR stops it; DROP-ACKS ON|OFF ignores the peer's acks; HOLD-SENDS ON|OFF keeps queued changes from the sender; CLOCK-SKEW <ms> reads this node's wall clock that far off. Refused where DEBUG is.",
     complexity: c"O(1)",
     since: c"0.1.0",
     arity: -1,
@@ -264,6 +264,9 @@ fn debug_reply(ctx: &Context, args: &[RedisString]) -> RedisResult {
         return Err(RedisError::Str("ERR rdmasync internal error (see the log)"));
     };
     let live = shared::with_shared(std::sync::Arc::clone);
+    if let (faults::DebugRequest::ClockSkew(ms), Some(s)) = (&request, &live) {
+        s.clock.set_skew_ms(*ms);
+    }
     faults.apply(request, live.as_ref().map(|s| &s.hold_sends));
     Ok(RedisValue::SimpleStringStatic("OK"))
 }

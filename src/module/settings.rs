@@ -88,6 +88,7 @@ pub static SETTINGS: [Setting; ARG_NAMES.len()] = [
     Setting::new(ARG_NAMES[14]),
     Setting::new(ARG_NAMES[15]),
     Setting::new(ARG_NAMES[16]),
+    Setting::new(ARG_NAMES[17]),
 ];
 
 /// Registers the configs, defaulting to the load arguments; `MODULE LOADEX

@@ -23,7 +23,7 @@ pub const MAX_HANDSHAKE_TIMEOUT_MS: u64 = 60_000;
 
 /// Every argument that is also a config, in the order `CONFIG GET
 /// rdmasync.*` lists them.
-pub const ARG_NAMES: [&str; 17] = [
+pub const ARG_NAMES: [&str; 18] = [
     "peer",
     "port",
     "listen-port",
@@ -41,6 +41,7 @@ pub const ARG_NAMES: [&str; 17] = [
     "backlog-ops",
     "persist-versions",
     "hot-key-rest",
+    "max-clock-offset",
 ];
 
 /// Default bound of the catch-up backlog, in changes.
@@ -52,6 +53,13 @@ pub const MAX_BACKLOG_OPS: usize = 100_000_000;
 pub const DEFAULT_HOT_KEY_REST_MS: u64 = 100;
 /// Largest accepted `hot-key-rest`.
 pub const MAX_HOT_KEY_REST_MS: u64 = 10_000;
+
+/// Default bound of a peer's clock offset, in milliseconds.
+pub const DEFAULT_MAX_CLOCK_OFFSET_MS: u64 = 10_000;
+/// Smallest and largest accepted `max-clock-offset`, in milliseconds.
+pub const MIN_MAX_CLOCK_OFFSET_MS: u64 = 100;
+/// Largest accepted `max-clock-offset` (one day).
+pub const MAX_MAX_CLOCK_OFFSET_MS: u64 = 86_400_000;
 
 /// The one argument that is not a config: `CONFIG GET` must never show it.
 pub const SECRET_ARG: &str = "secret";
@@ -163,6 +171,11 @@ pub struct Config {
     /// Longest rest of a key costly to snapshot, in milliseconds (0: never
     /// rest, ship every change at the end of its event-loop iteration).
     pub hot_key_rest_ms: u64,
+    /// Furthest a peer's clock may be ahead of this node's, in
+    /// milliseconds: a peer beyond it is refused at the handshake, an entry
+    /// stamped beyond it stops the link (it is neither applied nor
+    /// acknowledged).
+    pub max_clock_offset_ms: u64,
     /// The shared secret (`secret=` or the contents of `secret-file=`).
     pub secret: Option<Secret>,
     /// Where the secret was read from, if from a file.
@@ -201,6 +214,7 @@ impl Config {
             self.backlog_ops.to_string(),
             if self.persist_versions { "yes" } else { "no" }.to_owned(),
             self.hot_key_rest_ms.to_string(),
+            self.max_clock_offset_ms.to_string(),
         ]
     }
 
@@ -363,6 +377,7 @@ struct Draft {
     backlog_ops: Option<usize>,
     persist_versions: Option<bool>,
     hot_key_rest_ms: Option<u64>,
+    max_clock_offset_ms: Option<u64>,
     secret: Option<Secret>,
     secret_file: Option<(Secret, PathBuf)>,
     handshake_timeout_ms: Option<u64>,
@@ -395,6 +410,15 @@ impl Draft {
                     value,
                     0,
                     MAX_HOT_KEY_REST_MS,
+                    " (milliseconds)",
+                )?)
+            }
+            "max-clock-offset" => {
+                self.max_clock_offset_ms = Some(int_in(
+                    name,
+                    value,
+                    MIN_MAX_CLOCK_OFFSET_MS,
+                    MAX_MAX_CLOCK_OFFSET_MS,
                     " (milliseconds)",
                 )?)
             }
@@ -464,6 +488,9 @@ impl Draft {
             backlog_ops: self.backlog_ops.unwrap_or(DEFAULT_BACKLOG_OPS),
             persist_versions: self.persist_versions.unwrap_or(true),
             hot_key_rest_ms: self.hot_key_rest_ms.unwrap_or(DEFAULT_HOT_KEY_REST_MS),
+            max_clock_offset_ms: self
+                .max_clock_offset_ms
+                .unwrap_or(DEFAULT_MAX_CLOCK_OFFSET_MS),
             secret,
             secret_file,
             handshake_timeout_ms: self
@@ -662,6 +689,9 @@ mod tests {
         assert_eq!(with("hot-key-rest=-1"), "hot-key-rest");
         assert_eq!(with("hot-key-rest=10001"), "hot-key-rest");
         assert_eq!(with("hot-key-rest=soon"), "hot-key-rest");
+        assert_eq!(with("max-clock-offset=99"), "max-clock-offset");
+        assert_eq!(with("max-clock-offset=86400001"), "max-clock-offset");
+        assert_eq!(with("max-clock-offset=1s"), "max-clock-offset");
         assert_eq!(with("colour=blue"), "colour");
         assert_eq!(with("justaword"), "justaword");
         assert_eq!(with("port=2"), "port");

@@ -7,7 +7,9 @@
 //!   a reconnect) although the peer applied it;
 //! - `HOLD-SENDS ON` / `HOLD-SENDS OFF`: while on, the sender thread leaves
 //!   queued batches in the queue (what a slow link does), so a test can cut
-//!   the link with changes queued but not sent.
+//!   the link with changes queued but not sent;
+//! - `CLOCK-SKEW <ms>`: this node's wall clock reads `ms` off (negative:
+//!   behind), as a node with a wrong clock would; 0 reads it right again.
 //!
 //! Refused unless Redis's own `enable-debug-command` allows `DEBUG`.
 
@@ -46,6 +48,8 @@ impl Faults {
                     hold.store(on, Ordering::Release);
                 }
             }
+            // The clock's, set by the caller (`module`).
+            DebugRequest::ClockSkew(_) => {}
         }
     }
 }
@@ -66,6 +70,8 @@ pub enum DebugRequest {
     DropAcks(bool),
     /// Hold queued batches in the queue (`true`) or send them again.
     HoldSends(bool),
+    /// Read this node's wall clock this many milliseconds off.
+    ClockSkew(i64),
 }
 
 /// Parses the arguments after the command name.
@@ -75,7 +81,7 @@ pub enum DebugRequest {
 pub fn parse(args: &[&[u8]]) -> Result<DebugRequest, &'static str> {
     const USAGE: &str = "ERR usage: RDMASYNC.DEBUG FAIL-READS SET <key-prefix> | \
                          RDMASYNC.DEBUG FAIL-READS CLEAR | RDMASYNC.DEBUG DROP-ACKS ON|OFF | \
-                         RDMASYNC.DEBUG HOLD-SENDS ON|OFF";
+                         RDMASYNC.DEBUG HOLD-SENDS ON|OFF | RDMASYNC.DEBUG CLOCK-SKEW <ms>";
     let upper = |a: &[u8]| a.to_ascii_uppercase();
     match args {
         [what, set, prefix] if upper(what) == b"FAIL-READS" && upper(set) == b"SET" => {
@@ -96,6 +102,11 @@ pub fn parse(args: &[&[u8]]) -> Result<DebugRequest, &'static str> {
         [what, off] if upper(what) == b"HOLD-SENDS" && upper(off) == b"OFF" => {
             Ok(DebugRequest::HoldSends(false))
         }
+        [what, ms] if upper(what) == b"CLOCK-SKEW" => std::str::from_utf8(ms)
+            .ok()
+            .and_then(|ms| ms.parse().ok())
+            .map(DebugRequest::ClockSkew)
+            .ok_or(USAGE),
         _ => Err(USAGE),
     }
 }
@@ -121,6 +132,14 @@ mod tests {
         assert_eq!(
             parse(&[b"DROP-ACKS", b"OFF"]),
             Ok(DebugRequest::DropAcks(false))
+        );
+        assert_eq!(
+            parse(&[b"clock-skew", b"-315360000000"]),
+            Ok(DebugRequest::ClockSkew(-315_360_000_000))
+        );
+        assert_eq!(
+            parse(&[b"CLOCK-SKEW", b"soon"]).map(|_| ()),
+            Err(parse(&[]).unwrap_err())
         );
         assert_eq!(
             parse(&[b"hold-sends", b"ON"]),

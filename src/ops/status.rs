@@ -73,6 +73,9 @@ pub struct Stats {
     pub ring_credit: AtomicU64,
     /// Frames or messages from the peer that failed validation.
     pub bad_frames: AtomicU64,
+    /// Links stopped and handshakes refused because the peer's clock was
+    /// ahead of this node's beyond `max-clock-offset`.
+    pub clock_refusals: AtomicU64,
     /// Times the local dataset was replaced wholesale (needs a resync).
     pub resyncs_needed: AtomicU64,
     /// Remote entries discarded because this node's version was newer.
@@ -176,6 +179,9 @@ pub struct Identity {
     pub auth: &'static str,
     /// Whether the TCP transport runs over TLS.
     pub tls: bool,
+    /// The milliseconds part of this node's hybrid clock: its wall clock,
+    /// or the newest clock it stamped or accepted if that is ahead.
+    pub clock_ms: u64,
 }
 
 /// Convergence figures of the status reply (from the main thread's state).
@@ -264,6 +270,7 @@ fn link_fields(id: &Identity, stats: &Stats) -> Vec<(&'static str, Field)> {
         ("link", text(stats.link().as_str().to_owned())),
         ("link_since_ms", counter(&stats.link_since_ms)),
         ("ring_size", Field::Int(id.ring_size as i64)),
+        ("clock_ms", number(id.clock_ms)),
     ]
 }
 
@@ -288,6 +295,7 @@ fn traffic_fields(stats: &Stats, queue_depth: usize) -> Vec<(&'static str, Field
         ("ring_used_bytes", Field::Int(stats.ring_used() as i64)),
         ("credit_stalls", counter(&stats.credit_stalls)),
         ("bad_frames", counter(&stats.bad_frames)),
+        ("clock_refusals", counter(&stats.clock_refusals)),
         ("reconnects", counter(&stats.reconnects)),
         ("resyncs_needed", counter(&stats.resyncs_needed)),
         ("conflicts_discarded", counter(&stats.conflicts_discarded)),
@@ -378,6 +386,7 @@ mod tests {
         stats.set_error("boom");
         let id = Identity {
             node_id: 1,
+            clock_ms: 0,
             peer: "h:1".into(),
             transport: "tcp",
             device: String::new(),

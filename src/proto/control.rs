@@ -65,6 +65,8 @@ pub enum RefuseReason {
     Malformed = 4,
     /// Anything else (a reason from a newer version).
     Other = 5,
+    /// The wall clocks differ by more than `max-clock-offset`.
+    ClockOffset = 6,
 }
 
 impl RefuseReason {
@@ -75,6 +77,7 @@ impl RefuseReason {
             2 => Self::Version,
             3 => Self::SameNodeId,
             4 => Self::Malformed,
+            6 => Self::ClockOffset,
             _ => Self::Other,
         }
     }
@@ -87,6 +90,7 @@ impl RefuseReason {
             Self::SameNodeId => "same node id",
             Self::Malformed => "malformed handshake",
             Self::Other => "unspecified reason",
+            Self::ClockOffset => "the clocks differ by more than max-clock-offset",
         }
     }
 }
@@ -215,6 +219,9 @@ pub struct Hello {
     pub nonce: [u8; NONCE_LEN],
     /// What the sender runs ("redis 7.0.15"), ASCII, NUL-padded.
     pub server: [u8; SERVER_LEN],
+    /// The sender's wall clock when it sent the HELLO, in milliseconds
+    /// since the Unix epoch (0: not said).
+    pub wall_ms: u64,
 }
 
 /// `text` as a NUL-padded server description (cut to [`SERVER_LEN`]).
@@ -245,6 +252,7 @@ impl Hello {
         body[16..18].copy_from_slice(&self.rdb_version.to_le_bytes());
         body[24..56].copy_from_slice(&self.nonce);
         body[56..88].copy_from_slice(&self.server);
+        body[88..96].copy_from_slice(&self.wall_ms.to_le_bytes());
         b
     }
 
@@ -280,7 +288,10 @@ impl Hello {
         nonce.copy_from_slice(&body[24..56]);
         let mut server = [0u8; SERVER_LEN];
         server.copy_from_slice(&body[56..88]);
+        let mut wall = [0u8; 8];
+        wall.copy_from_slice(&body[88..96]);
         Ok(Self {
+            wall_ms: u64::from_le_bytes(wall),
             node_id: u64::from_le_bytes(id),
             frame_version: body[6],
             auth,
@@ -396,6 +407,7 @@ mod tests {
             rdb_version: 10,
             nonce: [7; NONCE_LEN],
             server: server_field("redis 7.0.15"),
+            wall_ms: 1_764_000_000_000,
         }
     }
 

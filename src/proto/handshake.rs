@@ -28,6 +28,9 @@ pub enum HandshakeFailure {
     Version,
     /// Both nodes have the same node id (`handshakes_refused`).
     SameNodeId,
+    /// The wall clocks differ by more than `max-clock-offset`
+    /// (`handshakes_refused`, `clock_refusals`).
+    ClockOffset,
     /// Closed, timed out, or evicted before completing (`handshakes_incomplete`).
     Incomplete,
 }
@@ -69,6 +72,11 @@ pub struct Local {
     pub server: String,
     /// The shared secret, if configured.
     pub secret: Option<Secret>,
+    /// This node's wall clock for this handshake, in milliseconds since the
+    /// Unix epoch (0: not said, not checked).
+    pub wall_ms: u64,
+    /// Furthest the two wall clocks may differ (`max-clock-offset`).
+    pub max_clock_offset_ms: u64,
 }
 
 impl Local {
@@ -79,6 +87,17 @@ impl Local {
             AuthMode::None
         }
     }
+}
+
+/// Whether two wall clocks (a peer's, read from its handshake, and this
+/// node's) differ by more than `max_offset_ms`, either way: `Some(by how
+/// many ms)` if so. A reading of 0 is a peer that did not say.
+pub fn offset_beyond(peer_ms: u64, local_ms: u64, max_offset_ms: u64) -> Option<u64> {
+    if peer_ms == 0 {
+        return None;
+    }
+    let offset = peer_ms.abs_diff(local_ms);
+    (offset > max_offset_ms).then_some(offset)
 }
 
 /// Exactly one connection survives per pair: the one dialed by the node with
@@ -151,6 +170,7 @@ impl<'a> Handshake<'a> {
             rdb_version: local.rdb_version,
             nonce,
             server: server_field(&local.server),
+            wall_ms: local.wall_ms,
         };
         let hello = ours.encode().to_vec();
         let hs = Self {
@@ -216,6 +236,7 @@ impl<'a> Handshake<'a> {
                 RefuseReason::Auth => F::Auth,
                 RefuseReason::Version => F::Version,
                 RefuseReason::SameNodeId => F::SameNodeId,
+                RefuseReason::ClockOffset => F::ClockOffset,
                 RefuseReason::Malformed | RefuseReason::Other => F::Malformed,
             };
             return Err(Refusal::new(
@@ -302,6 +323,7 @@ impl<'a> Handshake<'a> {
                 ),
             ));
         }
+        self.check_clock(peer)?;
         match (self.ours.auth, peer.auth) {
             (AuthMode::HmacSha256, AuthMode::None) => Err(Refusal::new(
                 F::Auth,
@@ -313,6 +335,30 @@ impl<'a> Handshake<'a> {
             )),
             _ => Ok(()),
         }
+    }
+
+    /// Refuses a peer whose wall clock differs from ours by more than
+    /// `max-clock-offset` (not checked when either side did not say).
+    fn check_clock(&self, peer: &Hello) -> Result<()> {
+        if self.local.wall_ms == 0 {
+            return Ok(());
+        }
+        let bound = self.local.max_clock_offset_ms;
+        let Some(offset) = offset_beyond(peer.wall_ms, self.local.wall_ms, bound) else {
+            return Ok(());
+        };
+        let way = if peer.wall_ms > self.local.wall_ms {
+            "ahead of"
+        } else {
+            "behind"
+        };
+        Err(Refusal::new(
+            F::ClockOffset,
+            format!(
+                "the peer's clock is {offset} ms {way} this node's, beyond \
+                 max-clock-offset {bound} ms: fix the clock of the node that is wrong"
+            ),
+        ))
     }
 
     fn on_proof(&mut self, body: &[u8]) -> Result<Step> {
@@ -384,7 +430,17 @@ mod tests {
             rdb_version: 10,
             server: "redis 7.0.15".into(),
             secret: secret.map(|s| Secret::new(s.as_bytes().to_vec()).unwrap()),
+            wall_ms: 1_000_000,
+            max_clock_offset_ms: 10_000,
         }
+    }
+
+    #[test]
+    fn handshake_offsets_count_both_ways_and_zero_is_unknown() {
+        assert_eq!(offset_beyond(20_001, 10_000, 10_000), Some(10_001));
+        assert_eq!(offset_beyond(10_000, 20_001, 10_000), Some(10_001));
+        assert_eq!(offset_beyond(20_000, 10_000, 10_000), None);
+        assert_eq!(offset_beyond(0, 10_000, 10), None);
     }
 
     fn split(msg: &[u8]) -> (MessageHeader, Vec<u8>) {

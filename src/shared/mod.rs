@@ -115,6 +115,15 @@ impl Shared {
         );
     }
 
+    /// What this node says in a handshake starting now: its identity and
+    /// its wall clock at this moment.
+    pub fn local_now(&self) -> Local {
+        Local {
+            wall_ms: self.clock.wall_ms(),
+            ..self.local.clone()
+        }
+    }
+
     /// How peers are authenticated.
     pub fn auth_mode(&self) -> AuthMode {
         if self.local.secret.is_some() {
@@ -144,6 +153,7 @@ impl Shared {
             ring_size: self.config.ring_size,
             auth: self.auth_mode().as_str(),
             tls: self.tls.is_some(),
+            clock_ms: self.clock.now_ms(),
         }
     }
 }
@@ -193,6 +203,8 @@ impl Shared {
             rdb_version: 0,
             server: "test".into(),
             secret: config.secret.clone(),
+            wall_ms: 0,
+            max_clock_offset_ms: config.max_clock_offset_ms,
         };
         let (_, apply) = crate::shared::apply_queue::apply_queue()
             .unwrap_or_else(|e| panic!("test apply queue: {e}"));

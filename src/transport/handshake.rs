@@ -87,6 +87,7 @@ pub fn run(
             F::Auth => Some(RefuseReason::Auth),
             F::Version => Some(RefuseReason::Version),
             F::SameNodeId => Some(RefuseReason::SameNodeId),
+            F::ClockOffset => Some(RefuseReason::ClockOffset),
             F::Malformed => Some(RefuseReason::Malformed),
             F::Incomplete => None,
         };
