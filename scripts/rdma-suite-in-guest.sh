@@ -22,7 +22,7 @@ HOST_ONLY=" hotkeys faults durability fidelity "
 # that set up, lose and restore links; the single one (rxe0) runs the others.
 # Each suite runs over rdma once (stop 23's CI ran the pair suites in both
 # topologies: 1,555 s of guests, past the hour with the rest).
-PAIR_SUITES=" replication lifecycle liveness security operations "
+PAIR_SUITES=" replication lifecycle liveness security operations link_progress "
 run_suite() { # label, then env assignments
   local label=$1; shift
   for bin in $RDMASYNC_TEST_BINS; do

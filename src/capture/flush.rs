@@ -30,10 +30,12 @@ use crate::shared::Shared;
 /// clients again.
 const CATCH_UP_SLICE: Duration = Duration::from_millis(1);
 
-pub(crate) fn entry(shared: &Shared, db: u32, stamp: Stamp, op: Op) -> Entry {
+/// An entry of this node's; its sequence number is given when it is queued
+/// ([`push`]).
+pub(crate) fn entry(db: u32, stamp: Stamp, op: Op) -> Entry {
     Entry {
         origin: stamp.node,
-        seq: shared.next_seq(),
+        seq: 0,
         clock: stamp.clock,
         db,
         op,
@@ -65,19 +67,26 @@ pub(crate) fn pending_of(e: &Entry) -> Option<PendingOp> {
     })
 }
 
-/// Queues `entries` as one batch. On success tombstones are marked shipped
-/// and, when `resend`, the changes are kept until the peer acknowledges
-/// them. On failure the entries come back.
+/// Queues `entries` as one batch for the link the main thread knows now,
+/// numbered after the last entry queued. On success tombstones are marked
+/// shipped and, when `resend`, the changes are kept until the peer
+/// acknowledges them; returns the last sequence number (0: nothing to
+/// queue). On failure the entries come back and no number is used.
 pub(crate) fn push(
     shared: &Shared,
     st: &mut Replication,
-    entries: Vec<Entry>,
+    mut entries: Vec<Entry>,
     resend: bool,
-) -> Result<(), Vec<Entry>> {
+) -> Result<u64, Vec<Entry>> {
     if entries.is_empty() {
-        return Ok(());
+        return Ok(0);
     }
-    let last_seq = entries.iter().map(|e| e.seq).max().unwrap_or(0);
+    let first_seq = shared.last_seq() + 1;
+    for (seq, e) in (first_seq..).zip(entries.iter_mut()) {
+        e.seq = seq;
+    }
+    let count = entries.len() as u64;
+    let last_seq = first_seq + count - 1;
     // One clock reading for the batch: the entries go out together.
     let mut sent = resend.then(|| SentBatch::new(Instant::now()));
     if let Some(sent) = sent.as_mut() {
@@ -94,8 +103,9 @@ pub(crate) fn push(
         .collect();
     shared
         .queue
-        .push(Batch { entries })
+        .push(st.peer.link.epoch, Batch { entries })
         .map_err(|b| b.entries)?;
+    shared.seqs_queued(count);
     // Every tombstone shipped (live, resent or in a full sync) becomes
     // collectable once the peer acknowledges the entry that carried it.
     for (db, key, stamp, seq) in tombstones {
@@ -105,7 +115,7 @@ pub(crate) fn push(
         Some(sent) => st.shipped(sent, last_seq),
         None => st.peer.pushed(last_seq),
     }
-    Ok(())
+    Ok(last_seq)
 }
 
 /// Whether this node's changes not stamped yet must be flushed before the
@@ -177,7 +187,7 @@ impl ReadRun {
             } else {
                 st.versions.record_delete(db, &key, stamp, 0);
             }
-            out.push(entry(shared, db, stamp, op_of(key, snap)));
+            out.push(entry(db, stamp, op_of(key, snap)));
         }
         read_again_later(shared, db, failed);
     }
@@ -238,7 +248,7 @@ fn record_local(
         let stamp = Stamp::new(shared.clock.now(), shared.node_id);
         st.last_local_stamp = stamp.clock;
         match record_change(reader, shared, st, &op, stamp) {
-            Some((db, wire)) if direct => entries.push(entry(shared, db, stamp, wire)),
+            Some((db, wire)) if direct => entries.push(entry(db, stamp, wire)),
             Some(_) => deferred.push(op),
             // A key is read when it ships (from the backlog).
             None if matches!(op, PendingOp::Key { .. }) => deferred.push(op),
@@ -330,6 +340,16 @@ fn keep_awake(ctx: &Context, st: &mut Replication) {
     }
 }
 
+/// The link thread says link `link` is up (its `LinkUp` event, in order
+/// with what came over the links): catch up on it at once, before any ack
+/// that came over it is taken.
+pub(crate) fn link_came_up(link: LinkView) {
+    if let Some(mut st) = main_state().replication.get() {
+        st.peer.link = link;
+        on_link_up(&mut st, link);
+    }
+}
+
 /// A new link is up: resend what was not acknowledged, and start a full
 /// sync when one is due.
 fn on_link_up(st: &mut Replication, link: LinkView) {
@@ -376,9 +396,8 @@ fn ask_for_sync(shared: &Shared, st: &mut Replication) {
         own,
         answer,
     };
-    let ask = entry(shared, 0, Stamp::new(since, me), op);
-    let seq = ask.seq;
-    if push(shared, st, vec![ask], false).is_ok() {
+    let ask = entry(0, Stamp::new(since, me), op);
+    if let Ok(seq) = push(shared, st, vec![ask], false) {
         st.peer.sync_request_sent(seq, answer);
     }
 }
@@ -594,12 +613,7 @@ fn send_ack(shared: &Shared, st: &mut Replication) -> bool {
     };
     // The ack's clock is what our stream has covered of our own changes
     // (the peer's watermark of us).
-    let ack = entry(
-        shared,
-        0,
-        Stamp::new(coverage, shared.node_id),
-        Op::Ack { applied },
-    );
+    let ack = entry(0, Stamp::new(coverage, shared.node_id), Op::Ack { applied });
     let acked = push(shared, st, vec![ack], false).is_ok();
     if !acked {
         st.peer.ack_lost();

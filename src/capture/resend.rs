@@ -33,7 +33,7 @@ pub fn retry_unread(reader: &Reader, shared: &Shared, st: &mut Replication) {
         }
         server::select_db(reader.ctx(), db);
         match reader.read_one(&key) {
-            Read::Value(snap) => entries.push(entry(shared, db, stamp, snap.into_op(key.into()))),
+            Read::Value(snap) => entries.push(entry(db, stamp, snap.into_op(key.into()))),
             // Deleted or expired since: the hook marked it, its delete ships.
             Read::Absent => {}
             Read::Failed => {
@@ -68,17 +68,17 @@ fn backlog_entry(
         PendingOp::Key { db, key } => key_entry(reader, shared, st, db, key),
         PendingOp::FlushDb(db) => {
             let floor = st.versions.floor(db);
-            (floor.node == me).then(|| entry(shared, db, floor, Op::FlushDb))
+            (floor.node == me).then(|| entry(db, floor, Op::FlushDb))
         }
         PendingOp::FlushAll => {
             let floor = st.versions.floor_all();
-            (floor.node == me).then(|| entry(shared, 0, floor, Op::FlushAll))
+            (floor.node == me).then(|| entry(0, floor, Op::FlushAll))
         }
         PendingOp::SwapDb(a, b, shipped) => {
             // One that already went out keeps its stamp: the peer skips a
             // swap it applied before the link broke.
             let stamp = shipped.unwrap_or_else(|| Stamp::new(shared.clock.now(), me));
-            Some(entry(shared, a, stamp, Op::SwapDb { other: b }))
+            Some(entry(a, stamp, Op::SwapDb { other: b }))
         }
         PendingOp::Functions => functions_entry(reader, shared, st),
     }
@@ -112,10 +112,10 @@ fn key_entry(
                 }
             };
             let op = op_of(key, snap);
-            Some(entry(shared, db, stamp, op))
+            Some(entry(db, stamp, op))
         }
         KeyVersion::Deleted { stamp, .. } if stamp.node == me => {
-            Some(entry(shared, db, stamp, Op::Delete { key }))
+            Some(entry(db, stamp, Op::Delete { key }))
         }
         _ => None,
     }
@@ -136,7 +136,7 @@ fn functions_entry(reader: &Reader, shared: &Shared, st: &Replication) -> Option
         }
         return None;
     }
-    Some(entry(shared, 0, version.stamp, Op::Functions { payload }))
+    Some(entry(0, version.stamp, Op::Functions { payload }))
 }
 
 /// Ships the backlog for at most the rest of the slice.
@@ -175,9 +175,8 @@ pub fn advance_full_sync(
             sync.step(reader, &st.versions, shared.node_id, CATCH_UP_BATCH);
         let entries: Vec<Entry> = shipments
             .into_iter()
-            .map(|(db, stamp, op)| entry(shared, db, stamp, op))
+            .map(|(db, stamp, op)| entry(db, stamp, op))
             .collect();
-        let last_seq = entries.last().map(|e| e.seq);
         let unread = sync.take_unread();
         if !unread.is_empty() {
             count_read_failures(shared, unread.len());
@@ -185,12 +184,14 @@ pub fn advance_full_sync(
         for (db, key, stamp) in unread {
             st.unread.insert((db, key.into()), stamp);
         }
-        if push(shared, st, entries, false).is_err() {
+        let Ok(last_seq) = push(shared, st, entries, false) else {
             // Cannot happen after `is_full` said no (single producer); start over.
             st.peer.full_sync_wanted = true;
             return;
+        };
+        if last_seq != 0 {
+            sync.last_seq = last_seq;
         }
-        sync.last_seq = last_seq.unwrap_or(sync.last_seq);
         st.peer.report.entries = sync.sent;
     }
     if sync.is_done() {

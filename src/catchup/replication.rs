@@ -157,9 +157,16 @@ impl Replication {
 
     /// A new link is up: what was shipped and not acknowledged may be lost,
     /// so it goes back to the front of the backlog. Returns how to catch up.
+    ///
+    /// Taken when the main thread learns of the link, before anything that
+    /// came over it: an ack from the new link then covers only what was
+    /// queued for it (the sender writes nothing else to it), never a change
+    /// the old link lost. The acks and coverage this node sent may have
+    /// been lost too: the next ack says them again.
     pub fn link_up(&mut self, epoch: u64) -> CatchUp {
         self.peer.link_epoch = epoch;
         self.peer.asked_on_link = false;
+        self.peer.ack_lost();
         let unacked = self.requeue_unacked();
         self.peer.backlog.restore(unacked);
         match self.peer.sync_request_unacked.take() {

@@ -50,6 +50,15 @@ pub enum Violation {
     /// A batch ended with a chunked value still open.
     #[error("batch ends inside a chunked value")]
     BatchEndsInChunk,
+    /// The peer's sequence numbers skipped one on a link: an entry was
+    /// lost on the way, and an ack sent after it would cover it.
+    #[error("the peer's entries skipped from sequence {expected} to {got} on this link")]
+    SequenceGap {
+        /// The sequence number that had to come next.
+        expected: u64,
+        /// The one that came.
+        got: u64,
+    },
     /// An entry stamped further ahead of this node's wall clock than
     /// `max-clock-offset` allows: neither applied nor acknowledged.
     #[error(

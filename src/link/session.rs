@@ -22,8 +22,10 @@ use crate::proto::control::{Hello, RemoteRing};
 use crate::proto::entry::Batch;
 use crate::proto::ring::{CreditPolicy, RingGeometry};
 use crate::receive::poller::Poller;
+use crate::receive::sequence::{Gap, SequenceCheck};
 use crate::shared::apply_queue::{ApplyProducer, FromLink};
 use crate::shared::{Shared, TransportKind};
+use crate::ship::sender::NumberedLink;
 use crate::transport::channel::{self, ChannelReader, ChannelWriter, TlsSession};
 use crate::transport::handshake::{self, Watch};
 use crate::transport::rdma::{self, RdmaLink};
@@ -269,7 +271,7 @@ struct Links {
     /// Links this thread brought up: the last one's number is its epoch.
     up: u64,
     /// Each link as it comes up, to the sender thread.
-    to_sender: Sender<Arc<dyn RingWriter>>,
+    to_sender: Sender<NumberedLink>,
     /// Links' events and batches, to the main thread (only this thread submits).
     to_main: ApplyProducer,
 }
@@ -280,7 +282,7 @@ struct Links {
 pub fn run_link(
     shared: Arc<Shared>,
     offers: Receiver<Offer>,
-    to_sender: Sender<Arc<dyn RingWriter>>,
+    to_sender: Sender<NumberedLink>,
     to_main: ApplyProducer,
 ) {
     let mut backoff = BACKOFF_MIN;
@@ -374,10 +376,10 @@ fn run_connection(
     shared.stats.ring_credit.store(0, Ordering::Relaxed);
     *shared.device.lock() = device.clone();
     *shared.link.lock() = Some(writer.clone());
-    // The sender thread lives as long as this one (both end at unload).
-    let _ = links.to_sender.send(writer.clone());
     links.up += 1;
     let epoch = links.up;
+    // The sender thread lives as long as this one (both end at unload).
+    let _ = links.to_sender.send((epoch, writer.clone()));
     announce_link_up(shared, &peer, &device, epoch);
     let up = FromLink::LinkUp {
         epoch,
@@ -477,6 +479,8 @@ struct Inbound<'a> {
     poller: Poller,
     credit: CreditPolicy,
     batches: Vec<Batch>,
+    /// The peer's sequence numbers on this link.
+    sequence: SequenceCheck,
 }
 
 impl<'a> Inbound<'a> {
@@ -493,6 +497,7 @@ impl<'a> Inbound<'a> {
             poller: Poller::new(geometry),
             credit: CreditPolicy::new(geometry),
             batches: Vec::new(),
+            sequence: SequenceCheck::default(),
         })
     }
 }
@@ -504,6 +509,10 @@ impl Delivery for Inbound<'_> {
             return Err(e);
         }
         for batch in self.batches.drain(..) {
+            if let Err(Gap { expected, got }) = self.sequence.admit(&batch) {
+                Stats::add(&self.shared.stats.bad_frames, 1);
+                return Err(Violation::SequenceGap { expected, got }.into());
+            }
             refuse_clock_ahead(self.shared, &batch)?;
             self.to_main.submit(self.shared, FromLink::Batch(batch))?;
         }

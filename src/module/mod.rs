@@ -160,7 +160,7 @@ const STATUS_DOCS: server::CommandDocs = server::CommandDocs {
 
 const DEBUG_DOCS: server::CommandDocs = server::CommandDocs {
     name: c"rdmasync.debug",
-    summary: c"Fault injection for tests: FAIL-READS SET <key-prefix> makes reads of those keys fail; FAIL-READS CLEAR stops it; DROP-ACKS ON|OFF ignores the peer's acks; HOLD-SENDS ON|OFF keeps queued changes from the sender; CLOCK-SKEW <ms> reads this node's wall clock that far off. Refused where DEBUG is.",
+    summary: c"Fault injection for tests: FAIL-READS SET <key-prefix> makes reads of those keys fail; FAIL-READS CLEAR stops it; DROP-ACKS ON|OFF ignores the peer's acks; HOLD-SENDS ON|OFF keeps queued changes from the sender; HOLD-APPLY ON|OFF leaves the peer's batches and link events unapplied; FAIL-NEXT-POST fails the sender's next write; DROP-NEXT-BATCH makes the sender skip a batch; CLOCK-SKEW <ms> reads this node's wall clock that far off. Refused where DEBUG is.",
     complexity: c"O(1)",
     since: c"0.1.0",
     arity: -1,
@@ -267,7 +267,7 @@ fn debug_reply(ctx: &Context, args: &[RedisString]) -> RedisResult {
     if let (faults::DebugRequest::ClockSkew(ms), Some(s)) = (&request, &live) {
         s.clock.set_skew_ms(*ms);
     }
-    faults.apply(request, live.as_ref().map(|s| &s.hold_sends));
+    faults.apply(request, live.as_ref().map(|s| &s.sender_faults));
     Ok(RedisValue::SimpleStringStatic("OK"))
 }
 

@@ -8,6 +8,14 @@
 //! - `HOLD-SENDS ON` / `HOLD-SENDS OFF`: while on, the sender thread leaves
 //!   queued batches in the queue (what a slow link does), so a test can cut
 //!   the link with changes queued but not sent;
+//! - `FAIL-NEXT-POST`: the sender's next write to the peer's ring fails as
+//!   a dying link's would: that batch is dropped and the link closed;
+//! - `DROP-NEXT-BATCH`: the sender skips the next batch it pops and keeps
+//!   the link up, as a sender that loses a batch would (the peer must
+//!   notice the gap);
+//! - `HOLD-APPLY ON` / `HOLD-APPLY OFF`: while on, the main thread leaves
+//!   what the link thread hands it (batches, acks, link up and down) in the
+//!   apply queue, as a backed-up queue would;
 //! - `CLOCK-SKEW <ms>`: this node's wall clock reads `ms` off (negative:
 //!   behind), as a node with a wrong clock would; 0 reads it right again.
 //!
@@ -16,14 +24,37 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The switches the main thread reads: a part of its state
-/// (`capture::state::MainState::faults`). HOLD-SENDS is the sender's, an
-/// atomic in `Shared`.
+/// (`capture::state::MainState::faults`). The sender's are [`SenderFaults`],
+/// in `Shared`.
 #[derive(Debug, Default)]
 pub struct Faults {
     /// Keys starting with it fail to read.
     fail_reads: Option<Vec<u8>>,
     /// Acks from the peer are ignored.
     drop_acks: bool,
+    /// The apply queue is left alone.
+    hold_apply: bool,
+}
+
+/// The switches the sender thread reads.
+#[derive(Debug, Default)]
+pub struct SenderFaults {
+    /// HOLD-SENDS: queued batches stay queued.
+    pub hold_sends: AtomicBool,
+    fail_next_post: AtomicBool,
+    drop_next_batch: AtomicBool,
+}
+
+impl SenderFaults {
+    /// Whether the write about to be posted must fail (once per request).
+    pub fn take_failed_post(&self) -> bool {
+        self.fail_next_post.swap(false, Ordering::AcqRel)
+    }
+
+    /// Whether the batch just popped must be skipped (once per request).
+    pub fn take_dropped_batch(&self) -> bool {
+        self.drop_next_batch.swap(false, Ordering::AcqRel)
+    }
 }
 
 impl Faults {
@@ -37,17 +68,26 @@ impl Faults {
         self.drop_acks
     }
 
-    /// Carries out a parsed request; `hold_sends` is the sender's switch.
-    pub fn apply(&mut self, request: DebugRequest, hold_sends: Option<&AtomicBool>) {
+    /// Whether the apply queue must be left alone now.
+    pub fn apply_held(&self) -> bool {
+        self.hold_apply
+    }
+
+    /// Carries out a parsed request; `sender` holds the sender's switches.
+    pub fn apply(&mut self, request: DebugRequest, sender: Option<&SenderFaults>) {
+        let set = |flag: fn(&SenderFaults) -> &AtomicBool, on: bool| {
+            if let Some(s) = sender {
+                flag(s).store(on, Ordering::Release);
+            }
+        };
         match request {
             DebugRequest::FailReads(prefix) => self.fail_reads = Some(prefix),
             DebugRequest::ClearFaults => self.fail_reads = None,
             DebugRequest::DropAcks(on) => self.drop_acks = on,
-            DebugRequest::HoldSends(on) => {
-                if let Some(hold) = hold_sends {
-                    hold.store(on, Ordering::Release);
-                }
-            }
+            DebugRequest::HoldApply(on) => self.hold_apply = on,
+            DebugRequest::HoldSends(on) => set(|s| &s.hold_sends, on),
+            DebugRequest::FailNextPost => set(|s| &s.fail_next_post, true),
+            DebugRequest::DropNextBatch => set(|s| &s.drop_next_batch, true),
             // The clock's, set by the caller (`module`).
             DebugRequest::ClockSkew(_) => {}
         }
@@ -72,6 +112,12 @@ pub enum DebugRequest {
     HoldSends(bool),
     /// Read this node's wall clock this many milliseconds off.
     ClockSkew(i64),
+    /// Fail the sender's next write.
+    FailNextPost,
+    /// Skip the next batch the sender pops.
+    DropNextBatch,
+    /// Leave the apply queue alone (`true`) or apply again.
+    HoldApply(bool),
 }
 
 /// Parses the arguments after the command name.
@@ -81,7 +127,9 @@ pub enum DebugRequest {
 pub fn parse(args: &[&[u8]]) -> Result<DebugRequest, &'static str> {
     const USAGE: &str = "ERR usage: RDMASYNC.DEBUG FAIL-READS SET <key-prefix> | \
                          RDMASYNC.DEBUG FAIL-READS CLEAR | RDMASYNC.DEBUG DROP-ACKS ON|OFF | \
-                         RDMASYNC.DEBUG HOLD-SENDS ON|OFF | RDMASYNC.DEBUG CLOCK-SKEW <ms>";
+                         RDMASYNC.DEBUG HOLD-SENDS ON|OFF | RDMASYNC.DEBUG HOLD-APPLY ON|OFF | \
+                         RDMASYNC.DEBUG FAIL-NEXT-POST | RDMASYNC.DEBUG DROP-NEXT-BATCH | \
+                         RDMASYNC.DEBUG CLOCK-SKEW <ms>";
     let upper = |a: &[u8]| a.to_ascii_uppercase();
     match args {
         [what, set, prefix] if upper(what) == b"FAIL-READS" && upper(set) == b"SET" => {
@@ -101,6 +149,14 @@ pub fn parse(args: &[&[u8]]) -> Result<DebugRequest, &'static str> {
         }
         [what, off] if upper(what) == b"HOLD-SENDS" && upper(off) == b"OFF" => {
             Ok(DebugRequest::HoldSends(false))
+        }
+        [what] if upper(what) == b"FAIL-NEXT-POST" => Ok(DebugRequest::FailNextPost),
+        [what] if upper(what) == b"DROP-NEXT-BATCH" => Ok(DebugRequest::DropNextBatch),
+        [what, on] if upper(what) == b"HOLD-APPLY" && upper(on) == b"ON" => {
+            Ok(DebugRequest::HoldApply(true))
+        }
+        [what, off] if upper(what) == b"HOLD-APPLY" && upper(off) == b"OFF" => {
+            Ok(DebugRequest::HoldApply(false))
         }
         [what, ms] if upper(what) == b"CLOCK-SKEW" => std::str::from_utf8(ms)
             .ok()
@@ -132,6 +188,19 @@ mod tests {
         assert_eq!(
             parse(&[b"DROP-ACKS", b"OFF"]),
             Ok(DebugRequest::DropAcks(false))
+        );
+        assert_eq!(parse(&[b"fail-next-post"]), Ok(DebugRequest::FailNextPost));
+        assert_eq!(
+            parse(&[b"DROP-NEXT-BATCH"]),
+            Ok(DebugRequest::DropNextBatch)
+        );
+        assert_eq!(
+            parse(&[b"hold-apply", b"on"]),
+            Ok(DebugRequest::HoldApply(true))
+        );
+        assert_eq!(
+            parse(&[b"HOLD-APPLY", b"OFF"]),
+            Ok(DebugRequest::HoldApply(false))
         );
         assert_eq!(
             parse(&[b"clock-skew", b"-315360000000"]),
@@ -171,18 +240,27 @@ mod tests {
     #[test]
     fn set_then_clear() {
         let mut faults = Faults::default();
-        let hold = AtomicBool::new(false);
+        let sender = SenderFaults::default();
+        let hold = &sender.hold_sends;
         assert!(!read_fails(faults.failing_reads(), b"f:1"));
-        faults.apply(DebugRequest::FailReads(b"f:".to_vec()), Some(&hold));
+        faults.apply(DebugRequest::FailReads(b"f:".to_vec()), Some(&sender));
         assert!(read_fails(faults.failing_reads(), b"f:1"));
         assert!(!read_fails(faults.failing_reads(), b"g:1"));
-        faults.apply(DebugRequest::ClearFaults, Some(&hold));
+        faults.apply(DebugRequest::ClearFaults, Some(&sender));
         assert!(!read_fails(faults.failing_reads(), b"f:1"));
-        faults.apply(DebugRequest::DropAcks(true), Some(&hold));
+        faults.apply(DebugRequest::DropAcks(true), Some(&sender));
         assert!(faults.acks_dropped());
-        faults.apply(DebugRequest::HoldSends(true), Some(&hold));
+        faults.apply(DebugRequest::HoldSends(true), Some(&sender));
         assert!(hold.load(Ordering::Acquire));
         faults.apply(DebugRequest::HoldSends(false), None);
         assert!(hold.load(Ordering::Acquire), "no sender: nothing to switch");
+        faults.apply(DebugRequest::FailNextPost, Some(&sender));
+        assert!(sender.take_failed_post());
+        assert!(!sender.take_failed_post(), "once per request");
+        faults.apply(DebugRequest::DropNextBatch, Some(&sender));
+        assert!(sender.take_dropped_batch());
+        assert!(!sender.take_dropped_batch(), "once per request");
+        faults.apply(DebugRequest::HoldApply(true), None);
+        assert!(faults.apply_held());
     }
 }

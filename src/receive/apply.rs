@@ -58,9 +58,11 @@ fn on_timer(ctx: &Context, (): ()) {
 fn apply_pending(ctx: &Context, shared: &Shared) {
     let queue = &shared.apply;
     *queue.timer.lock() = None;
-    if server::clients_paused() {
+    let held = main_state().faults.get().is_some_and(|f| f.apply_held());
+    if server::clients_paused() || held {
         // CLIENT PAUSE, FAILOVER, a SHUTDOWN waiting for replicas: the
         // dataset must not change (and Redis asserts on propagation).
+        // RDMASYNC.DEBUG HOLD-APPLY: the queue waits, as a backed-up one.
         *queue.timer.lock() = Some(ctx.create_timer(PAUSED_RETRY, on_timer, ()));
         return;
     }
@@ -70,7 +72,10 @@ fn apply_pending(ctx: &Context, shared: &Shared) {
         let batch = match item {
             FromLink::Batch(batch) => batch,
             FromLink::LinkUp { epoch, peer_node } => {
-                set_link(|_| LinkView::up(epoch, peer_node));
+                // Before anything that came over the new link: its acks
+                // must find what the old link may have lost already
+                // requeued (`Replication::link_up`).
+                crate::capture::flush::link_came_up(LinkView::up(epoch, peer_node));
                 continue;
             }
             FromLink::LinkDown { epoch } => {

@@ -6,7 +6,7 @@
 pub mod apply_queue;
 pub mod queue;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -15,6 +15,7 @@ use parking_lot::{Mutex, RwLock};
 use crate::converge::clock::HybridClock;
 use crate::ops::config::Config;
 use crate::ops::failure_log::FailureLog;
+use crate::ops::faults::SenderFaults;
 use crate::ops::status::{Identity, LinkState, Stats};
 use crate::proto::control::AuthMode;
 use crate::proto::handshake::Local;
@@ -72,16 +73,18 @@ pub struct Shared {
     /// rdma_cm wait gives up. The RDMA listener's and each connection's
     /// event channels hold copies.
     pub stop: StopToken,
-    /// `RDMASYNC.DEBUG HOLD-SENDS`: the sender leaves queued batches in the
-    /// queue, as a stalled link would.
-    pub hold_sends: AtomicBool,
+    /// The sender's fault switches (`RDMASYNC.DEBUG HOLD-SENDS`,
+    /// `FAIL-NEXT-POST`, `DROP-NEXT-BATCH`).
+    pub sender_faults: SenderFaults,
     /// What this node says in its handshake (id, versions, secret).
     pub local: Local,
     /// TLS for the TCP transport, when `tls=yes`.
     pub tls: Option<TlsConfig>,
     /// Handshake failures already logged.
     pub failures: Mutex<FailureLog>,
-    next_seq: AtomicU64,
+    /// The sequence number of the last entry queued (main thread only:
+    /// the one producer numbers entries as it queues them).
+    last_seq: AtomicU64,
 }
 
 /// Where this process's sequence numbers start: above any number an earlier
@@ -93,9 +96,17 @@ fn first_seq() -> u64 {
 }
 
 impl Shared {
-    /// Next entry sequence number.
-    pub fn next_seq(&self) -> u64 {
-        self.next_seq.fetch_add(1, Ordering::Relaxed) + 1
+    /// The sequence number of the last entry queued. Entries are numbered
+    /// when they are queued, one after the other with no gap, so that the
+    /// peer can check that nothing it is asked to acknowledge went missing
+    /// on the way (`receive::sequence`).
+    pub fn last_seq(&self) -> u64 {
+        self.last_seq.load(Ordering::Relaxed)
+    }
+
+    /// `n` more entries were queued after [`Self::last_seq`].
+    pub fn seqs_queued(&self, n: u64) {
+        self.last_seq.fetch_add(n, Ordering::Relaxed);
     }
 
     /// Whether unload has begun.
@@ -184,8 +195,8 @@ impl Shared {
             clock: HybridClock::new(),
             link: Mutex::new(None),
             stop: StopToken::new(),
-            hold_sends: AtomicBool::new(false),
-            next_seq: AtomicU64::new(first_seq()),
+            sender_faults: SenderFaults::default(),
+            last_seq: AtomicU64::new(first_seq()),
         };
         shared.stats.set_link(LinkState::Connecting);
         shared

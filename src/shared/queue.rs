@@ -55,6 +55,17 @@ impl SenderWake {
     }
 }
 
+/// A batch and the link it was queued for: the number of the link the main
+/// thread knew to be the newest when it queued the batch (its `LinkUp`
+/// epoch). The sender writes it only to that link (see `ship::sender`).
+#[derive(Debug)]
+pub struct Queued {
+    /// The link's epoch (0: none was up yet).
+    pub link: u64,
+    /// The batch.
+    pub batch: Batch,
+}
+
 /// Most payload bytes the queue holds; beyond it (unless empty) a push fails
 /// like a full queue, so a stalled peer cannot grow memory without bound.
 pub const MAX_QUEUED_BYTES: usize = 256 << 20;
@@ -62,7 +73,7 @@ pub const MAX_QUEUED_BYTES: usize = 256 << 20;
 /// What the two ends share.
 #[derive(Debug)]
 struct Inner {
-    batches: ArrayQueue<Batch>,
+    batches: ArrayQueue<Queued>,
     /// Payload bytes of the queued batches, and of a batch being pushed:
     /// never below the bytes of the batches the sender can pop.
     bytes: AtomicUsize,
@@ -98,11 +109,12 @@ pub fn batch_queue(capacity: usize) -> (BatchProducer, BatchConsumer) {
 }
 
 impl BatchProducer {
-    /// Enqueues a batch, handing it back when the queue is full. Never blocks.
+    /// Enqueues a batch for link `link`, handing it back when the queue is
+    /// full. Never blocks.
     ///
     /// # Errors
     /// The batch itself when the queue is full.
-    pub fn push(&self, batch: Batch) -> Result<(), Batch> {
+    pub fn push(&self, link: u64, batch: Batch) -> Result<(), Batch> {
         let size = batch.payload_len();
         if self.is_full() {
             return Err(batch);
@@ -110,9 +122,9 @@ impl BatchProducer {
         // Counted before the batch is visible, so the sender's subtraction
         // after its pop never takes the count below zero (it would wrap).
         self.inner.bytes.fetch_add(size, Ordering::AcqRel);
-        if let Err(batch) = self.inner.batches.push(batch) {
+        if let Err(queued) = self.inner.batches.push(Queued { link, batch }) {
             self.inner.bytes.fetch_sub(size, Ordering::AcqRel);
-            return Err(batch);
+            return Err(queued.batch);
         }
         self.inner.wake.wake();
         Ok(())
@@ -146,9 +158,9 @@ impl BatchConsumer {
     }
 
     /// The oldest batch, if any.
-    pub fn pop(&mut self) -> Option<Batch> {
+    pub fn pop(&mut self) -> Option<Queued> {
         let batch = self.inner.batches.pop()?;
-        let len = batch.payload_len();
+        let len = batch.batch.payload_len();
         let before = self.inner.bytes.fetch_sub(len, Ordering::AcqRel);
         debug_assert!(
             before >= len,
@@ -180,9 +192,9 @@ mod tests {
     #[test]
     fn full_queue_hands_the_batch_back() {
         let (q, mut c) = batch_queue(1);
-        q.push(Batch::default()).unwrap();
+        q.push(1, Batch::default()).unwrap();
         assert!(q.is_full());
-        assert!(q.push(Batch::default()).is_err());
+        assert!(q.push(1, Batch::default()).is_err());
         assert_eq!(q.waiting(), 1);
         assert!(c.pop().is_some());
         assert!(c.is_empty());
@@ -201,7 +213,7 @@ mod tests {
             start.elapsed()
         });
         std::thread::sleep(Duration::from_millis(50));
-        q.push(Batch::default()).unwrap();
+        q.push(1, Batch::default()).unwrap();
         assert!(t.join().unwrap() < Duration::from_secs(10));
     }
 }
@@ -251,7 +263,7 @@ mod wake_stress {
             longest
         });
         for round in 0..ROUNDS {
-            q.push(batch_of_bytes(100)).unwrap();
+            q.push(1, batch_of_bytes(100)).unwrap();
             while popped.load(Ordering::Acquire) <= round {
                 std::hint::spin_loop();
             }

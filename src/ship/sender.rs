@@ -12,7 +12,7 @@ use crate::ops::status::Stats;
 use crate::proto::entry::Batch;
 use crate::proto::ring::{Placement, RingGeometry};
 use crate::proto::wire::{self, chunk_entry, encode_frame, encode_padding, frame_len, PAD_LEN};
-use crate::shared::queue::BatchConsumer;
+use crate::shared::queue::{BatchConsumer, Queued};
 use crate::shared::Shared;
 use crate::transport::RingWriter;
 
@@ -23,6 +23,8 @@ pub const KEEPALIVE_MS: u64 = 1000;
 
 /// The sender's position in one link's ring.
 struct RingCursor {
+    /// The link's number: only batches queued for it are written to it.
+    epoch: u64,
     link: Arc<dyn RingWriter>,
     geometry: RingGeometry,
     /// Next ring position to write; `tail - credit <= capacity`.
@@ -33,9 +35,10 @@ struct RingCursor {
 }
 
 impl RingCursor {
-    fn new(link: Arc<dyn RingWriter>) -> Self {
+    fn new(epoch: u64, link: Arc<dyn RingWriter>) -> Self {
         let geometry = link.geometry();
         Self {
+            epoch,
             link,
             geometry,
             tail: 0,
@@ -52,6 +55,10 @@ impl RingCursor {
             "a staged run must not cross the ring end"
         );
         if !self.staging.is_empty() {
+            if shared.sender_faults.take_failed_post() {
+                // RDMASYNC.DEBUG FAIL-NEXT-POST: as a dying link's write.
+                return Err(Error::LinkClosed);
+            }
             self.link.post_write(self.staged_at, &self.staging)?;
             Stats::add(&shared.stats.bytes_sent, self.staging.len() as u64);
             self.staging.clear();
@@ -167,60 +174,99 @@ impl RingCursor {
 
 /// The sender thread: runs until unload, popping the batches of `queue`
 /// (the consumer end; the main thread holds the producer in `Shared`) and
-/// writing them to the newest link of `links`, which the link thread sends
-/// as each comes up (before the main thread hears of it).
-pub fn run(shared: Arc<Shared>, mut queue: BatchConsumer, links: Receiver<Arc<dyn RingWriter>>) {
+/// writing them to the newest link of `links`, which the link thread sends,
+/// numbered, as each comes up (before the main thread hears of it).
+///
+/// A batch goes only to the link it was queued for. Why: on one link the
+/// peer receives exactly what was queued for it, in order, up to where the
+/// link died (a failed write closes it, and every later batch for it is
+/// dropped with it). Batches queued for an older link, and those dropped,
+/// are all among what the main thread resends when it learns of the new
+/// link (`catchup`), before any ack from that link reaches it. So no ack
+/// the peer sends on a link covers a change it did not apply, and the
+/// peer can check it: the sequence numbers of what it receives on one link
+/// follow each other with no gap (`receive::sequence`).
+pub fn run(shared: Arc<Shared>, mut queue: BatchConsumer, links: Receiver<NumberedLink>) {
     queue.register_current();
     let mut cursor: Option<RingCursor> = None;
     while !shared.stopping() {
-        if shared.hold_sends.load(Ordering::Acquire) {
+        if shared.sender_faults.hold_sends.load(Ordering::Acquire) {
             // RDMASYNC.DEBUG HOLD-SENDS: the batches wait, as on a stalled link.
             std::thread::sleep(Duration::from_millis(10));
             continue;
         }
-        let batch = queue.pop();
+        let queued = queue.pop();
         // Taken after the pop: a batch queued for a link that came up is
         // popped after that link was sent.
-        if let Some(link) = links.try_iter().last() {
-            cursor = Some(RingCursor::new(link));
+        if let Some((epoch, link)) = links.try_iter().last() {
+            cursor = Some(RingCursor::new(epoch, link));
         }
         // A dead link's memory (its registered ring included) goes now, not
         // when the next write comes.
         if cursor.as_ref().is_some_and(|c| !c.link.is_alive()) {
             cursor = None;
         }
-        let Some(batch) = batch else {
-            if let Some(c) = &cursor {
-                if c.link.idle_ms() >= KEEPALIVE_MS {
-                    let _ = c.link.send_keepalive();
-                }
-            }
-            queue.wait_for_batch(Duration::from_millis(KEEPALIVE_MS / 2));
+        let Some(Queued { link, batch }) = queued else {
+            idle(cursor.as_ref(), &queue);
             continue;
         };
-        let Some(c) = cursor.as_mut() else {
-            Stats::add(&shared.stats.entries_dropped, batch.entries.len() as u64);
-            continue;
-        };
-        let sent = c.stage_batch(&batch, &shared, &queue).and_then(|n| {
-            if queue.is_empty() {
-                c.post(&shared)?;
-            }
-            Ok(n)
-        });
-        match sent {
-            Ok(n) => {
-                Stats::add(&shared.stats.entries_sent, n);
-                Stats::add(&shared.stats.batches_sent, 1);
-            }
-            Err(e) => {
-                Stats::add(&shared.stats.entries_dropped, batch.entries.len() as u64);
-                if !shared.stopping() {
-                    shared.stats.set_error(format!("send: {}", e.report()));
+        match cursor.as_mut().filter(|c| c.epoch == link) {
+            Some(c) => {
+                if !send_batch(c, &batch, &shared, &queue) {
+                    cursor = None;
                 }
-                c.link.close();
-                cursor = None;
             }
+            None => dropped(&shared, &batch),
+        }
+    }
+}
+
+/// A link and its number (the epoch the main thread learns it by).
+pub type NumberedLink = (u64, Arc<dyn RingWriter>);
+
+/// Nothing queued: keeps the link alive and sleeps until woken.
+fn idle(cursor: Option<&RingCursor>, queue: &BatchConsumer) {
+    if let Some(c) = cursor {
+        if c.link.idle_ms() >= KEEPALIVE_MS {
+            let _ = c.link.send_keepalive();
+        }
+    }
+    queue.wait_for_batch(Duration::from_millis(KEEPALIVE_MS / 2));
+}
+
+/// A batch not written: its link is gone (or it was queued for an older
+/// one). The main thread resends what it held (`catchup`).
+fn dropped(shared: &Shared, batch: &Batch) {
+    Stats::add(&shared.stats.entries_dropped, batch.entries.len() as u64);
+}
+
+/// Writes `batch` to the cursor's link; on failure closes the link and
+/// returns false (the batch is dropped with it).
+fn send_batch(c: &mut RingCursor, batch: &Batch, shared: &Shared, queue: &BatchConsumer) -> bool {
+    if shared.sender_faults.take_dropped_batch() {
+        // RDMASYNC.DEBUG DROP-NEXT-BATCH: lost, the link kept.
+        dropped(shared, batch);
+        return true;
+    }
+    let sent = c.stage_batch(batch, shared, queue).and_then(|n| {
+        if queue.is_empty() {
+            c.post(shared)?;
+        }
+        Ok(n)
+    });
+    match sent {
+        Ok(n) => {
+            Stats::add(&shared.stats.entries_sent, n);
+            Stats::add(&shared.stats.batches_sent, 1);
+            true
+        }
+        Err(e) => {
+            dropped(shared, batch);
+            if !shared.stopping() {
+                shared.stats.set_error(format!("send: {}", e.report()));
+            }
+            c.link.close();
+            false
         }
     }
 }
@@ -328,7 +374,7 @@ mod tests {
         let shared = Shared::for_tests();
         let (_, queue) = crate::shared::queue::batch_queue(1);
         let peer = Arc::new(CheckingPeer::new(capacity));
-        let mut cursor = RingCursor::new(peer.clone());
+        let mut cursor = RingCursor::new(1, peer.clone());
         for (i, b) in batches.iter().enumerate() {
             cursor.stage_batch(b, &shared, &queue).unwrap();
             if i % post_every == 0 {

@@ -308,6 +308,14 @@ impl Node {
             .unwrap();
     }
 
+    /// `RDMASYNC.DEBUG <words>` (fault hooks), which must answer OK.
+    pub fn debug(&self, words: &[&str]) {
+        let _: () = redis::cmd("RDMASYNC.DEBUG")
+            .arg(words)
+            .query(&mut self.conn())
+            .unwrap_or_else(|e| panic!("RDMASYNC.DEBUG {words:?}: {e}"));
+    }
+
     /// `DEBUG DIGEST`.
     pub fn digest(&self) -> String {
         redis::cmd("DEBUG")
