@@ -206,9 +206,9 @@ fn choose_transport(choice: TransportChoice, tls: bool) -> Result<(TransportKind
         _ => {}
     }
     // Before any other verbs call: BGSAVE forks with registered memory.
-    let fork = rdma::fork_init();
-    match (choice, rdma::probe()) {
-        (_, Ok(devices)) => Ok((
+    let probe = rdma::fork_init().and_then(|fork| Ok((fork, rdma::probe()?)));
+    match (choice, probe) {
+        (_, Ok((fork, devices))) => Ok((
             TransportKind::Rdma,
             format!(
                 "transport={} chose rdma: active device(s) {}; {fork}",
@@ -218,7 +218,7 @@ fn choose_transport(choice: TransportChoice, tls: bool) -> Result<(TransportKind
         )),
         (TransportChoice::Rdma, Err(e)) => Err(Error::Config {
             arg: "transport".into(),
-            reason: format!("rdma requested but no usable RDMA device: {}", report(&e)),
+            reason: format!("rdma requested but not usable: {}", report(&e)),
         }),
         (_, Err(e)) => Ok((
             TransportKind::Tcp,

@@ -23,18 +23,32 @@ fn an_ack_over_a_fast_new_link_never_covers_a_batch_the_old_link_lost() {
     let (a, b) = (&pair.a, &pair.b);
     // A's main thread learns of link events late, as when its apply queue
     // is backed up; meanwhile its sender loses a batch with the old link.
+    let reconnects = a.stat("reconnects");
     a.debug(&["HOLD-APPLY", "ON"]);
     a.debug(&["FAIL-NEXT-POST"]);
     let _: () = a.conn().set("lost-with-the-link", "1").unwrap();
     assert!(
-        wait_until(Duration::from_secs(15), || a.stat("reconnects") >= 1),
+        wait_until(Duration::from_secs(15), || a.stat("reconnects")
+            > reconnects),
         "the link did not come back: {:?}",
         a.status()
     );
-    // Queued while A still believes in the old link; it would reach B on the
-    // new one, and B's ack of it would then cover the batch that was lost.
+    // Queued while A still believes in the old link. Written to the new one
+    // (as before the fix), B would apply it and its ack would cover the batch
+    // the old link lost; now the sender drops it (it was queued for the old
+    // link) and A resends it once it learns of the new link.
+    let dropped = a.stat("entries_dropped");
     let _: () = a.conn().set("after-the-reconnect", "1").unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        wait_until(Duration::from_secs(15), || {
+            a.stat("entries_dropped") > dropped
+                || b.conn().exists::<_, bool>("after-the-reconnect").unwrap()
+        }),
+        "the second write went nowhere: a={:?}",
+        a.status()
+    );
+    // Room for B's ack of it to reach A's (held) apply queue.
+    std::thread::sleep(Duration::from_millis(200));
     a.debug(&["HOLD-APPLY", "OFF"]);
     assert!(
         arrives(b, "lost-with-the-link"),
@@ -73,6 +87,85 @@ fn a_batch_lost_on_a_live_link_stops_it_and_arrives_on_the_next() {
         "B's log does not name the gap"
     );
     pair.wait_converged(Duration::from_secs(15));
+}
+
+#[test]
+fn a_change_no_frame_can_carry_is_refused_visibly_and_the_link_stays_up() {
+    // With the smallest ring a frame holds at most 16 KiB: a key of 20 KB
+    // cannot be framed. It is refused before it is numbered (counted,
+    // logged, last_error), and what comes after it, in the same batch and
+    // in a full sync, still arrives over the same link.
+    let pair = Pair::start_with(&["ring-size=65536"], &["ring-size=65536"]);
+    pair.wait_in_step();
+    let (a, b) = (&pair.a, &pair.b);
+    let links = a.stat("reconnects");
+    let huge = "k".repeat(20_000);
+    let _: () = redis::pipe()
+        .atomic()
+        .set(&huge, "1")
+        .ignore()
+        .set("beside-the-huge-key", "1")
+        .ignore()
+        .query(&mut a.conn())
+        .unwrap();
+    assert!(arrives(b, "beside-the-huge-key"));
+    assert!(a.stat("entries_refused") >= 1, "{:?}", a.status());
+    assert!(
+        a.status()["last_error"].contains("refused"),
+        "{:?}",
+        a.status()
+    );
+    assert!(a.log().contains("refused: the peer's ring takes frames"));
+    assert!(!b.conn().exists::<_, bool>(&huge).unwrap());
+    let _: () = a.conn().set("after-the-huge-key", "1").unwrap();
+    assert!(arrives(b, "after-the-huge-key"));
+    assert_eq!(a.stat("reconnects"), links, "the refusal cost a reconnect");
+    assert_eq!(b.stat("bad_frames"), 0, "{:?}", b.status());
+    assert!(
+        wait_until(Duration::from_secs(10), || a.stat("lag_entries") == 0),
+        "the refused change waits for an ack: {:?}",
+        a.status()
+    );
+}
+
+#[test]
+fn a_full_sync_with_a_key_no_frame_can_carry_finishes() {
+    let mut pair = Pair::start_with(&["ring-size=65536"], &["ring-size=65536"]);
+    pair.wait_in_step();
+    let huge = "k".repeat(20_000);
+    {
+        let a = &pair.a;
+        let mut c = a.conn();
+        for i in 0..50 {
+            let _: () = c.set(format!("before-{i}"), i).unwrap();
+        }
+        let _: () = c.set(&huge, "1").unwrap();
+        for i in 0..50 {
+            let _: () = c.set(format!("after-{i}"), i).unwrap();
+        }
+    }
+    // B starts empty-handed: A's sync to it walks past the huge key.
+    pair.b.kill();
+    let _ = std::fs::remove_dir_all(pair.b.dir.join("appendonlydir"));
+    let _ = std::fs::remove_file(pair.b.dir.join("dump.rdb"));
+    pair.b.restart();
+    let (a, b) = (&pair.a, &pair.b);
+    pair.wait_linked();
+    assert!(
+        wait_until(Duration::from_secs(20), || (0..50).all(|i| {
+            b.conn().exists::<_, bool>(format!("after-{i}")).unwrap()
+                && b.conn().exists::<_, bool>(format!("before-{i}")).unwrap()
+        })),
+        "the sync never got past the huge key: a={:?} b={:?}",
+        a.status(),
+        b.status()
+    );
+    assert!(!b.conn().exists::<_, bool>(&huge).unwrap());
+    assert!(a.stat("entries_refused") >= 2, "{:?}", a.status());
+    let reconnects = a.stat("reconnects");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(a.stat("reconnects"), reconnects, "the link flaps");
+    assert_eq!(a.stat("sync_in_progress"), 0, "{:?}", a.status());
 }
 
 #[test]

@@ -22,6 +22,7 @@ use crate::converge::changes::PendingOp;
 use crate::converge::version::Stamp;
 use crate::ops::status::Stats;
 use crate::proto::entry::{Batch, Entry, Op};
+use crate::proto::wire;
 use crate::redis::server;
 use crate::redis::snapshot::{Read, Reader, Snapshot};
 use crate::shared::Shared;
@@ -78,6 +79,7 @@ pub(crate) fn push(
     mut entries: Vec<Entry>,
     resend: bool,
 ) -> Result<u64, Vec<Entry>> {
+    refuse_unframeable(shared, &mut entries, st.peer.link.max_frame);
     if entries.is_empty() {
         return Ok(0);
     }
@@ -116,6 +118,35 @@ pub(crate) fn push(
         None => st.peer.pushed(last_seq),
     }
     Ok(last_seq)
+}
+
+/// Takes out of `entries` those no frame of at most `max_frame` bytes (the
+/// peer's ring) can carry: a key longer than a frame, a value over 1 GiB.
+/// They are refused here, before they are numbered, so that the peer's
+/// acks never skip them; the refusal is counted (`entries_refused`), logged
+/// and kept as `last_error`, and the key differs between the nodes until it
+/// is written or deleted again (docs/limitations.md).
+fn refuse_unframeable(shared: &Shared, entries: &mut Vec<Entry>, max_frame: usize) {
+    if max_frame == 0 || entries.iter().all(|e| wire::can_frame(e, max_frame)) {
+        return;
+    }
+    entries.retain(|e| {
+        if wire::can_frame(e, max_frame) {
+            return true;
+        }
+        Stats::add(&shared.stats.entries_refused, 1);
+        let (_, key, value) = wire::entry_header(e);
+        let msg = format!(
+            "change of a key of {} bytes with {} value bytes refused: the peer's ring takes frames \
+             of at most {max_frame} bytes (keys must fit one, values at most 1 GiB); the key \
+             differs on the peer until it is written again",
+            key.len(),
+            value.len()
+        );
+        redis_module::logging::log_warning(format!("rdmasync: {msg}"));
+        shared.stats.set_error(msg);
+        false
+    });
 }
 
 /// Whether this node's changes not stamped yet must be flushed before the
@@ -346,7 +377,12 @@ fn keep_awake(ctx: &Context, st: &mut Replication) {
 pub(crate) fn link_came_up(link: LinkView) {
     if let Some(mut st) = main_state().replication.get() {
         st.peer.link = link;
-        on_link_up(&mut st, link);
+        // A replica ships nothing of its own; once promoted, its first
+        // flush catches up on this link (it is still new to the peer's
+        // progress).
+        if !server::is_replica_or_loading() {
+            on_link_up(&mut st, link);
+        }
     }
 }
 

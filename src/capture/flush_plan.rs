@@ -25,7 +25,10 @@ pub struct FlushFacts {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FlushSteps {
     /// Catch the peer up on the new link first (requeue what it did not
-    /// acknowledge, choose partial, full or since-watermark).
+    /// acknowledge, choose partial, full or since-watermark). The `LinkUp`
+    /// event does this as it is taken (`flush::link_came_up`); a flush
+    /// finds the link new only when that was skipped (a replica, promoted
+    /// since) or undone (a dataset merged again).
     pub on_link_up: bool,
     /// Ask for, answer and start syncs, then a slice of catching up and
     /// the ack: only while the link is up.

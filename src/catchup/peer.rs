@@ -24,15 +24,19 @@ pub struct LinkView {
     pub epoch: u64,
     /// The node id the peer gave in that link's handshake.
     pub peer_node: u64,
+    /// The largest frame that link's ring takes (0: no link yet).
+    pub max_frame: usize,
 }
 
 impl LinkView {
-    /// Link `epoch`, with node `peer_node`, is up.
-    pub fn up(epoch: u64, peer_node: u64) -> Self {
+    /// Link `epoch`, with node `peer_node` and frames of at most
+    /// `max_frame` bytes, is up.
+    pub fn up(epoch: u64, peer_node: u64, max_frame: usize) -> Self {
         Self {
             up: true,
             epoch,
             peer_node,
+            max_frame,
         }
     }
 
@@ -351,7 +355,7 @@ mod tests {
 
     #[test]
     fn a_link_that_ended_leaves_a_newer_one_up() {
-        let view = LinkView::up(2, 7);
+        let view = LinkView::up(2, 7, 1 << 20);
         assert!(!view.ended(2).up);
         assert_eq!(view.ended(2).epoch, 2);
         // The end of link 1, decoded after link 2 came up, changes nothing.

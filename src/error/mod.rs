@@ -84,6 +84,16 @@ pub enum Error {
         /// Its length.
         len: usize,
     },
+    /// The sender popped an entry no frame of the link can carry (the main
+    /// thread refuses those before numbering them: a bug). Sending the rest
+    /// of its batch would leave a gap in the sequence, so the link closes.
+    #[error("entry {seq} cannot be framed in frames of at most {max_frame} bytes")]
+    Unframeable {
+        /// The entry's sequence number.
+        seq: u64,
+        /// The largest frame of the link.
+        max_frame: usize,
+    },
     /// A frame in the ring failed to decode (`wire::decode_frame`).
     #[error("bad frame")]
     Wire(#[from] crate::proto::wire::WireError),

@@ -8,6 +8,16 @@ pub enum RdmaError {
     /// `ibv_get_device_list` returned no usable device.
     #[error("no RDMA device: {0}")]
     NoDevice(String),
+    /// `ibv_fork_init` failed and the kernel does not copy registered pages
+    /// on fork: a BGSAVE child would share pages the NIC reads and writes.
+    #[error(
+        "ibv_fork_init returned {rc} and the kernel does not copy DMA pages on fork \
+         (another library registered memory first?): a fork (BGSAVE) would be unsafe"
+    )]
+    ForkUnsafe {
+        /// What `ibv_fork_init` returned.
+        rc: i32,
+    },
     /// `mmap` of registered memory failed.
     #[error("mmap")]
     Mmap(#[source] std::io::Error),

@@ -29,6 +29,10 @@ pub enum Violation {
     /// A frame runs past the end of the ring instead of wrapping before it.
     #[error("frame straddles the ring end")]
     FrameStraddlesEnd,
+    /// A frame's header said one length when peeked at and another in
+    /// the copy taken to decode it: the peer rewrote placed bytes.
+    #[error("frame rewritten while it was read")]
+    FrameChangedWhileRead,
     /// A continuation chunk arrived with no chunked entry open.
     #[error("continuation chunk without a start")]
     ChunkWithoutStart,

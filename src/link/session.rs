@@ -20,7 +20,7 @@ use crate::ops::status::{LinkState, Stats};
 use crate::proto::auth::{Side, BINDING_LEN};
 use crate::proto::control::{Hello, RemoteRing};
 use crate::proto::entry::Batch;
-use crate::proto::ring::{CreditPolicy, RingGeometry};
+use crate::proto::ring::{CreditPolicy, RingGeometry, RingMemory};
 use crate::receive::poller::Poller;
 use crate::receive::sequence::{Gap, SequenceCheck};
 use crate::shared::apply_queue::{ApplyProducer, FromLink};
@@ -384,6 +384,7 @@ fn run_connection(
     let up = FromLink::LinkUp {
         epoch,
         peer_node: peer.node_id,
+        max_frame: geometry.max_frame(),
     };
     let to_main = &links.to_main;
     let result = to_main
@@ -503,7 +504,7 @@ impl<'a> Inbound<'a> {
 }
 
 impl Delivery for Inbound<'_> {
-    fn placed(&mut self, ring: &[u8], placed: u64) -> Result<Option<u64>> {
+    fn placed(&mut self, ring: &dyn RingMemory, placed: u64) -> Result<Option<u64>> {
         if let Err(e) = self.poller.consume(ring, placed, &mut self.batches) {
             self.rejected();
             return Err(e);

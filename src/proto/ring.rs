@@ -12,6 +12,56 @@ pub const MIN_RING_SIZE: u64 = 64 * 1024;
 /// Largest ring: registered memory is pinned, keep it sane.
 pub const MAX_RING_SIZE: u64 = 1 << 30;
 
+/// The receiver's ring as the poller reads it: bytes are only ever copied
+/// out, never borrowed, because the peer (its NIC, over RDMA) may write
+/// them at any time. The poller checks a frame on its own copy, so what it
+/// checked is what it uses.
+pub trait RingMemory {
+    /// Bytes in the ring.
+    fn len(&self) -> usize;
+
+    /// Whether the ring has no bytes (not registered yet).
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Copies `dst.len()` bytes from offset `off` into `dst`. The caller
+    /// keeps `off + dst.len() <= self.len()`; past it, copies nothing and
+    /// returns false.
+    fn copy_out(&self, off: usize, dst: &mut [u8]) -> bool;
+}
+
+/// A ring in this process's private memory (the TCP receiver's copy, tests).
+impl RingMemory for [u8] {
+    fn len(&self) -> usize {
+        <[u8]>::len(self)
+    }
+
+    fn copy_out(&self, off: usize, dst: &mut [u8]) -> bool {
+        match off
+            .checked_add(dst.len())
+            .and_then(|end| self.get(off..end))
+        {
+            Some(src) => {
+                dst.copy_from_slice(src);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// The same, owned (what a `dyn RingMemory` can point at).
+impl RingMemory for Vec<u8> {
+    fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+
+    fn copy_out(&self, off: usize, dst: &mut [u8]) -> bool {
+        self.as_slice().copy_out(off, dst)
+    }
+}
+
 /// Geometry of one ring.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RingGeometry {

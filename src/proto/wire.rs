@@ -479,6 +479,22 @@ pub struct Chunk {
     pub value_range: (usize, usize),
 }
 
+/// Whether [`chunk_entry`] can send `entry` in frames of at most
+/// `max_frame` bytes (without splitting it).
+pub fn can_frame(entry: &Entry, max_frame: usize) -> bool {
+    let (_, key, value) = entry_header(entry);
+    if value.len() > MAX_VALUE_LEN || key.len() > u32::MAX as usize {
+        return false;
+    }
+    if frame_len(key.len(), value.len()) <= max_frame {
+        return true;
+    }
+    max_frame
+        .checked_sub(frame_len(key.len(), 0))
+        .and_then(|room| room.checked_sub(ALIGN))
+        .is_some_and(|room| room & !(ALIGN - 1) >= 64)
+}
+
 /// Splits an entry's value into chunks so that every frame is at most
 /// `max_frame` bytes; `None` when the key alone (or the value, over
 /// [`MAX_VALUE_LEN`]) cannot be sent.
@@ -691,6 +707,11 @@ mod tests {
             prop_assert_eq!(f.header, h);
             prop_assert_eq!(f.key, k);
             prop_assert_eq!(f.value, v);
+        }
+
+        #[test]
+        fn can_frame_says_what_chunk_entry_does(e in arb_entry(), max_frame in 0usize..512) {
+            prop_assert_eq!(can_frame(&e, max_frame), chunk_entry(&e, max_frame).is_some());
         }
 
         #[test]

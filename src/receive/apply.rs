@@ -71,11 +71,15 @@ fn apply_pending(ctx: &Context, shared: &Shared) {
     while let Some(item) = queue.pop() {
         let batch = match item {
             FromLink::Batch(batch) => batch,
-            FromLink::LinkUp { epoch, peer_node } => {
+            FromLink::LinkUp {
+                epoch,
+                peer_node,
+                max_frame,
+            } => {
                 // Before anything that came over the new link: its acks
                 // must find what the old link may have lost already
                 // requeued (`Replication::link_up`).
-                crate::capture::flush::link_came_up(LinkView::up(epoch, peer_node));
+                crate::capture::flush::link_came_up(LinkView::up(epoch, peer_node, max_frame));
                 continue;
             }
             FromLink::LinkDown { epoch } => {

@@ -4,10 +4,10 @@
 
 use crate::error::{Result, Violation};
 use crate::proto::entry::{Batch, Encoding, Entry, Op};
-use crate::proto::ring::RingGeometry;
+use crate::proto::ring::{RingGeometry, RingMemory};
 use crate::proto::wire::{
     self, FrameHeader, FrameKind, FrameRef, Peeked, WireError, FLAG_BATCH_END, FLAG_CONTINUATION,
-    FLAG_MORE, MAX_VALUE_LEN,
+    FLAG_MORE, HEADER_LEN, MAX_VALUE_LEN,
 };
 
 /// Most bytes a batch may hold before it completes; a peer that exceeds it is
@@ -36,6 +36,33 @@ pub struct Poller {
     partial: Option<Reassembly>,
     /// Frames decoded, for status.
     frames: u64,
+    /// The frame being decoded, copied out of the ring: its checks and its
+    /// use read this copy, never the ring, which the peer may write.
+    scratch: Vec<u8>,
+}
+
+/// Where the frame at the head sits: its ring offset, the bytes placed
+/// from there to the ring's end, and how far the ring is placed.
+#[derive(Debug, Clone, Copy)]
+struct Placed {
+    off: usize,
+    avail: usize,
+    placed: u64,
+}
+
+/// Copies `dst.len()` ring bytes from `off`; the poller keeps within the
+/// ring, so a refusal is a bug reported as a violation, never a panic.
+fn copy_out<R: RingMemory + ?Sized>(ring: &R, off: usize, dst: &mut [u8]) -> Result<()> {
+    if ring.copy_out(off, dst) {
+        Ok(())
+    } else {
+        Err(Violation::PlacedOutsideRing {
+            placed: (off + dst.len()) as u64,
+            head: off as u64,
+            capacity: ring.len() as u64,
+        }
+        .into())
+    }
 }
 
 fn entry_from(header: &FrameHeader, key: Vec<u8>, value: Vec<u8>) -> Entry {
@@ -89,6 +116,7 @@ impl Poller {
             batch_bytes: 0,
             partial: None,
             frames: 0,
+            scratch: Vec::new(),
         }
     }
 
@@ -103,12 +131,19 @@ impl Poller {
     }
 
     /// Consumes every complete frame in `ring` between the head and `placed`,
-    /// pushing each finished batch to `out`.
+    /// pushing each finished batch to `out`. Each frame is copied out of the
+    /// ring once, then checked (header, lengths, CRC) and decoded from that
+    /// copy.
     ///
     /// # Errors
     /// [`crate::error::Error::Wire`] or [`crate::error::Error::Violation`] for bytes no honest peer writes;
     /// the link must then be closed.
-    pub fn consume(&mut self, ring: &[u8], placed: u64, out: &mut Vec<Batch>) -> Result<()> {
+    pub fn consume<R: RingMemory + ?Sized>(
+        &mut self,
+        ring: &R,
+        placed: u64,
+        out: &mut Vec<Batch>,
+    ) -> Result<()> {
         let cap = self.geometry.capacity();
         if ring.len() as u64 != cap || placed < self.head || placed - self.head > cap {
             return Err(Violation::PlacedOutsideRing {
@@ -118,11 +153,26 @@ impl Poller {
             }
             .into());
         }
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let result = self.consume_copies(ring, placed, &mut scratch, out);
+        self.scratch = scratch;
+        result
+    }
+
+    fn consume_copies<R: RingMemory + ?Sized>(
+        &mut self,
+        ring: &R,
+        placed: u64,
+        scratch: &mut Vec<u8>,
+        out: &mut Vec<Batch>,
+    ) -> Result<()> {
         while self.head < placed {
             let off = self.geometry.offset(self.head);
             let avail = (placed - self.head).min(self.geometry.to_end(self.head)) as usize;
-            let bytes = &ring[off..off + avail];
-            match wire::peek(bytes) {
+            let mut head = [0u8; HEADER_LEN];
+            let seen = avail.min(HEADER_LEN);
+            copy_out(ring, off, &mut head[..seen])?;
+            match wire::peek(&head[..seen]) {
                 Ok(Peeked::Padding) => {
                     let skip = self.geometry.to_end(self.head);
                     if placed - self.head < skip {
@@ -131,32 +181,61 @@ impl Poller {
                     self.head += skip;
                 }
                 Ok(Peeked::Frame(len)) => {
-                    // No sender writes a frame larger than this (it chunks):
-                    // a header claiming more would wait forever for bytes
-                    // the ring cannot hold.
-                    if len > self.geometry.max_frame() {
-                        return Err(Violation::FrameTooLarge {
-                            len,
-                            max: self.geometry.max_frame(),
-                        }
-                        .into());
-                    }
-                    if len > avail {
-                        if self.head + len as u64 <= placed {
-                            return Err(Violation::FrameStraddlesEnd.into());
-                        }
+                    let at = Placed { off, avail, placed };
+                    if !self.take_placed_frame(ring, at, len, scratch, out)? {
                         return Ok(()); // not completely placed yet
                     }
-                    let frame = wire::decode_frame(&bytes[..len])?;
-                    self.take_frame(&frame, out)?;
-                    self.head += len as u64;
-                    self.frames += 1;
                 }
                 Err(WireError::Truncated { .. }) => return Ok(()),
                 Err(e) => return Err(e.into()),
             }
         }
         Ok(())
+    }
+
+    /// Copies the frame of `len` bytes at `at` out of the ring, checks and
+    /// takes it; false when it is not completely placed yet.
+    fn take_placed_frame<R: RingMemory + ?Sized>(
+        &mut self,
+        ring: &R,
+        at: Placed,
+        len: usize,
+        scratch: &mut Vec<u8>,
+        out: &mut Vec<Batch>,
+    ) -> Result<bool> {
+        // No sender writes a frame larger than this (it chunks): a header
+        // claiming more would wait forever for bytes the ring cannot hold.
+        if len > self.geometry.max_frame() {
+            return Err(Violation::FrameTooLarge {
+                len,
+                max: self.geometry.max_frame(),
+            }
+            .into());
+        }
+        if len > at.avail {
+            if self.head + len as u64 <= at.placed {
+                return Err(Violation::FrameStraddlesEnd.into());
+            }
+            return Ok(false);
+        }
+        if scratch.len() < len {
+            scratch.resize(len, 0);
+        }
+        let copy = &mut scratch[..len];
+        copy_out(ring, at.off, copy)?;
+        // Decided on the copy: a header rewritten since it was peeked at no
+        // longer says `len`.
+        let frame = match wire::decode_frame(copy) {
+            Ok(f) if f.len == len => f,
+            Ok(_) | Err(WireError::Truncated { .. }) => {
+                return Err(Violation::FrameChangedWhileRead.into())
+            }
+            Err(e) => return Err(e.into()),
+        };
+        self.take_frame(&frame, out)?;
+        self.head += len as u64;
+        self.frames += 1;
+        Ok(true)
     }
 
     fn take_frame(&mut self, frame: &FrameRef<'_>, out: &mut Vec<Batch>) -> Result<()> {
@@ -277,6 +356,100 @@ mod tests {
                 },
             },
         }
+    }
+
+    /// A ring a hostile peer rewrites as it is read: `rewrite(n, bytes)`
+    /// runs before the n-th copy out of it (0-based).
+    struct RewrittenRing<F: Fn(usize, &mut Vec<u8>)> {
+        bytes: std::cell::RefCell<Vec<u8>>,
+        copies: std::cell::Cell<usize>,
+        rewrite: F,
+    }
+
+    impl<F: Fn(usize, &mut Vec<u8>)> RingMemory for RewrittenRing<F> {
+        fn len(&self) -> usize {
+            self.bytes.borrow().len()
+        }
+        fn copy_out(&self, off: usize, dst: &mut [u8]) -> bool {
+            let n = self.copies.get();
+            self.copies.set(n + 1);
+            (self.rewrite)(n, &mut self.bytes.borrow_mut());
+            self.bytes.borrow().as_slice().copy_out(off, dst)
+        }
+    }
+
+    /// A ring holding one frame, how far it is placed, and its batch.
+    type OneFrame<F> = (RewrittenRing<F>, u64, Batch);
+
+    fn one_frame_ring(
+        rewrite: impl Fn(usize, &mut Vec<u8>),
+    ) -> OneFrame<impl Fn(usize, &mut Vec<u8>)> {
+        let g = RingGeometry::new(4096).unwrap();
+        let mut ring = vec![0u8; 4096];
+        let mut s = TestSender {
+            g,
+            tail: 0,
+            pad_end: None,
+        };
+        let batch = Batch {
+            entries: vec![entry(1, "k", 100)],
+        };
+        s.write_batch(&mut ring, &batch);
+        let ring = RewrittenRing {
+            bytes: std::cell::RefCell::new(ring),
+            copies: std::cell::Cell::new(0),
+            rewrite,
+        };
+        (ring, s.tail, batch)
+    }
+
+    #[test]
+    fn what_was_checked_is_what_is_applied_whatever_the_peer_writes_after() {
+        // The value is rewritten after every copy: the entry holds the
+        // bytes the CRC covered, read once.
+        let (ring, placed, batch) = one_frame_ring(|n, b| {
+            if n >= 2 {
+                b[HEADER_LEN + 1..HEADER_LEN + 50].fill(0xEE);
+            }
+        });
+        let mut p = Poller::new(RingGeometry::new(4096).unwrap());
+        let mut out = Vec::new();
+        p.consume(&ring, placed, &mut out).unwrap();
+        assert_eq!(out, vec![batch]);
+        assert_eq!(
+            ring.copies.get(),
+            2,
+            "the header peeked, then the frame copied once"
+        );
+    }
+
+    #[test]
+    fn a_frame_rewritten_between_its_peek_and_its_copy_is_refused() {
+        // The value changes after the header was peeked: the CRC, checked
+        // on the copy, refuses it.
+        let (ring, placed, _) = one_frame_ring(|n, b| {
+            if n == 1 {
+                b[HEADER_LEN + 1] ^= 0xFF;
+            }
+        });
+        let mut p = Poller::new(RingGeometry::new(4096).unwrap());
+        let err = p.consume(&ring, placed, &mut Vec::new()).unwrap_err();
+        assert!(
+            matches!(err, crate::error::Error::Wire(WireError::Checksum { .. })),
+            "{err:?}"
+        );
+        // The length in the header changes: refused (it no longer matches
+        // the key and value lengths, or no longer says the length peeked).
+        let (ring, placed, _) = one_frame_ring(|n, b| {
+            if n == 1 {
+                let len = u32::from_le_bytes(b[8..12].try_into().unwrap()) + 8;
+                b[8..12].copy_from_slice(&len.to_le_bytes());
+            }
+        });
+        let mut p = Poller::new(RingGeometry::new(4096).unwrap());
+        let mut out = Vec::new();
+        assert!(p.consume(&ring, placed, &mut out).is_err());
+        assert!(out.is_empty());
     }
 
     #[test]

@@ -108,6 +108,9 @@ pub enum FromLink {
         epoch: u64,
         /// The peer's node id, from the handshake.
         peer_node: u64,
+        /// The largest frame the peer's ring takes: what cannot be framed
+        /// in it is refused before it is numbered.
+        max_frame: usize,
     },
     /// A batch the poller decoded.
     Batch(Batch),
@@ -252,6 +255,7 @@ mod tests {
         let up = FromLink::LinkUp {
             epoch: 3,
             peer_node: 9,
+            max_frame: 1 << 20,
         };
         producer.submit(&shared, up).unwrap();
         producer.submit(&shared, FromLink::Batch(batch)).unwrap();
@@ -263,7 +267,8 @@ mod tests {
             consumer.pop(),
             Some(FromLink::LinkUp {
                 epoch: 3,
-                peer_node: 9
+                peer_node: 9,
+                ..
             })
         ));
         assert!(matches!(consumer.pop(), Some(FromLink::Batch(_))));

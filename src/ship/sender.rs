@@ -137,18 +137,11 @@ impl RingCursor {
         let max_frame = self.geometry.max_frame();
         let mut planned = Vec::with_capacity(batch.entries.len());
         for e in &batch.entries {
-            match chunk_entry(e, max_frame) {
-                Some(chunks) => planned.push((e, chunks)),
-                None => {
-                    Stats::add(&shared.stats.entries_refused, 1);
-                    let msg = format!(
-                        "entry for key of {} bytes refused: no frame of at most {max_frame} bytes can carry it",
-                        e.key().map_or(0, <[u8]>::len)
-                    );
-                    redis_module::logging::log_warning(format!("rdmasync: {msg}"));
-                    shared.stats.set_error(msg);
-                }
-            }
+            let chunks = chunk_entry(e, max_frame).ok_or(Error::Unframeable {
+                seq: e.seq,
+                max_frame,
+            })?;
+            planned.push((e, chunks));
         }
         let last = planned.len().wrapping_sub(1);
         for (i, (entry, chunks)) in planned.iter().enumerate() {
@@ -243,12 +236,16 @@ fn dropped(shared: &Shared, batch: &Batch) {
 /// Writes `batch` to the cursor's link; on failure closes the link and
 /// returns false (the batch is dropped with it).
 fn send_batch(c: &mut RingCursor, batch: &Batch, shared: &Shared, queue: &BatchConsumer) -> bool {
-    if shared.sender_faults.take_dropped_batch() {
-        // RDMASYNC.DEBUG DROP-NEXT-BATCH: lost, the link kept.
+    // RDMASYNC.DEBUG DROP-NEXT-BATCH: lost, the link kept. Never the first
+    // batch of a link: the peer could not see a gap before it.
+    let lost = c.tail > 0 && shared.sender_faults.take_dropped_batch();
+    let sent = if lost {
         dropped(shared, batch);
-        return true;
+        Ok(None)
+    } else {
+        c.stage_batch(batch, shared, queue).map(Some)
     }
-    let sent = c.stage_batch(batch, shared, queue).and_then(|n| {
+    .and_then(|n| {
         if queue.is_empty() {
             c.post(shared)?;
         }
@@ -256,12 +253,16 @@ fn send_batch(c: &mut RingCursor, batch: &Batch, shared: &Shared, queue: &BatchC
     });
     match sent {
         Ok(n) => {
-            Stats::add(&shared.stats.entries_sent, n);
-            Stats::add(&shared.stats.batches_sent, 1);
+            if let Some(n) = n {
+                Stats::add(&shared.stats.entries_sent, n);
+                Stats::add(&shared.stats.batches_sent, 1);
+            }
             true
         }
         Err(e) => {
-            dropped(shared, batch);
+            if !lost {
+                dropped(shared, batch);
+            }
             if !shared.stopping() {
                 shared.stats.set_error(format!("send: {}", e.report()));
             }
@@ -328,7 +329,7 @@ mod tests {
             ring[off..off + bytes.len()].copy_from_slice(bytes);
             *placed = pos + len;
             let mut out = Vec::new();
-            poller.consume(&ring, *placed, &mut out)?;
+            poller.consume(&*ring, *placed, &mut out)?;
             self.received.lock().extend(out);
             Ok(())
         }

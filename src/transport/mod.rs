@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::Result;
 use crate::ops::status::unix_ms;
-use crate::proto::ring::RingGeometry;
+use crate::proto::ring::{RingGeometry, RingMemory};
 pub use stop::StopToken;
 
 /// How often idle link threads wake to check for unload and a silent peer
@@ -61,7 +61,7 @@ pub trait Delivery {
     ///
     /// # Errors
     /// Bad frames, or unload while waiting to apply.
-    fn placed(&mut self, ring: &[u8], placed: u64) -> Result<Option<u64>>;
+    fn placed(&mut self, ring: &dyn RingMemory, placed: u64) -> Result<Option<u64>>;
     /// Nothing arrived for a while; `Err` ends the link (unload, silent
     /// peer, replaced by a newer connection).
     ///

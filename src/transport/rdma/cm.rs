@@ -24,9 +24,12 @@ pub struct EventChannel {
     stop: StopToken,
 }
 
-// SAFETY: the channel is used by one thread at a time (its owner).
+// SAFETY: an event channel may be read and destroyed from any thread.
 unsafe impl Send for EventChannel {}
-// SAFETY: shared holders only keep it alive; reads happen on the owner thread.
+// SAFETY: through `&self`, `next_event` reads the fd (fixed at creation):
+// `rdma_get_cm_event` allocates each event for its caller, who acknowledges
+// it once, and the kernel hands each event to one reader, so calls from
+// several threads share no memory. Destruction needs the last Arc (Drop).
 unsafe impl Sync for EventChannel {}
 
 /// What a CM event said.
@@ -181,9 +184,15 @@ pub struct CmId {
     channel: Arc<EventChannel>,
 }
 
-// SAFETY: rdma_cm ids may be used from any thread; the owner serialises use.
+// SAFETY: an rdma_cm id may be used and destroyed from any thread.
 unsafe impl Send for CmId {}
-// SAFETY: the only cross-thread call is `disconnect`, which librdmacm allows.
+// SAFETY: librdmacm's calls on an id are commands written to the rdma_cm
+// (ucma) fd, which the kernel serialises per id, so calls on one id from
+// several threads share no user memory beyond fields read only. In this crate the id is
+// set up (listen, resolve, connect or accept) by the one thread running its
+// handshake; once the link is shared, the calls through `&self` are
+// `disconnect` (any thread, to end the link) and reads of fields fixed at
+// connection (`verbs`, `qp`, `channel`, `peer_ip`, `device_name`).
 unsafe impl Sync for CmId {}
 
 impl CmId {

@@ -3,6 +3,7 @@
 //! and the receive loop (completions -> placed position -> poller -> apply).
 
 use std::collections::VecDeque;
+use std::mem::ManuallyDrop;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -18,7 +19,7 @@ use crate::ops::status::RingGuard;
 use crate::proto::auth::Side;
 use crate::proto::control::{MessageHeader, Op, RemoteRing, HEADER_LEN, MAX_CONTROL_LEN};
 use crate::proto::handshake::{decode_header, Local};
-use crate::proto::ring::RingGeometry;
+use crate::proto::ring::{RingGeometry, RingMemory};
 use crate::transport::handshake::{self, Agreed, MessageIo, Watch};
 use crate::transport::{credit_message, keepalive_message, Delivery, LinkFlags, RingWriter};
 
@@ -51,14 +52,15 @@ fn slot_header(slot: &[u8; SLOT_BYTES]) -> &[u8; HEADER_LEN] {
 /// it depends on (the QP its id, CQs and PD; memory regions the PD; CQs
 /// their channel; all of them the id whose device context they use; the
 /// id its event channel), so they are released in dependency order
-/// whatever the order of the fields.
+/// whatever the order of the fields. The one order no `Arc` expresses, the
+/// QP before the memory its posted requests point into, is `Drop`'s.
 ///
 /// Before authentication a connection holds only receive slots and a small
 /// send buffer: the ring (the only memory the peer may write) and the
 /// staging region are registered once the peer has proven the secret.
 pub(crate) struct Endpoint {
-    /// First, so that it goes before the memory its requests point into.
-    qp: QueuePair,
+    /// Destroyed first, by `Drop`, before the memory its requests point into.
+    qp: ManuallyDrop<QueuePair>,
     send_cq: Arc<CompletionQueue>,
     recv_cq: Arc<CompletionQueue>,
     /// The ring the peer writes into, and its count in `rings_live`.
@@ -70,6 +72,16 @@ pub(crate) struct Endpoint {
     pd: Arc<ProtectionDomain>,
     id: Arc<CmId>,
     device: String,
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        // SAFETY: `qp` is dropped here once and never used again (the other
+        // fields drop after this body). Destroying the QP first ends every
+        // request it had posted before the memory regions they point into
+        // are deregistered and unmapped.
+        unsafe { ManuallyDrop::drop(&mut self.qp) };
+    }
 }
 
 impl Endpoint {
@@ -95,7 +107,7 @@ impl Endpoint {
         )?;
         let device = id.device_name();
         let ep = Self {
-            qp,
+            qp: ManuallyDrop::new(qp),
             send_cq,
             recv_cq,
             ring: OnceLock::new(),
@@ -170,17 +182,17 @@ impl Endpoint {
         Ok(out)
     }
 
-    /// The ring's bytes (empty before authentication).
-    ///
-    /// The peer's NIC writes only positions between what we have been told is
-    /// placed and `head + capacity`; the poller reads only between head and
-    /// placed, so the bytes it looks at do not change under it.
-    fn ring(&self) -> &[u8] {
+    /// The ring the peer writes into (empty before authentication). The
+    /// poller only copies bytes out of it: an honest peer's NIC writes only
+    /// between what we were told is placed and `head + capacity`, but any
+    /// authenticated peer may write anywhere in it at any time.
+    fn ring(&self) -> &dyn RingMemory {
         match self.ring.get() {
-            // SAFETY: `ring` is a live mapping of `len` bytes owned by this
-            // endpoint; see above for why the bytes read through the slice are stable.
-            Some((mr, _)) => unsafe { std::slice::from_raw_parts(mr.as_ptr(), mr.len()) },
-            None => &[],
+            Some((mr, _)) => mr,
+            None => {
+                const UNREGISTERED: &Vec<u8> = &Vec::new();
+                UNREGISTERED
+            }
         }
     }
 

@@ -4,6 +4,7 @@
 //! marks whole pages, and a page shared with heap data would break a BGSAVE
 //! child (see Valkey's `page_aligned_zalloc`).
 
+use std::mem::ManuallyDrop;
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
 
@@ -11,6 +12,7 @@ use rdma_sys::{ibv_dereg_mr, ibv_mr, ibv_reg_mr};
 
 use super::verbs::ProtectionDomain;
 use super::RdmaError;
+use crate::proto::ring::RingMemory;
 
 /// Anonymous, page-aligned, zeroed memory, unmapped on drop.
 pub struct MmapRegion {
@@ -18,10 +20,14 @@ pub struct MmapRegion {
     len: usize,
 }
 
-// SAFETY: the region is plain memory owned by this value; access is through
-// `&self`/`&mut self` or the NIC, never aliased by another owner.
+// SAFETY: the mapping belongs to this value alone and `munmap` may run on
+// any thread.
 unsafe impl Send for MmapRegion {}
-// SAFETY: shared access only reads through raw pointers the owner hands out.
+// SAFETY: no `&self` method touches the mapped bytes: `as_ptr` and `len`
+// hand out the address and length, and every read or write through that
+// pointer is an `unsafe` block of its own with its own argument (the ring's
+// `copy_out`, the staging and slot copies in `conn`). Sharing the value
+// shares only the address.
 unsafe impl Sync for MmapRegion {}
 
 impl MmapRegion {
@@ -73,12 +79,16 @@ impl Drop for MmapRegion {
 pub struct MemoryRegion {
     mr: NonNull<ibv_mr>,
     _pd: Arc<ProtectionDomain>,
-    memory: MmapRegion,
+    /// Unmapped by `Drop` only once deregistered (else left mapped).
+    memory: ManuallyDrop<MmapRegion>,
 }
 
-// SAFETY: an ibv_mr handle may be used from any thread; the memory is owned.
+// SAFETY: an ibv_mr may be deregistered from any thread (libibverbs keeps
+// no per-thread state for it) and the mapping it covers is owned (Send, above).
 unsafe impl Send for MemoryRegion {}
-// SAFETY: lkey/rkey/addr are immutable after registration.
+// SAFETY: through `&self` only lkey/rkey/addr/len are read (fixed at
+// registration) and bytes are copied out by `RingMemory::copy_out`, whose
+// argument holds from any thread; deregistration needs `&mut` (Drop).
 unsafe impl Sync for MemoryRegion {}
 
 impl MemoryRegion {
@@ -106,7 +116,7 @@ impl MemoryRegion {
         Ok(Self {
             mr,
             _pd: pd.clone(),
-            memory,
+            memory: ManuallyDrop::new(memory),
         })
     }
 
@@ -138,6 +148,36 @@ impl MemoryRegion {
     }
 }
 
+/// The ring the peer writes into with RDMA WRITEs: its bytes may change at
+/// any time, so they are only ever copied out through a raw pointer, never
+/// borrowed as a slice (no `&[u8]` over memory the NIC writes).
+impl RingMemory for MemoryRegion {
+    fn len(&self) -> usize {
+        self.memory.len()
+    }
+
+    fn copy_out(&self, off: usize, dst: &mut [u8]) -> bool {
+        if off
+            .checked_add(dst.len())
+            .is_none_or(|end| end > self.memory.len())
+        {
+            return false;
+        }
+        // SAFETY: `off..off + dst.len()` lies inside the live mapping this
+        // region owns (checked above); `dst` is a unique borrow of other
+        // memory (the mapping is never lent out as a reference, so no
+        // borrow can point into it). No reference to the mapping exists, so
+        // the NIC writing it meanwhile breaks no aliasing rule, and a byte
+        // has no invalid value: a read torn by such a write gives wrong
+        // bytes at worst, which the caller's checks on its copy (header,
+        // lengths, CRC) refuse.
+        unsafe {
+            ptr::copy_nonoverlapping(self.memory.as_ptr().add(off), dst.as_mut_ptr(), dst.len())
+        };
+        true
+    }
+}
+
 impl Drop for MemoryRegion {
     fn drop(&mut self) {
         // SAFETY: deregisters the region registered in `register`, once,
@@ -145,8 +185,16 @@ impl Drop for MemoryRegion {
         // (its requests would fail with a protection error; `conn::Endpoint`
         // destroys its QP first anyway).
         let rc = unsafe { ibv_dereg_mr(self.mr.as_ptr()) };
-        if rc != 0 {
-            redis_module::logging::log_warning(format!("rdmasync: ibv_dereg_mr failed: {rc}"));
+        if rc == 0 {
+            // SAFETY: dropped here once; the NIC no longer maps it.
+            unsafe { ManuallyDrop::drop(&mut self.memory) };
+        } else {
+            // Still registered: the NIC may write it, so it stays mapped
+            // (leaked) rather than be reused by the allocator.
+            redis_module::logging::log_warning(format!(
+                "rdmasync: ibv_dereg_mr failed ({rc}): {} bytes left mapped",
+                self.memory.len()
+            ));
         }
     }
 }

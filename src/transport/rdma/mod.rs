@@ -21,16 +21,34 @@ pub(crate) use conn::{receive, Pending, RdmaLink};
 
 /// Prepares libibverbs for redis-server's fork (BGSAVE, BGREWRITEAOF).
 /// Must run before any other verbs call. Returns a line for the log.
-pub(crate) fn fork_init() -> String {
-    // SAFETY: no preconditions beyond being first, which the caller ensures.
-    let rc = unsafe { rdma_sys::ibv_fork_init() };
-    if rc == 0 {
-        "ibv_fork_init: ok".into()
-    } else {
-        format!(
-            "ibv_fork_init: {} (the kernel's copy-on-fork covers registered memory)",
-            std::io::Error::from_raw_os_error(rc)
+///
+/// # Errors
+/// [`RdmaError::ForkUnsafe`] when a fork would share registered pages.
+pub(crate) fn fork_init() -> Result<&'static str, RdmaError> {
+    // SAFETY: no preconditions beyond being first, which the caller ensures;
+    // `ibv_is_fork_initialized` only reads libibverbs' state.
+    let (rc, status) = unsafe {
+        (
+            rdma_sys::ibv_fork_init(),
+            rdma_sys::ibv_is_fork_initialized(),
         )
+    };
+    fork_verdict(rc, status)
+}
+
+/// Whether redis-server may fork with registered memory, from what
+/// `ibv_fork_init` returned and `ibv_is_fork_initialized` says. EINVAL from
+/// `ibv_fork_init` means memory was registered before it (by another
+/// library in the process): libibverbs can no longer mark our pages
+/// MADV_DONTFORK, and only a kernel that copies DMA pages on fork
+/// (IBV_FORK_UNNEEDED, Linux 5.13+) keeps a BGSAVE child safe.
+fn fork_verdict(rc: i32, status: rdma_sys::ibv_fork_status) -> Result<&'static str, RdmaError> {
+    match (rc, status) {
+        (_, rdma_sys::IBV_FORK_UNNEEDED) => {
+            Ok("fork: the kernel copies registered pages for the child")
+        }
+        (0, rdma_sys::IBV_FORK_ENABLED) => Ok("fork: registered memory is MADV_DONTFORK"),
+        (rc, _) => Err(RdmaError::ForkUnsafe { rc }),
     }
 }
 
@@ -156,4 +174,26 @@ pub(crate) fn dial(
     let id = cm::CmId::new(cm::EventChannel::new(stop)?)?;
     id.resolve(bind, peer, CONNECT_TIMEOUT)?;
     Pending::connect(id, ring_size)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fork_is_allowed_only_where_registered_pages_stay_safe() {
+        use rdma_sys::{IBV_FORK_DISABLED, IBV_FORK_ENABLED, IBV_FORK_UNNEEDED};
+        assert!(fork_verdict(0, IBV_FORK_ENABLED).is_ok());
+        assert!(fork_verdict(0, IBV_FORK_UNNEEDED).is_ok());
+        // Too late (memory registered first), but the kernel copies: safe.
+        assert!(fork_verdict(libc::EINVAL, IBV_FORK_UNNEEDED).is_ok());
+        // Too late and the kernel does not copy: a BGSAVE child would share
+        // pages the NIC writes.
+        assert!(matches!(
+            fork_verdict(libc::EINVAL, IBV_FORK_DISABLED),
+            Err(RdmaError::ForkUnsafe { rc }) if rc == libc::EINVAL
+        ));
+        assert!(fork_verdict(libc::ENOMEM, IBV_FORK_DISABLED).is_err());
+        assert!(fork_verdict(0, IBV_FORK_DISABLED).is_err());
+    }
 }

@@ -42,9 +42,12 @@ pub struct ProtectionDomain {
     _device: Arc<CmId>,
 }
 
-// SAFETY: verbs handles are thread-safe to use and to destroy from any thread.
+// SAFETY: a PD may be used and deallocated from any thread (libibverbs
+// keeps no per-thread state for it).
 unsafe impl Send for ProtectionDomain {}
-// SAFETY: as above; no Rust-side mutable state.
+// SAFETY: `&self` only hands out the handle, which libibverbs lets several
+// threads use at once (ibv_reg_mr, ibv_create_qp take the device's locks);
+// deallocation needs the last Arc (Drop).
 unsafe impl Sync for ProtectionDomain {}
 
 impl ProtectionDomain {
@@ -89,9 +92,12 @@ pub struct CompletionChannel {
     _device: Arc<CmId>,
 }
 
-// SAFETY: the channel fd may be polled and read from any one thread at a time.
+// SAFETY: a completion channel may be used and destroyed from any thread.
 unsafe impl Send for CompletionChannel {}
-// SAFETY: only the receiver thread waits on it; others only hold the Arc.
+// SAFETY: `&self` reads only the fd, fixed at creation; waiting on it is a
+// poll and read of that fd (`ibv_get_cq_event`), which the kernel serialises
+// between threads, each event going to one reader. `conn` has one thread
+// wait on it so that no event is taken by another.
 unsafe impl Sync for CompletionChannel {}
 
 impl CompletionChannel {
@@ -140,10 +146,15 @@ pub struct CompletionQueue {
     _device: Arc<CmId>,
 }
 
-// SAFETY: a CQ is polled by exactly one thread (sender or receiver); the
-// handle itself may move between threads.
+// SAFETY: a CQ may be polled, armed and destroyed from any thread.
 unsafe impl Send for CompletionQueue {}
-// SAFETY: see above: one poller per CQ by construction in `conn`.
+// SAFETY: `ibv_poll_cq` and `ibv_req_notify_cq` on one CQ from several
+// threads are memory-safe: the providers serialise them with the CQ's own
+// lock, which they skip only for a CQ created single-threaded
+// (IBV_CREATE_CQ_ATTR_SINGLE_THREADED through ibv_create_cq_ex), and this
+// crate creates CQs with plain `ibv_create_cq`. `conn` still has one thread
+// poll each CQ (the send CQ under the sender's lock, the receive CQ on the
+// link thread) so that completions are not split between threads.
 unsafe impl Sync for CompletionQueue {}
 
 impl CompletionQueue {
