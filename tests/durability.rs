@@ -248,7 +248,7 @@ fn keys_applied_from_the_peer_never_vanish_while_a_restarted_node_catches_up() {
     let caught_up = wait_until(SETTLE, || {
         let n: usize = redis::cmd("DBSIZE").query(&mut a).unwrap();
         fewest = fewest.min(n);
-        pair.a.stat("full_syncs") >= 1 && pair.b.stat("full_syncs") >= 1 && {
+        pair.a.syncs_sent() >= 1 && pair.b.syncs_sent() >= 1 && {
             let s = pair.b.status();
             s["sync_in_progress"] == "0" && s["link"] == "up"
         }

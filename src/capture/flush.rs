@@ -18,6 +18,7 @@ use crate::catchup::fullsync::FullSync;
 use crate::catchup::inflight::SentBatch;
 use crate::catchup::peer::LinkView;
 use crate::catchup::replication::{CatchUp, Replication};
+use crate::catchup::snapshot::SyncKind;
 use crate::converge::changes::PendingOp;
 use crate::converge::version::Stamp;
 use crate::ops::status::Stats;
@@ -441,16 +442,15 @@ fn ask_for_sync(shared: &Shared, st: &mut Replication) {
 /// Starts the sync the peer's request (or a link drop) made due: a full
 /// one, or one since the watermarks the peer gave.
 fn start_due_sync(reader: &Reader, shared: &Shared, st: &mut Replication) {
-    if st.peer.full_sync.is_some() {
-        return;
-    }
-    if st.peer.full_sync_wanted {
-        st.peer.start_full_sync(FullSync::new(reader.databases()));
-    } else if let Some((since, own)) = st.peer.since_sync_wanted {
-        let peer = st.peer.node_id;
-        let sync = FullSync::since_watermark(&st.versions, shared.node_id, peer, since, own);
-        st.peer.start_full_sync(sync);
-    }
+    let sync = match st.peer.snapshot.due() {
+        None => return,
+        Some(SyncKind::Full) => FullSync::new(reader.databases()),
+        Some(SyncKind::Since { since, own }) => {
+            let peer = st.peer.node_id;
+            FullSync::since_watermark(&st.versions, shared.node_id, peer, since, own)
+        }
+    };
+    st.peer.start_full_sync(sync);
 }
 
 /// Ships what changed since the last call, unless a key resting after a

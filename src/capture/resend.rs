@@ -8,6 +8,7 @@ use std::time::Instant;
 use crate::capture::flush::{count_read_failures, entry, op_of, pending_of, push};
 use crate::catchup::fullsync::Shipment;
 use crate::catchup::replication::Replication;
+use crate::catchup::snapshot::SyncKind;
 use crate::converge::changes::PendingOp;
 use crate::converge::version::{KeyVersion, Stamp};
 use crate::proto::entry::{Entry, Op};
@@ -167,9 +168,10 @@ pub fn advance_full_sync(
     st: &mut Replication,
     deadline: Instant,
 ) {
-    let Some(mut sync) = st.peer.full_sync.take() else {
+    let Some(mut running) = st.peer.snapshot.take_running() else {
         return;
     };
+    let sync = &mut running.sync;
     while !shared.queue.is_full() && Instant::now() < deadline && !sync.is_done() {
         let shipments: Vec<Shipment> =
             sync.step(reader, &st.versions, shared.node_id, CATCH_UP_BATCH);
@@ -186,7 +188,7 @@ pub fn advance_full_sync(
         }
         let Ok(last_seq) = push(shared, st, entries, false) else {
             // Cannot happen after `is_full` said no (single producer); start over.
-            st.peer.full_sync_wanted = true;
+            st.peer.snapshot.owe(SyncKind::Full);
             return;
         };
         if last_seq != 0 {
@@ -194,14 +196,16 @@ pub fn advance_full_sync(
         }
         st.peer.report.entries = sync.sent;
     }
-    if sync.is_done() {
+    let (done, last_seq) = (sync.is_done(), sync.last_seq);
+    if done {
         redis_module::logging::log_notice(format!(
             "rdmasync: full sync sent: {} keys and tombstones in {} ms",
             sync.sent,
             sync.started.elapsed().as_millis()
         ));
-        st.peer.full_sync_sent(sync.last_seq);
-    } else {
-        st.peer.full_sync = Some(sync);
+    }
+    st.peer.snapshot.resume(running);
+    if done {
+        st.peer.full_sync_sent(last_seq);
     }
 }

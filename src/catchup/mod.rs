@@ -8,3 +8,4 @@ pub(crate) mod fullsync;
 pub(crate) mod inflight;
 pub(crate) mod peer;
 pub(crate) mod replication;
+pub(crate) mod snapshot;

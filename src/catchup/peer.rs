@@ -10,6 +10,7 @@ use std::time::Instant;
 use crate::catchup::fullsync::FullSync;
 use crate::catchup::inflight::InFlight;
 use crate::catchup::replication::{CatchUp, CatchUpReport};
+use crate::catchup::snapshot::{SnapshotProgress, SyncKind};
 use crate::converge::changes::DirtySet;
 use crate::converge::version::Stamp;
 
@@ -57,20 +58,12 @@ pub struct Peer {
     pub(super) backlog_limit: usize,
     /// Shipped and not acknowledged, in sequence order.
     pub(super) inflight: InFlight,
-    /// A full sync is due at the next link-up (first contact, overflow,
-    /// the peer asked, the dataset was replaced).
-    pub full_sync_wanted: bool,
-    /// The full sync running now, if any.
-    pub full_sync: Option<FullSync>,
-    /// The sequence number of the last entry of the latest full sync, until
-    /// the peer acknowledges it: its entries are not kept for a resend, so a
-    /// link drop before then (its tail still queued, or lost in flight)
-    /// starts the full sync over.
-    pub(super) full_sync_unacked: Option<u64>,
-    /// A full sync started since the current link came up.
-    pub(super) full_sync_on_link: bool,
-    /// `last_pushed` when that full sync started: its entries come after.
-    pub(super) full_sync_started_after: u64,
+    /// The sync of our whole state (or since a watermark) owed to the
+    /// peer and the one shipping: owed at first contact, on overflow, when
+    /// the peer asks, when the dataset was replaced; a sync's entries are
+    /// not kept for a resend, so a link drop before its last one is
+    /// acknowledged owes it again (`snapshot`).
+    pub snapshot: SnapshotProgress<FullSync>,
     /// The newest `received` of the peer's sync requests not yet handled.
     pub(super) request_received: u64,
     /// The peer's sequence number of the last entry received here (applied,
@@ -105,12 +98,6 @@ pub struct Peer {
     pub(super) request_since: u64,
     pub(super) request_own: u64,
     pub(super) request_initial: bool,
-    /// A sync since a watermark is due at the next link-up flush:
-    /// `(since, own)` of the peer's request.
-    pub since_sync_wanted: Option<(u64, u64)>,
-    /// The kind of the sync running or handed out last, to start it over
-    /// after a link drop: `None` full, `Some((since, own))`.
-    pub(super) sync_kind: Option<(u64, u64)>,
     /// The coverage our last ack told the peer (see `Replication::coverage`).
     pub(super) coverage_sent: u64,
     /// This node lost state (it started, or its dataset was replaced) and
@@ -160,12 +147,8 @@ impl Peer {
             inflight: InFlight::default(),
             // The peer asks for what it misses (this node's request
             // tells it this node lost state; it answers with its own).
-            full_sync_wanted: false,
-            full_sync: None,
-            full_sync_unacked: None,
-            full_sync_on_link: false,
+            snapshot: SnapshotProgress::default(),
             sync_requested: false,
-            full_sync_started_after: 0,
             request_received: 0,
             received_from_peer: 0,
             received_at_loss: 0,
@@ -177,8 +160,6 @@ impl Peer {
             request_since: u64::MAX,
             request_own: u64::MAX,
             request_initial: false,
-            since_sync_wanted: None,
-            sync_kind: None,
             coverage_sent: 0,
             awaiting_peer_request: true,
             link: LinkView::default(),
@@ -204,27 +185,24 @@ impl Peer {
         epoch != self.link_epoch
     }
 
-    /// Starts a full sync (the link is up): it ships the current state of
-    /// every key, tombstone and floor, so the backlog is covered by it.
+    /// Starts the sync owed (the link is up): a full one ships the current
+    /// state of every key, tombstone and floor, a sync since watermarks our
+    /// changes after them; either covers the backlog.
     pub fn start_full_sync(&mut self, sync: FullSync) {
-        // A full sync covers a sync since a watermark.
-        self.sync_kind = sync.since();
-        if sync.since().is_none() {
-            self.full_sync_wanted = false;
-        }
-        self.since_sync_wanted = None;
-        let _ = self.backlog.take();
-        let kind = if sync.since().is_some() {
-            CatchUp::Since
-        } else {
-            CatchUp::Full
+        let kind = match sync.since() {
+            None => SyncKind::Full,
+            Some((since, own)) => SyncKind::Since { since, own },
         };
-        self.full_sync = Some(sync);
-        self.full_sync_unacked = None;
-        self.full_sync_on_link = true;
-        self.full_sync_started_after = self.last_pushed;
-        self.report = CatchUpReport::start(kind, self.last_pushed);
-        self.report.since = self.sync_kind.map_or(0, |(since, _)| since);
+        let _ = self.backlog.take();
+        self.report = CatchUpReport::start(
+            match kind {
+                SyncKind::Full => CatchUp::Full,
+                SyncKind::Since { .. } => CatchUp::Since,
+            },
+            self.last_pushed,
+        );
+        self.report.since = kind.watermarks().map_or(0, |(since, _)| since);
+        self.snapshot.start(kind, sync, self.last_pushed);
     }
 
     /// A sync request went out with sequence number `seq`.
@@ -239,16 +217,18 @@ impl Peer {
         self.sync_request_unacked = Some((seq, answer));
     }
 
-    /// The full sync handed out its last entry, sequence number `last_seq`
-    /// (0: it shipped nothing).
+    /// The running sync handed out its last entry, sequence number
+    /// `last_seq` (0: it shipped nothing).
     pub fn full_sync_sent(&mut self, last_seq: u64) {
+        let Some(running) = self.snapshot.take_running() else {
+            return;
+        };
         self.report.done();
-        if self.full_sync.take().is_some_and(|s| s.since().is_some()) {
-            self.since_syncs += 1;
-        } else {
-            self.full_syncs += 1;
+        match running.kind {
+            SyncKind::Full => self.full_syncs += 1,
+            SyncKind::Since { .. } => self.since_syncs += 1,
         }
-        self.full_sync_unacked = (last_seq > self.peer_acked).then_some(last_seq);
+        self.snapshot.handed_out(running, last_seq, self.peer_acked);
     }
 
     /// Whether an ack is due (something applied since the last one).
@@ -272,7 +252,7 @@ impl Peer {
         self.peer_acked = self.peer_acked.max(applied);
         self.inflight.acknowledged(applied);
         let acked = self.peer_acked;
-        self.full_sync_unacked = self.full_sync_unacked.filter(|&last| last > acked);
+        self.snapshot.acknowledged(acked);
         self.sync_request_unacked = self.sync_request_unacked.filter(|&(seq, _)| seq > acked);
     }
 
@@ -336,13 +316,12 @@ impl Peer {
 
     /// Whether shipping is still catching up (backlog or full sync).
     pub fn catching_up(&self) -> bool {
-        !self.backlog.is_empty() || self.full_sync.is_some()
+        !self.backlog.is_empty() || self.snapshot.is_running()
     }
 
     /// A sync is wanted, asked for or owed to the peer.
     pub fn sync_pending(&self) -> bool {
-        self.full_sync_wanted
-            || self.since_sync_wanted.is_some()
+        self.snapshot.owed().is_some()
             || self.sync_requested
             || self.request_sync
             || self.answer_wanted

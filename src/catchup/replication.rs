@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use crate::catchup::inflight::SentBatch;
 use crate::catchup::peer::Peer;
+use crate::catchup::snapshot::SyncKind;
 use crate::converge::changes::PendingOp;
 use crate::converge::journal::RewriteBase;
 use crate::converge::version::{Stamp, VersionStore};
@@ -174,29 +175,21 @@ impl Replication {
             Some((_, false)) => self.peer.request_sync = true,
             None => {}
         }
-        let cut_off = self.peer.full_sync.take().is_some();
-        let unacked = self.peer.full_sync_unacked.take().is_some();
-        if cut_off || unacked {
-            // Cut off by the link drop, or all handed out but not known to
-            // have arrived: start it over.
-            match self.peer.sync_kind {
-                None => self.peer.full_sync_wanted = true,
-                Some(since) => self.peer.since_sync_wanted = Some(since),
-            }
-        }
-        self.peer.full_sync_on_link = false;
+        // Cut off by the link drop, or all handed out but not known to have
+        // arrived: owed again.
+        self.peer.snapshot.link_up();
         self.check_overflow();
-        if self.peer.full_sync_wanted {
-            CatchUp::Full
-        } else if self.peer.since_sync_wanted.is_some() {
-            CatchUp::Since
-        } else {
-            self.peer.partial_syncs += 1;
-            self.peer.report = CatchUpReport::start(CatchUp::Partial, self.peer.peer_acked);
-            if self.peer.backlog.is_empty() {
-                self.peer.report.done();
+        match self.peer.snapshot.owed() {
+            Some(SyncKind::Full) => CatchUp::Full,
+            Some(SyncKind::Since { .. }) => CatchUp::Since,
+            None => {
+                self.peer.partial_syncs += 1;
+                self.peer.report = CatchUpReport::start(CatchUp::Partial, self.peer.peer_acked);
+                if self.peer.backlog.is_empty() {
+                    self.peer.report.done();
+                }
+                CatchUp::Partial
             }
-            CatchUp::Partial
         }
     }
 
@@ -243,9 +236,8 @@ impl Replication {
         }
         // A full sync running or due covers any request but an initial one
         // that had received part of it (the peer lost that part).
-        let running_full = self.peer.full_sync_wanted
-            || (self.peer.full_sync.is_some() && self.peer.sync_kind.is_none());
-        let covered = self.peer.full_sync_on_link && received <= self.peer.full_sync_started_after;
+        let running_full = self.peer.snapshot.full_running_or_owed();
+        let covered = self.peer.snapshot.started_after(received);
         if running_full && (!initial || covered) {
             return;
         }
@@ -255,10 +247,9 @@ impl Replication {
             self.peer.answer_asks_all = true;
         }
         if since > 0 && since != u64::MAX && own_data_versioned && deletes_kept {
-            let (s, o) = self.peer.since_sync_wanted.unwrap_or((u64::MAX, u64::MAX));
-            self.peer.since_sync_wanted = Some((s.min(since), o.min(own)));
+            self.peer.snapshot.owe(SyncKind::Since { since, own });
         } else {
-            self.peer.full_sync_wanted = true;
+            self.peer.snapshot.owe(SyncKind::Full);
         }
     }
 
@@ -270,9 +261,8 @@ impl Replication {
         let in_step = !self.peer.awaiting_peer_request
             && self.peer.backlog.is_empty()
             && self.unread.is_empty()
-            && self.peer.full_sync.is_none()
-            && !self.peer.full_sync_wanted
-            && self.peer.since_sync_wanted.is_none()
+            && !self.peer.snapshot.is_running()
+            && self.peer.snapshot.owed().is_none()
             && !self.peer.sync_requested;
         in_step.then_some(self.last_local_stamp)
     }
@@ -280,7 +270,7 @@ impl Replication {
     /// Whether acks moved on since the last tombstone collection.
     pub fn collection_due(&self) -> bool {
         // A full sync walks the tombstone index by position: keep it stable.
-        self.peer.full_sync.is_none()
+        !self.peer.snapshot.is_running()
             && ((self.peer.peer_acked != self.peer.collected_at && self.versions.tombstones() != 0)
                 || self.versions.needs_compaction())
     }
@@ -299,7 +289,7 @@ impl Replication {
         {
             let _ = self.peer.backlog.take();
             let _ = self.requeue_unacked();
-            self.peer.full_sync_wanted = true;
+            self.peer.snapshot.owe(SyncKind::Full);
             return true;
         }
         false
@@ -350,7 +340,7 @@ impl Replication {
     /// and (`acked_remote`: this node just sent an ack) those applied from it.
     pub fn collect_tombstones(&mut self, acked_remote: bool) -> usize {
         let remote_due =
-            acked_remote && self.versions.tombstones() != 0 && self.peer.full_sync.is_none();
+            acked_remote && self.versions.tombstones() != 0 && !self.peer.snapshot.is_running();
         if !self.collection_due() && !remote_due {
             return 0;
         }
@@ -395,7 +385,7 @@ impl Replication {
             full_syncs: self.peer.full_syncs,
             partial_syncs: self.peer.partial_syncs,
             // A full sync handed out but not yet acknowledged may still start over.
-            sync_in_progress: self.peer.catching_up() || self.peer.full_sync_unacked.is_some(),
+            sync_in_progress: self.peer.catching_up() || self.peer.snapshot.unacknowledged(),
             catchup: match self.peer.report.kind {
                 None => "none",
                 Some(CatchUp::Full) => "full",
@@ -434,7 +424,7 @@ impl Replication {
         self.versions.clear();
         self.merge_again();
         if own_files {
-            self.peer.full_sync_wanted = false;
+            self.peer.snapshot.forgive_full();
         }
     }
 
@@ -447,8 +437,7 @@ impl Replication {
         self.peer.awaiting_peer_request = true;
         let _ = self.peer.backlog.take();
         let _ = self.requeue_unacked();
-        self.peer.full_sync = None;
-        self.peer.full_sync_wanted = true;
+        self.peer.snapshot.restart_full();
         self.peer.request_sync = true;
         // Force a new catch-up even if the link stays up.
         self.peer.link_epoch = 0;
@@ -483,8 +472,8 @@ mod tests {
         // A link not seen yet: its catch-up comes first.
         assert!(!r.lets_changes_rest(2));
         for set in [
-            (|r: &mut Replication| r.peer.full_sync_wanted = true) as fn(&mut Replication),
-            |r| r.peer.since_sync_wanted = Some((1, 2)),
+            (|r: &mut Replication| r.peer.snapshot.owe(SyncKind::Full)) as fn(&mut Replication),
+            |r| r.peer.snapshot.owe(SyncKind::Since { since: 1, own: 2 }),
             |r| r.peer.sync_requested = true,
             |r| r.peer.request_sync = true,
             |r| r.peer.answer_wanted = true,
@@ -531,10 +520,10 @@ mod tests {
         r.peer.sync_request_sent(1, false);
         r.peer.peer_asks_for_sync(0, 0, 0, false);
         r.take_sync_request(true, 1, 2);
-        assert!(r.peer.full_sync_wanted, "nothing held: a full sync");
+        assert!(r.peer.snapshot.owes_full(), "nothing held: a full sync");
         assert!(!r.peer.answer_wanted, "both asked: no answer needed");
         r.peer.start_full_sync(FullSync::new(16));
-        assert!(!r.peer.full_sync_wanted);
+        assert!(!r.peer.snapshot.owes_full());
         r.peer.full_sync_sent(0);
         assert_eq!(r.peer.full_syncs, 1);
         assert!(!r.peer.is_new_link(1));
@@ -546,7 +535,7 @@ mod tests {
     #[test]
     fn a_full_sync_not_acknowledged_when_the_link_drops_starts_over() {
         let mut r = Replication::new(10);
-        r.peer.full_sync_wanted = true;
+        r.peer.snapshot.owe(SyncKind::Full);
         assert_eq!(r.link_up(1), CatchUp::Full);
         r.peer.start_full_sync(FullSync::new(16));
         r.peer.pushed(7);
@@ -554,7 +543,7 @@ mod tests {
         // Its tail may still be queued (or lost in flight) when the link goes.
         r.peer.acknowledged(6);
         assert_eq!(r.link_up(2), CatchUp::Full);
-        assert!(r.peer.full_sync_wanted);
+        assert!(r.peer.snapshot.owes_full());
         r.peer.start_full_sync(FullSync::new(16));
         r.peer.pushed(9);
         r.peer.full_sync_sent(8);
@@ -562,7 +551,7 @@ mod tests {
         assert_eq!(r.link_up(3), CatchUp::Partial);
         // A full sync that shipped nothing has nothing to wait for, whatever
         // else went out unacknowledged.
-        r.peer.full_sync_wanted = true;
+        r.peer.snapshot.owe(SyncKind::Full);
         assert_eq!(r.link_up(4), CatchUp::Full);
         r.peer.start_full_sync(FullSync::new(16));
         r.peer.pushed(10);
@@ -595,13 +584,13 @@ mod tests {
         // First contact: the peer asked before any of it reached the peer.
         r.peer.peer_asks_for_sync(10, 0, 0, false);
         r.take_sync_request(true, 1, 2);
-        assert!(!r.peer.full_sync_wanted);
+        assert!(!r.peer.snapshot.owes_full());
         // Later on the same link (it was a replica, or reloaded): it had
         // received part of that full sync already, so it needs another.
         r.peer.pushed(30);
         r.peer.peer_asks_for_sync(25, 0, 0, false);
         r.take_sync_request(true, 1, 2);
-        assert!(r.peer.full_sync_wanted);
+        assert!(r.peer.snapshot.owes_full());
     }
 
     #[test]
@@ -649,7 +638,7 @@ mod tests {
     fn the_report_says_which_catch_up_ran_from_where() {
         let mut r = Replication::new(10);
         assert_eq!(r.convergence().catchup, "none");
-        r.peer.full_sync_wanted = true;
+        r.peer.snapshot.owe(SyncKind::Full);
         assert_eq!(r.link_up(1), CatchUp::Full);
         r.peer.pushed(4);
         r.peer.start_full_sync(FullSync::new(16));
@@ -682,8 +671,14 @@ mod tests {
         assert_eq!(p.link_up(1), CatchUp::Partial);
         p.peer.peer_asks_for_sync(0, 500, 400, false);
         p.take_sync_request(true, 1, 2);
-        assert_eq!(p.peer.since_sync_wanted, Some((500, 400)));
-        assert!(!p.peer.full_sync_wanted);
+        assert_eq!(
+            p.peer.snapshot.owed(),
+            Some(SyncKind::Since {
+                since: 500,
+                own: 400
+            })
+        );
+        assert!(!p.peer.snapshot.owes_full());
         assert!(p.peer.answer_wanted, "it asks what it misses in turn");
         p.peer.sync_request_sent(2, true);
         assert!(!p.peer.answer_wanted);
@@ -697,7 +692,7 @@ mod tests {
         g.versions.record_collected(Stamp::new(600, 1));
         g.peer.peer_asks_for_sync(0, 500, 400, false);
         g.take_sync_request(true, 1, 2);
-        assert!(g.peer.full_sync_wanted && g.peer.since_sync_wanted.is_none());
+        assert!(g.peer.snapshot.owes_full());
         assert!(
             g.peer.answer_wanted && g.peer.answer_asks_all,
             "and all of its data back"
@@ -707,26 +702,32 @@ mod tests {
         q.peer.request_sync = false;
         q.peer.peer_asks_for_sync(0, 0, 0, false);
         q.take_sync_request(true, 1, 2);
-        assert!(q.peer.full_sync_wanted);
+        assert!(q.peer.snapshot.owes_full());
         let mut u = Replication::new(10);
         u.peer.request_sync = false;
         u.peer.peer_asks_for_sync(0, 500, 400, false);
         u.take_sync_request(false, 1, 2);
-        assert!(u.peer.full_sync_wanted && u.peer.since_sync_wanted.is_none());
+        assert!(u.peer.snapshot.owes_full());
         // The restarted node gets the answer: a sync since, no answer back.
         let mut x = Replication::new(10);
         x.link_up(1);
         x.peer.sync_request_sent(1, false);
         x.peer.peer_asks_for_sync(0, 700, u64::MAX, true);
         x.take_sync_request(true, 1, 2);
-        assert_eq!(x.peer.since_sync_wanted, Some((700, u64::MAX)));
+        assert_eq!(
+            x.peer.snapshot.owed(),
+            Some(SyncKind::Since {
+                since: 700,
+                own: u64::MAX
+            })
+        );
         assert!(!x.peer.answer_wanted);
         // A full sync due covers an answer request.
         let mut y = Replication::new(10);
-        y.peer.full_sync_wanted = true;
+        y.peer.snapshot.owe(SyncKind::Full);
         y.peer.peer_asks_for_sync(0, 700, u64::MAX, true);
         y.take_sync_request(true, 1, 2);
-        assert!(y.peer.since_sync_wanted.is_none());
+        assert!(y.peer.snapshot.owes_full());
     }
 
     #[test]
@@ -778,7 +779,7 @@ mod tests {
             "unchanged while catching up"
         );
         let _ = r.peer.backlog.take();
-        r.peer.full_sync_wanted = true;
+        r.peer.snapshot.owe(SyncKind::Full);
         assert_eq!(r.coverage(), None);
     }
 
@@ -789,9 +790,9 @@ mod tests {
         r.peer.start_full_sync(FullSync::new(16));
         r.peer.full_sync_sent(0);
         r.defer(vec![key("a"), key("b")]);
-        assert!(!r.peer.full_sync_wanted);
+        assert!(!r.peer.snapshot.owes_full());
         r.defer(vec![key("c")]);
-        assert!(r.peer.full_sync_wanted);
+        assert!(r.peer.snapshot.owes_full());
         assert!(r.peer.backlog.is_empty());
         assert_eq!(r.link_up(2), CatchUp::Full);
         r.peer.start_full_sync(FullSync::new(16));

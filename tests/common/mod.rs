@@ -251,6 +251,12 @@ impl Node {
             .unwrap()
     }
 
+    /// Syncs this node sent its peer: of its whole keyspace (`full_syncs`)
+    /// or since the peer's watermark (`since_syncs`).
+    pub fn syncs_sent(&self) -> u64 {
+        self.stat("full_syncs") + self.stat("since_syncs")
+    }
+
     /// The module's listen port (from `listen-port=`).
     pub fn listen_port(&self) -> u16 {
         self.args
@@ -433,7 +439,9 @@ impl Pair {
         self.wait_linked();
         let settled = |n: &Node| {
             let s = n.status();
-            s["full_syncs"] != "0" && s["sync_in_progress"] == "0" && s["lag_entries"] == "0"
+            (s["full_syncs"] != "0" || s["since_syncs"] != "0")
+                && s["sync_in_progress"] == "0"
+                && s["lag_entries"] == "0"
         };
         let ok = wait_until(Duration::from_secs(20), || {
             settled(&self.a) && settled(&self.b)
