@@ -274,7 +274,11 @@ fn debug_reply(ctx: &Context, args: &[RedisString]) -> RedisResult {
 redis_module! {
     name: "rdmasync",
     version: 1,
-    allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
+    // Redis's allocator, every alignment honoured (`redis::alloc`).
+    allocator: (
+        crate::redis::alloc::Aligned<redis_module::alloc::RedisAlloc>,
+        crate::redis::alloc::Aligned(redis_module::alloc::RedisAlloc)
+    ),
     data_types: [],
     init: init,
     deinit: deinit,

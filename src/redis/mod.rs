@@ -1,8 +1,10 @@
 //! The Redis side: the module API the `redis-module` crate does not
-//! wrap (`server`, the only `unsafe` outside `transport::rdma`) and reads
+//! wrap (`server` and the allocator `alloc`, the only `unsafe` outside
+//! `transport::rdma`) and reads
 //! of the keyspace (`snapshot`, with `dump` encoding collections). Knows
 //! nothing of the module's state.
 
+pub mod alloc;
 pub mod dump;
 pub(crate) mod server;
 pub(crate) mod snapshot;
