@@ -1,13 +1,18 @@
 //! Seeded fault injection against acknowledged history: both nodes take
 //! writes of every type on private keys (strings, counters, hashes, lists,
-//! sets, sorted sets, EXPIRE/PERSIST, DEL, MULTI/EXEC) while a schedule
-//! drawn from the seed cuts and stalls their link (through TCP proxies the
-//! test owns), kills (`kill -9`) and shuts down (`SHUTDOWN`) either node and
-//! starts it again from its AOF (`appendfsync always`). Each writer keeps a
-//! model of what its clients were told; every reply is checked against it
-//! as it comes, and after the link heals both nodes must hold exactly the
-//! model (a write whose reply never came may have happened or not), with
-//! equal digests and equal PEXPIRETIMEs.
+//! sets, sorted sets, EXPIRE/PERSIST, DEL, MULTI/EXEC), and SETs of keys
+//! both write, while a schedule drawn from the seed cuts, stalls and flaps
+//! their link (cuts of hundreds of milliseconds, flaps of a few, through
+//! TCP proxies the test owns), kills (`kill -9`) and shuts down
+//! (`SHUTDOWN`) either node and starts it again from its AOF (`appendfsync
+//! always`). Each writer keeps a model of what its clients were told; every
+//! reply is checked against it as it comes, and after the link heals both
+//! nodes must hold exactly the model (a write whose reply never came may
+//! have happened or not), with equal digests and equal PEXPIRETIMEs. A key
+//! both wrote must hold, on both, the last write of one of them (the newer
+//! stamp wins; until merges per element, issue 27, that is the rule).
+//! The same races over rdma, driven by the module's fault hooks instead of
+//! proxies: tests/link_progress.rs.
 //!
 //! `FAULT_SEEDS=<n>` runs n seeds (default 3) from `FAULT_SEEDS_FROM`
 //! (default 1), `FAULT_SEED=<s>` one seed; `FAULT_APPENDFSYNC=everysec`
@@ -216,6 +221,8 @@ impl Op {
 /// Key kinds: each key name holds one type.
 const KINDS: [&str; 6] = ["s", "n", "h", "l", "S", "z"];
 const KEYS_PER_KIND: u64 = 40;
+/// Keys both writers SET (`shared:<i>`).
+const SHARED_KEYS: u64 = 10;
 
 /// What one writer's clients were told, key by key.
 #[derive(Default)]
@@ -241,6 +248,13 @@ impl Model {
 
     fn random_op(&self, rng: &mut Rng, prefix: &str, serial: u64) -> Option<Op> {
         for _ in 0..20 {
+            if rng.below(8) == 0 {
+                let key = format!("shared:{}", rng.below(SHARED_KEYS));
+                if self.uncertain.contains_key(&key) || self.unknown.contains(&key) {
+                    continue;
+                }
+                return Some(Op::Set(key, format!("{prefix}{serial}")));
+            }
             let kind = KINDS[rng.below(KINDS.len() as u64) as usize];
             let key = format!("{prefix}:{kind}:{}", rng.below(KEYS_PER_KIND));
             if self.uncertain.contains_key(&key) || self.unknown.contains(&key) {
@@ -478,6 +492,37 @@ fn check_against_history(pair: &Pair, prefix: &str, model: &Model, seed: u64) {
     }
 }
 
+/// Keys both writers SET: equal on both nodes, and (every acknowledged
+/// write surviving) the last write of one writer: its last acknowledged
+/// value, or one its unanswered last command may have left.
+fn check_shared(pair: &Pair, models: [&Model; 2], seed: u64) {
+    let (mut a, mut b) = (pair.a.conn(), pair.b.conn());
+    for i in 0..SHARED_KEYS {
+        let key = format!("shared:{i}");
+        let on_a = read_state(&mut a, &key);
+        assert_eq!(
+            on_a,
+            read_state(&mut b, &key),
+            "seed {seed}: {key} differs between the nodes"
+        );
+        if !strict_history() || models.iter().any(|m| m.unknown.contains(&key)) {
+            continue;
+        }
+        let last: Vec<KeyState> = models
+            .iter()
+            .flat_map(|m| match m.uncertain.get(&key) {
+                Some(states) => states.clone(),
+                None => vec![m.state(&key)],
+            })
+            .collect();
+        let written = last.iter().any(|s| s.value.is_some());
+        assert!(
+            last.contains(&on_a) && (on_a.value.is_some() || !written),
+            "seed {seed}: {key} is {on_a:?}, not the last write of either node ({last:?})"
+        );
+    }
+}
+
 /// Whether every acknowledged write must survive (`appendfsync always`;
 /// with everysec a kill can lose Redis's last writes, so only the two
 /// nodes' agreement is checked for keys whose history broke).
@@ -522,6 +567,21 @@ fn bounce(node: &mut Node, shutdown: bool) {
     node.restart();
 }
 
+/// Cuts the link for 1-20 ms at a time, up for 1-50 ms between, for `hold`.
+fn flap(proxies: &[&Proxy], hold: Duration, rng: &mut Rng) {
+    let until = Instant::now() + hold;
+    while Instant::now() < until {
+        for p in proxies {
+            p.set_cut(true);
+        }
+        std::thread::sleep(Duration::from_millis(1 + rng.below(20)));
+        for p in proxies {
+            p.set_cut(false);
+        }
+        std::thread::sleep(Duration::from_millis(1 + rng.below(50)));
+    }
+}
+
 fn run_seed(seed: u64) {
     let (pa, pb) = (free_port(), free_port());
     let to_a = Proxy::start("127.0.0.1", pa);
@@ -541,9 +601,10 @@ fn run_seed(seed: u64) {
     for _ in 0..8 {
         let pause = Duration::from_millis(200 + rng.below(500));
         std::thread::sleep(pause);
-        // The link's state (0 up, 1 cut, 2 stalled) while a node goes down
-        // (0 none, 1/2 kill a/b, 3/4 shutdown a/b, 5 both in turn).
-        let (link, down) = (rng.below(3), rng.below(6));
+        // The link's state (0 up, 1 cut, 2 stalled, 3 flapping: cuts of a
+        // few milliseconds) while a node goes down (0 none, 1/2 kill a/b,
+        // 3/4 shutdown a/b, 5 both in turn).
+        let (link, down) = (rng.below(4), rng.below(6));
         schedule.push((link, down));
         let hold = Duration::from_millis(200 + rng.below(600));
         for proxy in [&to_a, &to_b] {
@@ -553,7 +614,11 @@ fn run_seed(seed: u64) {
                 _ => {}
             }
         }
-        std::thread::sleep(hold);
+        if link == 3 {
+            flap(&[&to_a, &to_b], hold, &mut rng);
+        } else {
+            std::thread::sleep(hold);
+        }
         match down {
             1 => bounce(&mut pair.a, false),
             2 => bounce(&mut pair.b, false),
@@ -579,7 +644,7 @@ fn run_seed(seed: u64) {
             .expect("a writer saw a reply the history does not give")
     });
     eprintln!(
-        "seed {seed}: faults (link 0 up/1 cut/2 stalled, down 0 none/1-2 kill a-b/3-4 shutdown a-b/5 both) \
+        "seed {seed}: faults (link 0 up/1 cut/2 stalled/3 flapping, down 0 none/1-2 kill a-b/3-4 shutdown a-b/5 both) \
          {schedule:?}; acknowledged a={} b={}, unanswered a={} b={}, history lost (everysec) a={} b={}",
         model_a.acknowledged,
         model_b.acknowledged,
@@ -600,6 +665,7 @@ fn run_seed(seed: u64) {
     // Key by key first: a difference names the key.
     check_against_history(&pair, "a", &model_a, seed);
     check_against_history(&pair, "b", &model_b, seed);
+    check_shared(&pair, [&model_a, &model_b], seed);
     assert!(
         converged,
         "seed {seed}: digests differ: {:?} {:?}",
