@@ -211,3 +211,81 @@ fn writes_on_both_nodes_through_repeated_failed_writes_all_arrive() {
         assert_eq!(shared, "b:19", "on {}", node.name);
     }
 }
+
+/// What a reader of the peer sees of a transaction made while the link was
+/// down (docs/convergence.md "Transactions across a catch-up"): the
+/// catch-up resends the keys it touched, read again at their current
+/// values, in batches of at most 256 keys, each applied whole. A reader
+/// of B can see the transaction's keys arrive batch by batch (each key
+/// either not yet there or at its value on A, never anything else), and
+/// all of them once the catch-up is done. Live, the same transaction is one
+/// batch (replication::multi_exec_is_applied_atomically).
+#[test]
+fn a_transaction_made_while_cut_arrives_in_whole_batches_of_its_keys() {
+    const KEYS: usize = 600;
+    let pair = Pair::start();
+    pair.wait_in_step();
+    let (a, b) = (&pair.a, &pair.b);
+    let keys: Vec<String> = (0..KEYS).map(|i| format!("tx:{i}")).collect();
+    common::cut(&pair);
+    let mut p = redis::pipe();
+    p.atomic();
+    for k in &keys {
+        p.cmd("SET").arg(k).arg("v1").ignore();
+    }
+    let _: () = p.query(&mut a.conn()).unwrap();
+    let applied_before = b.stat("batches_applied");
+    // A reader of B while the catch-up runs: what it may see.
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeSet::new()));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (seen, stop, keys) = (seen.clone(), stop.clone(), keys.clone());
+        let mut c = b.conn();
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let vals: Vec<Option<String>> =
+                    redis::cmd("MGET").arg(&keys).query(&mut c).unwrap();
+                assert!(
+                    vals.iter()
+                        .all(|v| v.is_none() || v.as_deref() == Some("v1")),
+                    "a key of the transaction held a value A never gave it"
+                );
+                let n = vals.iter().filter(|v| v.is_some()).count();
+                seen.lock().unwrap().insert(n);
+                if n == KEYS {
+                    return;
+                }
+            }
+        })
+    };
+    // The link back: each node dials the other's listen port again.
+    a.set_peer_port(&b.listen_port().to_string());
+    b.set_peer_port(&a.listen_port().to_string());
+    pair.wait_linked();
+    assert!(
+        wait_until(Duration::from_secs(20), || b
+            .conn()
+            .exists::<_, bool>(&keys[KEYS - 1])
+            .unwrap()
+            && (0..KEYS).all(|i| b.conn().exists::<_, bool>(&keys[i]).unwrap())),
+        "the transaction never arrived whole: a={:?}",
+        a.status()
+    );
+    // All are on B: the reader's next read sees them and it returns.
+    reader.join().unwrap();
+    drop(stop);
+    // Resent in batches of at most 256 keys: at least three of them.
+    assert!(
+        b.stat("batches_applied") >= applied_before + KEYS.div_ceil(256) as u64,
+        "{:?}",
+        b.status()
+    );
+    assert_eq!(a.status()["catchup"], "partial", "{:?}", a.status());
+    let seen = seen.lock().unwrap().clone();
+    assert!(
+        seen.contains(&KEYS),
+        "the reader never saw the whole: {seen:?}"
+    );
+    eprintln!("a reader of B saw {seen:?} of the transaction's {KEYS} keys");
+    pair.wait_converged(Duration::from_secs(15));
+}

@@ -56,6 +56,11 @@ pub fn on_keyspace_event(ctx: &Context, class: i32, key: &[u8]) {
         if let Some(mut expired) = expired {
             if expired.len() < MAX_EXPIRED_PENDING {
                 expired.push((db, key.to_vec()));
+            } else {
+                // Its version stays until the key is written again: counted.
+                crate::shared::with_shared(|s| {
+                    crate::ops::status::Stats::add(&s.stats.expiries_unrecorded, 1)
+                });
             }
         }
         return;

@@ -65,6 +65,9 @@ pub struct Stats {
     pub entries_dropped: AtomicU64,
     /// Entries refused because no frame can carry them (key too large).
     pub entries_refused: AtomicU64,
+    /// Keys that expired or were evicted past the bound of one event-loop
+    /// iteration: their versions were not turned into tombstones.
+    pub expiries_unrecorded: AtomicU64,
     /// Times the sender waited for credit.
     pub credit_stalls: AtomicU64,
     /// Sender's tail in the peer's ring (current link).
@@ -292,6 +295,7 @@ fn traffic_fields(stats: &Stats, queue_depth: usize) -> Vec<(&'static str, Field
         ("read_failures", counter(&stats.read_failures)),
         ("entries_dropped", counter(&stats.entries_dropped)),
         ("entries_refused", counter(&stats.entries_refused)),
+        ("expiries_unrecorded", counter(&stats.expiries_unrecorded)),
         ("ring_used_bytes", Field::Int(stats.ring_used() as i64)),
         ("credit_stalls", counter(&stats.credit_stalls)),
         ("bad_frames", counter(&stats.bad_frames)),
