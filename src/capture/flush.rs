@@ -604,7 +604,7 @@ fn record_expired(ctx: &Context, reader: &Reader, st: &mut Replication, expired:
 /// Asks for, answers and starts the syncs the link needs.
 fn start_syncs(reader: &Reader, shared: &Shared, st: &mut Replication) {
     ask_for_sync(shared, st);
-    if st.peer.sync_requested {
+    if st.peer.pending_request.is_some() {
         // Every key here has a version: a sync since a watermark misses
         // nothing.
         let versioned = reader.total_keys() <= st.versions.live_len() as u64;

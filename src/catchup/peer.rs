@@ -50,6 +50,34 @@ impl LinkView {
     }
 }
 
+/// What the peer's sync requests ask: our entries it had received (when it
+/// lost state), our changes it holds up to `since`, its own that survived up
+/// to `own`, and whether one was not an answer (it lost state).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerRequest {
+    /// Our sequence number it had received.
+    pub received: u64,
+    /// It holds our changes stamped up to this clock.
+    pub since: u64,
+    /// Its own changes survived up to this clock.
+    pub own: u64,
+    /// One of them was not an answer: the peer lost state.
+    pub initial: bool,
+}
+
+impl PeerRequest {
+    /// Two requests not yet handled as one: what both say holds (the newest
+    /// `received`, the lowest watermarks).
+    pub fn merge(self, other: Self) -> Self {
+        Self {
+            received: self.received.max(other.received),
+            since: self.since.min(other.since),
+            own: self.own.min(other.own),
+            initial: self.initial || other.initial,
+        }
+    }
+}
+
 /// The progress of one peer. Main thread only.
 #[derive(Debug)]
 pub struct Peer {
@@ -64,16 +92,15 @@ pub struct Peer {
     /// not kept for a resend, so a link drop before its last one is
     /// acknowledged owes it again (`snapshot`).
     pub snapshot: SnapshotProgress<FullSync>,
-    /// The newest `received` of the peer's sync requests not yet handled.
-    pub(super) request_received: u64,
+    /// What the peer's sync requests not yet handled ask, together (it
+    /// lost state, or answers ours).
+    pub pending_request: Option<PeerRequest>,
     /// The peer's sequence number of the last entry received here (applied,
     /// an ack, or dropped while this node was a replica).
     pub(super) received_from_peer: u64,
     /// `received_from_peer` when this node last lost state (0: it started
     /// empty-handed): what its sync requests tell the peer.
     pub(super) received_at_loss: u64,
-    /// The peer asked for a full sync (it lost state).
-    pub sync_requested: bool,
     /// Ask the peer for a full sync at the next link-up (this node lost
     /// state: it just started, or its dataset was replaced).
     pub request_sync: bool,
@@ -92,12 +119,6 @@ pub struct Peer {
     pub answer_asks_all: bool,
     /// This node sent a sync request on the current link.
     pub(super) asked_on_link: bool,
-    /// What the peer's pending requests hold: our changes up to `since`,
-    /// its own up to `own` (the lowest of each over pending requests), and
-    /// whether one of them was not an answer.
-    pub(super) request_since: u64,
-    pub(super) request_own: u64,
-    pub(super) request_initial: bool,
     /// The coverage our last ack told the peer (see `Replication::coverage`).
     pub(super) coverage_sent: u64,
     /// This node lost state (it started, or its dataset was replaced) and
@@ -148,8 +169,7 @@ impl Peer {
             // The peer asks for what it misses (this node's request
             // tells it this node lost state; it answers with its own).
             snapshot: SnapshotProgress::default(),
-            sync_requested: false,
-            request_received: 0,
+            pending_request: None,
             received_from_peer: 0,
             received_at_loss: 0,
             request_sync: true,
@@ -157,9 +177,6 @@ impl Peer {
             answer_wanted: false,
             answer_asks_all: false,
             asked_on_link: false,
-            request_since: u64::MAX,
-            request_own: u64::MAX,
-            request_initial: false,
             coverage_sent: 0,
             awaiting_peer_request: true,
             link: LinkView::default(),
@@ -264,11 +281,13 @@ impl Peer {
             // until the sync that answers this request has reached it.
             self.coverage_sent = 0;
         }
-        self.sync_requested = true;
-        self.request_received = self.request_received.max(received);
-        self.request_since = self.request_since.min(since);
-        self.request_own = self.request_own.min(own);
-        self.request_initial |= !answer;
+        let request = PeerRequest {
+            received,
+            since,
+            own,
+            initial: !answer,
+        };
+        self.pending_request = Some(self.pending_request.map_or(request, |r| r.merge(request)));
     }
 
     /// Entries of the peer up to sequence number `seq` reached this node
@@ -322,7 +341,7 @@ impl Peer {
     /// A sync is wanted, asked for or owed to the peer.
     pub fn sync_pending(&self) -> bool {
         self.snapshot.owed().is_some()
-            || self.sync_requested
+            || self.pending_request.is_some()
             || self.request_sync
             || self.answer_wanted
     }
@@ -339,6 +358,32 @@ mod tests {
         assert_eq!(view.ended(2).epoch, 2);
         // The end of link 1, decoded after link 2 came up, changes nothing.
         assert_eq!(view.ended(1), view);
+    }
+
+    #[test]
+    fn requests_not_yet_handled_merge_to_what_both_hold() {
+        let mut peer = Peer::new(10);
+        peer.peer_asks_for_sync(5, 700, 40, true);
+        assert_eq!(
+            peer.pending_request,
+            Some(PeerRequest {
+                received: 5,
+                since: 700,
+                own: 40,
+                initial: false
+            })
+        );
+        peer.peer_asks_for_sync(3, 900, 10, false);
+        assert_eq!(
+            peer.pending_request,
+            Some(PeerRequest {
+                received: 5,
+                since: 700,
+                own: 10,
+                initial: true
+            })
+        );
+        assert!(peer.sync_pending());
     }
 
     #[test]

@@ -8,7 +8,7 @@
 use std::time::Instant;
 
 use crate::catchup::inflight::SentBatch;
-use crate::catchup::peer::Peer;
+use crate::catchup::peer::{Peer, PeerRequest};
 use crate::catchup::snapshot::SyncKind;
 use crate::converge::changes::PendingOp;
 use crate::converge::journal::RewriteBase;
@@ -222,15 +222,17 @@ impl Replication {
     /// `own`): the peer may have lost that delete with its state, and only
     /// a full sync makes the two sides agree again.
     pub fn take_sync_request(&mut self, own_data_versioned: bool, me: u64, peer: u64) {
-        if !std::mem::take(&mut self.peer.sync_requested) {
+        let Some(PeerRequest {
+            received,
+            since,
+            own,
+            initial,
+        }) = self.peer.pending_request.take()
+        else {
             return;
-        }
+        };
         // What the peer misses is known now (and ships before coverage).
         self.peer.awaiting_peer_request = false;
-        let received = std::mem::take(&mut self.peer.request_received);
-        let since = std::mem::replace(&mut self.peer.request_since, u64::MAX);
-        let own = std::mem::replace(&mut self.peer.request_own, u64::MAX);
-        let initial = std::mem::take(&mut self.peer.request_initial);
         if initial && !self.peer.asked_on_link && !self.peer.request_sync {
             self.peer.answer_wanted = true;
         }
@@ -263,7 +265,7 @@ impl Replication {
             && self.unread.is_empty()
             && !self.peer.snapshot.is_running()
             && self.peer.snapshot.owed().is_none()
-            && !self.peer.sync_requested;
+            && self.peer.pending_request.is_none();
         in_step.then_some(self.last_local_stamp)
     }
 
@@ -474,7 +476,7 @@ mod tests {
         for set in [
             (|r: &mut Replication| r.peer.snapshot.owe(SyncKind::Full)) as fn(&mut Replication),
             |r| r.peer.snapshot.owe(SyncKind::Since { since: 1, own: 2 }),
-            |r| r.peer.sync_requested = true,
+            |r| r.peer.peer_asks_for_sync(0, 1, 1, true),
             |r| r.peer.request_sync = true,
             |r| r.peer.answer_wanted = true,
             |r| r.defer(vec![key("k")]),

@@ -312,6 +312,15 @@ mod tests {
     }
 
     impl TestSender {
+        /// A sender at the start of an empty ring of geometry `g`.
+        fn at_start(g: RingGeometry) -> Self {
+            Self {
+                g,
+                tail: 0,
+                pad_end: None,
+            }
+        }
+
         fn write_batch(&mut self, ring: &mut [u8], batch: &Batch) {
             let n = batch.entries.len();
             for (i, e) in batch.entries.iter().enumerate() {
@@ -386,11 +395,7 @@ mod tests {
     ) -> OneFrame<impl Fn(usize, &mut Vec<u8>)> {
         let g = RingGeometry::new(4096).unwrap();
         let mut ring = vec![0u8; 4096];
-        let mut s = TestSender {
-            g,
-            tail: 0,
-            pad_end: None,
-        };
+        let mut s = TestSender::at_start(g);
         let batch = Batch {
             entries: vec![entry(1, "k", 100)],
         };
@@ -456,11 +461,7 @@ mod tests {
     fn batches_come_out_whole_and_in_order_across_wraps() {
         let g = RingGeometry::new(4096).unwrap();
         let mut ring = vec![0u8; 4096];
-        let mut s = TestSender {
-            g,
-            tail: 0,
-            pad_end: None,
-        };
+        let mut s = TestSender::at_start(g);
         let mut p = Poller::new(g);
         let mut out = Vec::new();
         let mut seq = 0;
@@ -497,11 +498,7 @@ mod tests {
     fn notices_come_out_with_what_they_carry() {
         let g = RingGeometry::new(4096).unwrap();
         let mut ring = vec![0u8; 4096];
-        let mut s = TestSender {
-            g,
-            tail: 0,
-            pad_end: None,
-        };
+        let mut s = TestSender::at_start(g);
         let notice = |seq: u64, clock: u64, op: Op| Entry {
             origin: 7,
             seq,
@@ -545,11 +542,7 @@ mod tests {
     fn incomplete_batch_is_held_back() {
         let g = RingGeometry::new(4096).unwrap();
         let mut ring = vec![0u8; 4096];
-        let mut s = TestSender {
-            g,
-            tail: 0,
-            pad_end: None,
-        };
+        let mut s = TestSender::at_start(g);
         let batch = Batch {
             entries: vec![entry(1, "a", 10), entry(2, "b", 10)],
         };
@@ -570,11 +563,7 @@ mod tests {
     fn value_larger_than_ring_is_reassembled() {
         let g = RingGeometry::new(4096).unwrap();
         let mut ring = vec![0u8; 4096];
-        let mut s = TestSender {
-            g,
-            tail: 0,
-            pad_end: None,
-        };
+        let mut s = TestSender::at_start(g);
         let mut p = Poller::new(g);
         let big = entry(1, "big", 50_000);
         let mut out = Vec::new();
