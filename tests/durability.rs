@@ -744,8 +744,13 @@ fn changes_in_the_iteration_of_a_shutdown_are_dated_at_the_next_load() {
     assert!(wait_value(&pair.b, "d", Some("x")));
     // Each knows it holds the other's changes so far (the acks said so;
     // B has written nothing: its coverage is its clock).
-    assert!(wait_until(SETTLE, || pair.b.stat("peer_watermark") > 0
-        && pair.a.stat("peer_watermark") > 0));
+    assert!(
+        wait_until(SETTLE, || pair.b.stat("peer_watermark") > 0
+            && pair.a.stat("peer_watermark") > 0),
+        "no watermark: a={:?} b={:?}",
+        pair.a.status(),
+        pair.b.status()
+    );
     send_in_one_iteration(
         &pair.a,
         &[
