@@ -550,3 +550,64 @@ fn a_remote_flush_keeps_a_newer_key_it_cannot_read() {
     assert_eq!(v, "after-flush");
     assert!(!exists(&pair.b, "old"));
 }
+
+/// Deletes past `max-tombstones` while the peer is away: the oldest
+/// tombstones go (the bound holds), and the full sync that follows deletes
+/// their keys on the peer (the sweep), while what the peer wrote meanwhile
+/// stays. Without the sweep the dropped deletes' keys stay on B for good.
+#[test]
+fn deletes_past_the_tombstone_bound_while_away_do_not_come_back() {
+    let bound = ["max-tombstones=200"];
+    let pair = Pair::start_with(&bound, &bound);
+    let (mut a, mut b) = (pair.a.conn(), pair.b.conn());
+    let mut p = redis::pipe();
+    for i in 0..1000 {
+        p.set(format!("k{i}"), "base").ignore();
+    }
+    let _: () = p.query(&mut a).unwrap();
+    let _: () = b.set("b-before", "kept").unwrap();
+    pair.wait_converged(SETTLE);
+    cut(&pair);
+    // B writes while away: a key A will delete (older than the delete:
+    // with that delete's tombstone dropped, nothing says so when B's write
+    // arrives, and the write stays; with it kept, the delete wins), and
+    // keys A never had.
+    let _: () = b.set("k5", "b-older").unwrap();
+    let _: () = b.set("b-away", "kept").unwrap();
+    std::thread::sleep(Duration::from_millis(5));
+    for chunk in (0..800).collect::<Vec<_>>().chunks(50) {
+        let mut p = redis::pipe();
+        for i in chunk {
+            p.del(format!("k{i}")).ignore();
+        }
+        let _: () = p.query(&mut a).unwrap();
+    }
+    // Newer than A's delete: B's write wins.
+    std::thread::sleep(Duration::from_millis(5));
+    let _: () = b.set("k10", "b-newer").unwrap();
+    let _: () = b.set("k900", "b-newer").unwrap();
+    assert!(
+        pair.a.stat("tombstones") <= 200 && pair.a.stat("tombstones_dropped") >= 600,
+        "{:?}",
+        pair.a.status()
+    );
+    heal(&pair);
+    pair.wait_converged(SETTLE);
+    for n in [&pair.a, &pair.b] {
+        let gone = (0..800)
+            .filter(|&i| i != 10 && i != 5 && exists(n, &format!("k{i}")))
+            .count();
+        assert_eq!(gone, 0, "deleted keys back on {}", n.name);
+        let v: Option<String> = n.conn().get("k5").unwrap();
+        assert!(matches!(v.as_deref(), None | Some("b-older")), "{v:?}");
+        let v: Option<String> = n.conn().get("k10").unwrap();
+        assert_eq!(v.as_deref(), Some("b-newer"), "{}", n.name);
+        let v: Option<String> = n.conn().get("k900").unwrap();
+        assert_eq!(v.as_deref(), Some("b-newer"), "{}", n.name);
+        for k in ["b-before", "b-away", "k999"] {
+            assert!(exists(n, k), "{k} lost on {}", n.name);
+        }
+    }
+    assert!(pair.b.stat("keys_swept") >= 600, "{:?}", pair.b.status());
+    assert!(pair.a.stat("full_syncs") >= 1, "{:?}", pair.a.status());
+}

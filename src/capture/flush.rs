@@ -65,7 +65,10 @@ pub(crate) fn pending_of(e: &Entry) -> Option<PendingOp> {
         Op::SwapDb { other } => {
             PendingOp::SwapDb(e.db, *other, Some(Stamp::new(e.clock, e.origin)))
         }
-        Op::Ack { .. } | Op::SyncRequest { .. } => return None,
+        // Sync notices: a sync cut off starts over whole.
+        Op::Ack { .. } | Op::SyncRequest { .. } | Op::SweepStart { .. } | Op::SweepEnd { .. } => {
+            return None
+        }
     })
 }
 
@@ -444,7 +447,7 @@ fn ask_for_sync(shared: &Shared, st: &mut Replication) {
 fn start_due_sync(reader: &Reader, shared: &Shared, st: &mut Replication) {
     let sync = match st.peer.snapshot.due() {
         None => return,
-        Some(SyncKind::Full) => FullSync::new(reader.databases()),
+        Some(SyncKind::Full) => FullSync::new(reader.databases()).sweeping(st.sweep_floors()),
         Some(SyncKind::Since { since, own }) => {
             let peer = st.peer.node_id;
             FullSync::since_watermark(&st.versions, shared.node_id, peer, since, own)
@@ -535,6 +538,7 @@ fn flush_changes(ctx: &Context, shared: &Shared, may_wait: bool, propagate: bool
         start_syncs(&reader, shared, &mut st);
     }
     ship_local(&reader, shared, &mut st, ops, link_up);
+    bound_tombstones(shared, &mut st);
     if steps.link_steps {
         catch_up_and_ack(ctx, &reader, shared, &mut st);
     }
@@ -546,6 +550,27 @@ fn flush_changes(ctx: &Context, shared: &Shared, may_wait: bool, propagate: bool
         crate::capture::persist::propagate_stamps(ctx, shared, &mut st.versions);
     }
     server::select_db(ctx, original_db);
+}
+
+/// Past `max-tombstones` the oldest of this node's own go, counted and
+/// logged, and the peer is owed a full sync that sweeps.
+fn bound_tombstones(shared: &Shared, st: &mut Replication) {
+    let dropped = st.bound_tombstones(shared.node_id) as u64;
+    if dropped == 0 {
+        return;
+    }
+    let before = shared
+        .stats
+        .tombstones_dropped
+        .fetch_add(dropped, std::sync::atomic::Ordering::Relaxed);
+    let every = st.tombstone_limit as u64;
+    if before == 0 || before / every != (before + dropped) / every {
+        redis_module::logging::log_warning(format!(
+            "rdmasync: more than {every} tombstones wait for the peer (max-tombstones): \
+             {} of the oldest dropped so far; the peer gets a full sync that deletes their keys",
+            before + dropped
+        ));
+    }
 }
 
 /// Records this node's changes `ops` and queues them for the sender,

@@ -53,6 +53,9 @@ pub fn encode(store: &VersionStore) -> Vec<Vec<u8>> {
     for (origin, clock) in store.collected_marks() {
         add(journal::TAG_COLLECTED, 0, Stamp::new(clock, origin), &[]);
     }
+    if let Some(dropped) = store.dropped() {
+        add(journal::TAG_DROPPED, 0, dropped, &[]);
+    }
     for (db, key, version) in store.records() {
         match version {
             KeyVersion::Live(stamp) => add(TAG_LIVE, db, stamp, key),
@@ -255,6 +258,7 @@ pub fn date_unstamped_changes(ctx: &Context, shared: &Shared) {
     // the peer ships back what it holds after it).
     let own = st.versions.newest_of(me);
     st.own_durable = Some(own);
+    st.own_loaded_clock = shared.clock.now();
     if st.versions.unstamped_len() == 0 {
         return;
     }

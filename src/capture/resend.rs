@@ -173,6 +173,10 @@ pub fn advance_full_sync(
     };
     let sync = &mut running.sync;
     while !shared.queue.is_full() && Instant::now() < deadline && !sync.is_done() {
+        if !st.unread.is_empty() {
+            // They ship after the sync's end: it must not sweep them away.
+            sync.missed_elsewhere();
+        }
         let shipments: Vec<Shipment> =
             sync.step(reader, &st.versions, shared.node_id, CATCH_UP_BATCH);
         let entries: Vec<Entry> = shipments

@@ -10,6 +10,7 @@
 
 use std::time::Instant;
 
+use crate::converge::sweep::SweepFloors;
 use crate::converge::version::{KeyVersion, Stamp, VersionStore};
 use crate::proto::entry::Op;
 use crate::redis::server;
@@ -71,6 +72,8 @@ enum Phase {
     Tombstones {
         next: usize,
     },
+    /// A sweeping sync's end mark.
+    SweepEnd,
     /// A sync since a watermark: the position in `FullSync::owned`.
     Owned {
         next: usize,
@@ -101,6 +104,11 @@ pub struct FullSync {
     /// For a sync since a watermark: this node's keys changed after it, by
     /// database (their versions are looked up again when shipped).
     owned: Vec<(u32, Box<[u8]>)>,
+    /// A full sync that sweeps: what it vouches for (see `converge::sweep`).
+    sweep: Option<SweepFloors>,
+    /// A key it found could not be read (it ships later, after the end
+    /// mark): the sweep must not run.
+    missed: bool,
 }
 
 impl FullSync {
@@ -117,7 +125,23 @@ impl FullSync {
             me: 0,
             peer: 0,
             owned: Vec::new(),
+            sweep: None,
+            missed: false,
         }
+    }
+
+    /// This full sync sweeps (`Some`): it starts with a mark carrying the
+    /// floors and ends with one, after which the peer deletes what they
+    /// vouch for and the sync did not carry.
+    pub fn sweeping(mut self, floors: Option<SweepFloors>) -> Self {
+        self.sweep = floors;
+        self
+    }
+
+    /// Keys of this node wait to be read again (they ship after the end
+    /// mark): the sweep must not run.
+    pub fn missed_elsewhere(&mut self) {
+        self.missed = true;
     }
 
     /// A sync of what a peer misses that holds this node's (`me`) changes
@@ -178,7 +202,12 @@ impl FullSync {
         let mut out = Vec::new();
         let max = max.max(1);
         self.phase = match std::mem::replace(&mut self.phase, Phase::Done) {
-            Phase::Floors => self.ship_floors(reader, versions, &mut out),
+            Phase::Floors => {
+                if let Some(floors) = self.sweep {
+                    out.push((0, self.mark_stamp(floors, me), Op::SweepStart { floors }));
+                }
+                self.ship_floors(reader, versions, &mut out)
+            }
             Phase::Owned { next } => {
                 let mut unread = Vec::new();
                 let end = self.ship_owned(reader, versions, next, max, &mut out, &mut unread);
@@ -200,11 +229,18 @@ impl FullSync {
                         out.push((db, stamp, Op::Delete { key: key.into() }));
                     }
                 }
-                if end == versions.tombstone_index_len() {
-                    Phase::Done
-                } else {
-                    Phase::Tombstones { next: end }
+                match (end == versions.tombstone_index_len(), self.sweep) {
+                    (false, _) => Phase::Tombstones { next: end },
+                    (true, Some(_)) => Phase::SweepEnd,
+                    (true, None) => Phase::Done,
                 }
+            }
+            Phase::SweepEnd => {
+                if let Some(floors) = self.sweep {
+                    let complete = !self.missed;
+                    out.push((0, self.mark_stamp(floors, me), Op::SweepEnd { complete }));
+                }
+                Phase::Done
             }
             Phase::Done => Phase::Done,
         };
@@ -270,7 +306,10 @@ impl FullSync {
                 Read::Value(snap) => out.push((db, stamp, snap.into_op(key))),
                 // Gone since the scan: its delete ships by itself.
                 Read::Absent => {}
-                Read::Failed => self.unread.push((db, key, stamp)),
+                Read::Failed => {
+                    self.missed = true;
+                    self.unread.push((db, key, stamp));
+                }
             }
         }
         server::select_db(reader.ctx(), original);
@@ -286,6 +325,13 @@ impl FullSync {
 }
 
 impl FullSync {
+    /// The stamp of a sweep mark: at the floor, newer than every version
+    /// the sweep vouches for (the peer's tombstones of the keys it deletes
+    /// take it).
+    fn mark_stamp(&self, floors: SweepFloors, me: u64) -> Stamp {
+        Stamp::new(floors.floor(), me)
+    }
+
     /// Ships up to `max` keys of `owned` from position `start` (one
     /// database at a time, read together) whose version is still one this
     /// sync ships: live ones with their value, deleted ones as deletes.

@@ -59,7 +59,11 @@ impl SentBatch {
             Op::FlushAll => Change::FlushAll,
             Op::SwapDb { other } => Change::SwapDb(db, *other, Stamp::new(e.clock, e.origin)),
             Op::Functions { .. } => Change::Functions,
-            Op::Ack { .. } | Op::SyncRequest { .. } => return,
+            // A sync cut off starts over whole: its sweep marks with it.
+            Op::Ack { .. }
+            | Op::SyncRequest { .. }
+            | Op::SweepStart { .. }
+            | Op::SweepEnd { .. } => return,
         };
         self.changes.push((seq, change));
     }

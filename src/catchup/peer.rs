@@ -12,6 +12,7 @@ use crate::catchup::inflight::InFlight;
 use crate::catchup::replication::{CatchUp, CatchUpReport};
 use crate::catchup::snapshot::{SnapshotProgress, SyncKind};
 use crate::converge::changes::DirtySet;
+use crate::converge::sweep::Sweep;
 use crate::converge::version::Stamp;
 
 /// The link as the main thread knows it: from the link thread's events,
@@ -157,6 +158,9 @@ pub struct Peer {
     pub partial_syncs: u64,
     /// The last catch-up.
     pub report: CatchUpReport,
+    /// A sweeping full sync of the peer's being received: the keys it
+    /// carried so far (a new link drops it; the sync starts over).
+    pub incoming_sweep: Option<Sweep>,
 }
 
 impl Peer {
@@ -193,6 +197,7 @@ impl Peer {
             since_syncs: 0,
             partial_syncs: 0,
             report: CatchUpReport::default(),
+            incoming_sweep: None,
         }
     }
 

@@ -12,6 +12,7 @@ use crate::catchup::peer::{Peer, PeerRequest};
 use crate::catchup::snapshot::SyncKind;
 use crate::converge::changes::PendingOp;
 use crate::converge::journal::RewriteBase;
+use crate::converge::sweep::SweepFloors;
 use crate::converge::version::{Stamp, VersionStore};
 use crate::ops::status::Convergence;
 
@@ -86,6 +87,13 @@ pub struct Replication {
     /// clock (what its requests tell the peer; `None`: no load, the store's
     /// newest own stamp then).
     pub own_durable: Option<u64>,
+    /// The clock when the last load ended: this node's own changes stamped
+    /// after `own_durable` and up to it may have been lost by that load
+    /// (a sweep vouches for none of them).
+    pub own_loaded_clock: u64,
+    /// Tombstones of this node's deletes kept for a peer that has not
+    /// acknowledged them (`max-tombstones`).
+    pub tombstone_limit: usize,
     /// The newest stamp of this node's own changes so far.
     pub last_local_stamp: u64,
     /// A wake-up timer is pending (more to ship).
@@ -124,6 +132,8 @@ impl Replication {
             versions: VersionStore::journaled(),
             unread: hashbrown::HashMap::new(),
             own_durable: None,
+            own_loaded_clock: 0,
+            tombstone_limit: crate::ops::config::DEFAULT_MAX_TOMBSTONES,
             last_local_stamp: 0,
             wake_pending: false,
             stamps_loaded: 0,
@@ -167,6 +177,7 @@ impl Replication {
     pub fn link_up(&mut self, epoch: u64) -> CatchUp {
         self.peer.link_epoch = epoch;
         self.peer.asked_on_link = false;
+        self.peer.incoming_sweep = None;
         self.peer.ack_lost();
         let unacked = self.requeue_unacked();
         self.peer.backlog.restore(unacked);
@@ -275,6 +286,44 @@ impl Replication {
         !self.peer.snapshot.is_running()
             && ((self.peer.peer_acked != self.peer.collected_at && self.versions.tombstones() != 0)
                 || self.versions.needs_compaction())
+    }
+
+    /// Holds the tombstones to `tombstone_limit`: past it the oldest of
+    /// this node's own go (the peer has not acknowledged them: it is away
+    /// or stuck), and the peer is owed a full sync instead of what it
+    /// misses, one that sweeps (its end deletes at the peer the keys held
+    /// at versions deleted here; see `converge::sweep`). Not while a full
+    /// sync on an up link walks the tombstone index. Returns how many went.
+    pub fn bound_tombstones(&mut self, me: u64) -> usize {
+        if self.versions.tombstones() <= self.tombstone_limit
+            || (self.peer.snapshot.is_running() && self.peer.link.up)
+        {
+            return 0;
+        }
+        // An eighth below the bound: a whole pass over the index is not
+        // made again at every delete.
+        let target = self.tombstone_limit - self.tombstone_limit / 8;
+        let dropped = self.versions.drop_oldest_own(me, target);
+        if dropped > 0 {
+            let _ = self.peer.backlog.take();
+            let _ = self.requeue_unacked();
+            self.peer.snapshot.restart_full();
+        }
+        dropped
+    }
+
+    /// What a full sync starting now vouches for (see `converge::sweep`):
+    /// `None` unless this node dropped tombstones over the bound.
+    pub fn sweep_floors(&self) -> Option<SweepFloors> {
+        let dropped = self.versions.dropped()?;
+        let gap_from = self.own_durable.unwrap_or(0);
+        let gap_to = self.own_loaded_clock.max(gap_from);
+        Some(SweepFloors::new(
+            dropped.clock,
+            self.versions.covered(self.peer.node_id),
+            gap_from,
+            gap_to,
+        ))
     }
 
     /// Appends local changes that cannot ship now.

@@ -133,9 +133,10 @@ impl DirtySet {
         let flush_or_swap = self.has_flush_or_swap();
         batch.entries.iter().any(|e| match &e.op {
             Op::Value { key, .. } | Op::Delete { key } => flush_or_swap || self.contains(e.db, key),
-            Op::FlushDb | Op::FlushAll | Op::SwapDb { .. } => true,
+            // A sweep's end deletes keys: a change of theirs is dated first.
+            Op::FlushDb | Op::FlushAll | Op::SwapDb { .. } | Op::SweepEnd { .. } => true,
             Op::Functions { .. } => self.functions_pending(),
-            Op::Ack { .. } | Op::SyncRequest { .. } => false,
+            Op::Ack { .. } | Op::SyncRequest { .. } | Op::SweepStart { .. } => false,
         })
     }
 

@@ -55,6 +55,9 @@ pub const TAG_COLLECTED: u8 = 14;
 /// The function libraries hold what was written at the stamp; the key is
 /// the CRC64 their `FUNCTION DUMP` payload carries (8 bytes, little-endian).
 pub const TAG_FUNCTIONS: u8 = 15;
+/// The node dropped its own tombstones over `max-tombstones` up to
+/// `stamp` (the newest; no key): its next full sync sweeps.
+pub const TAG_DROPPED: u8 = 16;
 
 /// One decoded record, borrowing its key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -211,6 +214,7 @@ pub(crate) fn apply_record(store: &mut VersionStore, r: &Record<'_>) -> bool {
         TAG_SNAPSHOT => store.clear(),
         TAG_COVERED => store.record_covered(r.stamp.node, r.stamp.clock),
         TAG_COLLECTED => store.record_collected(r.stamp),
+        TAG_DROPPED => store.record_dropped(r.stamp),
         TAG_FUNCTIONS => match <[u8; 8]>::try_from(r.key) {
             Ok(digest) => store.record_functions(r.stamp, u64::from_le_bytes(digest)),
             Err(_) => return false,

@@ -6,4 +6,5 @@
 pub mod changes;
 pub mod clock;
 pub mod journal;
+pub mod sweep;
 pub mod version;

@@ -117,6 +117,10 @@ pub struct VersionStore {
     /// too, and a sync since a watermark would not ship it back (it is
     /// gone): below this, such a peer gets a full sync instead.
     collected: HashMap<u64, u64>,
+    /// The newest of this node's tombstones dropped unacknowledged over
+    /// `max-tombstones` (see [`Self::drop_oldest_own`]); the peer's next
+    /// full sync sweeps below it (`converge::sweep`).
+    dropped: Option<Stamp>,
     /// The version of the function libraries, one for them all: the stamp
     /// of their last change and the CRC64 their `FUNCTION DUMP` payload carried
     /// then (a load whose libraries differ from it changed them unstamped).
@@ -510,6 +514,64 @@ impl VersionStore {
         }
     }
 
+    /// Drops the oldest tombstones of `me`'s deletes not yet collected
+    /// until at most `limit` tombstones remain (the peer is away and has
+    /// not acknowledged them): journaled as forgotten, each counted as
+    /// collected (a sync since a watermark could not ship it) and the
+    /// newest kept as the dropped floor. Returns how many went.
+    pub fn drop_oldest_own(&mut self, me: u64, limit: usize) -> usize {
+        let mut over = self.tombstones.saturating_sub(limit);
+        if over == 0 {
+            return 0;
+        }
+        let mut dropped = Vec::new();
+        let dbs = &mut self.dbs;
+        let journal = &mut self.journal;
+        self.tombstone_keys.retain(|(db, key)| {
+            if over == 0 {
+                return true;
+            }
+            let Some(keys) = dbs.get_mut(db).map(|d| &mut d.keys) else {
+                return false;
+            };
+            match keys.get(&key[..]) {
+                Some(&KeyVersion::Deleted { stamp, .. }) if stamp.node == me => {
+                    keys.remove(&key[..]);
+                    if let Some(out) = journal.as_mut() {
+                        let tag = crate::converge::journal::TAG_FORGET;
+                        crate::converge::journal::put_record(out, tag, *db, Stamp::ZERO, key);
+                    }
+                    dropped.push(stamp);
+                    over -= 1;
+                    false
+                }
+                Some(KeyVersion::Deleted { .. }) => true,
+                _ => false,
+            }
+        });
+        self.tombstones -= dropped.len();
+        for &stamp in &dropped {
+            self.record_collected(stamp);
+        }
+        if let Some(&newest) = dropped.iter().max() {
+            self.record_dropped(newest);
+        }
+        dropped.len()
+    }
+
+    /// Raises the dropped floor to `stamp` (journaled when it rises).
+    pub fn record_dropped(&mut self, stamp: Stamp) {
+        if self.dropped.is_none_or(|d| stamp > d) {
+            self.dropped = Some(stamp);
+            self.journal_record(crate::converge::journal::TAG_DROPPED, 0, stamp, &[]);
+        }
+    }
+
+    /// The newest own tombstone dropped over the bound (`None`: none).
+    pub fn dropped(&self) -> Option<Stamp> {
+        self.dropped
+    }
+
     /// The version of the function libraries (`None`: never stamped).
     pub fn functions(&self) -> Option<FunctionsVersion> {
         self.functions
@@ -863,6 +925,31 @@ mod tests {
             }
         }
         assert!(s.tombstone_keys.len() <= 1025);
+    }
+
+    #[test]
+    fn over_the_bound_the_oldest_own_tombstones_go_and_the_floor_rises() {
+        let mut s = VersionStore::journaled();
+        s.record_delete(0, b"theirs", Stamp::new(1, B), GC_AT_NEXT_ACK);
+        for i in 0..10u64 {
+            s.record_delete(0, format!("k{i}").as_bytes(), Stamp::new(10 + i, A), 0);
+        }
+        assert_eq!(s.drop_oldest_own(A, 11), 0);
+        assert_eq!(s.dropped(), None);
+        assert_eq!(s.drop_oldest_own(A, 4), 7);
+        assert_eq!(s.tombstones(), 4);
+        assert!(s.get(0, b"theirs").is_some(), "only this node's own");
+        assert_eq!(s.get(0, b"k6"), None);
+        assert!(s.get(0, b"k7").is_some(), "the newest stay");
+        assert_eq!(s.dropped(), Some(Stamp::new(16, A)));
+        assert!(s.collected_after(A, 15) && !s.collected_after(A, 16));
+        // Durable: the journal carries the drops and the floor.
+        let mut replay = VersionStore::new();
+        let mut journal = vec![crate::converge::journal::FORMAT];
+        journal.extend(s.take_journal());
+        assert!(crate::converge::journal::replay(&journal, &mut replay).is_ok());
+        assert_eq!(replay.dropped(), Some(Stamp::new(16, A)));
+        assert_eq!(replay.get(0, b"k0"), None);
     }
 
     #[test]

@@ -28,6 +28,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         // both ways, and no link yet (the link thread says when one is up).
         if let Some(mut st) = main_state().replication.get() {
             *st = Replication::new(config.backlog_ops);
+            st.tombstone_limit = config.max_tombstones;
         }
         runtime::start(config, server::server_info(ctx)).map_err(|e| e.report())
     }) {

@@ -89,6 +89,7 @@ pub static SETTINGS: [Setting; ARG_NAMES.len()] = [
     Setting::new(ARG_NAMES[15]),
     Setting::new(ARG_NAMES[16]),
     Setting::new(ARG_NAMES[17]),
+    Setting::new(ARG_NAMES[18]),
 ];
 
 /// Registers the configs, defaulting to the load arguments; `MODULE LOADEX

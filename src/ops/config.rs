@@ -23,7 +23,7 @@ pub const MAX_HANDSHAKE_TIMEOUT_MS: u64 = 60_000;
 
 /// Every argument that is also a config, in the order `CONFIG GET
 /// rdmasync.*` lists them.
-pub const ARG_NAMES: [&str; 18] = [
+pub const ARG_NAMES: [&str; 19] = [
     "peer",
     "port",
     "listen-port",
@@ -42,12 +42,20 @@ pub const ARG_NAMES: [&str; 18] = [
     "persist-versions",
     "hot-key-rest",
     "max-clock-offset",
+    "max-tombstones",
 ];
 
 /// Default bound of the catch-up backlog, in changes.
 pub const DEFAULT_BACKLOG_OPS: usize = 1_000_000;
 /// Largest accepted backlog bound.
 pub const MAX_BACKLOG_OPS: usize = 100_000_000;
+
+/// Default bound of this node's tombstones kept for an absent peer.
+pub const DEFAULT_MAX_TOMBSTONES: usize = 1_000_000;
+/// Smallest and largest accepted `max-tombstones`.
+pub const MIN_MAX_TOMBSTONES: usize = 100;
+/// See [`MIN_MAX_TOMBSTONES`].
+pub const MAX_MAX_TOMBSTONES: usize = 1_000_000_000;
 
 /// Default longest rest of a key costly to snapshot, in milliseconds.
 pub const DEFAULT_HOT_KEY_REST_MS: u64 = 100;
@@ -176,6 +184,10 @@ pub struct Config {
     /// stamped beyond it stops the link (it is neither applied nor
     /// acknowledged).
     pub max_clock_offset_ms: u64,
+    /// Tombstones of this node's deletes kept while the peer has not
+    /// acknowledged them; beyond that the oldest are dropped and the peer
+    /// gets a full sync that sweeps (deletes what they deleted).
+    pub max_tombstones: usize,
     /// The shared secret (`secret=` or the contents of `secret-file=`).
     pub secret: Option<Secret>,
     /// Where the secret was read from, if from a file.
@@ -215,6 +227,7 @@ impl Config {
             if self.persist_versions { "yes" } else { "no" }.to_owned(),
             self.hot_key_rest_ms.to_string(),
             self.max_clock_offset_ms.to_string(),
+            self.max_tombstones.to_string(),
         ]
     }
 
@@ -378,6 +391,7 @@ struct Draft {
     persist_versions: Option<bool>,
     hot_key_rest_ms: Option<u64>,
     max_clock_offset_ms: Option<u64>,
+    max_tombstones: Option<usize>,
     secret: Option<Secret>,
     secret_file: Option<(Secret, PathBuf)>,
     handshake_timeout_ms: Option<u64>,
@@ -412,6 +426,16 @@ impl Draft {
                     MAX_HOT_KEY_REST_MS,
                     " (milliseconds)",
                 )?)
+            }
+            "max-tombstones" => {
+                let n = int_in(
+                    name,
+                    value,
+                    MIN_MAX_TOMBSTONES as u64,
+                    MAX_MAX_TOMBSTONES as u64,
+                    "",
+                )?;
+                self.max_tombstones = Some(n as usize)
             }
             "max-clock-offset" => {
                 self.max_clock_offset_ms = Some(int_in(
@@ -491,6 +515,7 @@ impl Draft {
             max_clock_offset_ms: self
                 .max_clock_offset_ms
                 .unwrap_or(DEFAULT_MAX_CLOCK_OFFSET_MS),
+            max_tombstones: self.max_tombstones.unwrap_or(DEFAULT_MAX_TOMBSTONES),
             secret,
             secret_file,
             handshake_timeout_ms: self
@@ -690,6 +715,9 @@ mod tests {
         assert_eq!(with("hot-key-rest=10001"), "hot-key-rest");
         assert_eq!(with("hot-key-rest=soon"), "hot-key-rest");
         assert_eq!(with("max-clock-offset=99"), "max-clock-offset");
+        assert_eq!(with("max-tombstones=99"), "max-tombstones");
+        assert_eq!(with("max-tombstones=1000000001"), "max-tombstones");
+        assert_eq!(with("max-tombstones=1k"), "max-tombstones");
         assert_eq!(with("max-clock-offset=86400001"), "max-clock-offset");
         assert_eq!(with("max-clock-offset=1s"), "max-clock-offset");
         assert_eq!(with("colour=blue"), "colour");

@@ -68,6 +68,12 @@ pub struct Stats {
     /// Keys that expired or were evicted past the bound of one event-loop
     /// iteration: their versions were not turned into tombstones.
     pub expiries_unrecorded: AtomicU64,
+    /// Tombstones of this node's deletes dropped over `max-tombstones`
+    /// while the peer was away (a sweeping full sync carries them).
+    pub tombstones_dropped: AtomicU64,
+    /// Keys deleted here at the end of a peer's sweeping full sync (it had
+    /// deleted them and dropped their tombstones).
+    pub keys_swept: AtomicU64,
     /// Times the sender waited for credit.
     pub credit_stalls: AtomicU64,
     /// Sender's tail in the peer's ring (current link).
@@ -296,6 +302,8 @@ fn traffic_fields(stats: &Stats, queue_depth: usize) -> Vec<(&'static str, Field
         ("entries_dropped", counter(&stats.entries_dropped)),
         ("entries_refused", counter(&stats.entries_refused)),
         ("expiries_unrecorded", counter(&stats.expiries_unrecorded)),
+        ("tombstones_dropped", counter(&stats.tombstones_dropped)),
+        ("keys_swept", counter(&stats.keys_swept)),
         ("ring_used_bytes", Field::Int(stats.ring_used() as i64)),
         ("credit_stalls", counter(&stats.credit_stalls)),
         ("bad_frames", counter(&stats.bad_frames)),

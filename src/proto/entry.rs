@@ -59,6 +59,19 @@ pub enum Op {
         /// An answer to a request of ours (none is sent back for it).
         answer: bool,
     },
+    /// A full sync that sweeps starts: after it, the receiver deletes the
+    /// keys it holds at versions these floors vouch for that the sync did
+    /// not carry (see `converge::sweep`).
+    SweepStart {
+        /// What the sender vouches for.
+        floors: crate::converge::sweep::SweepFloors,
+    },
+    /// That sync handed out its last entry; `complete` when it carried
+    /// every key it found (one it could not read leaves the sweep undone).
+    SweepEnd {
+        /// The sweep may run.
+        complete: bool,
+    },
 }
 
 /// How a value travels.
@@ -107,6 +120,7 @@ impl Entry {
             Op::Value { key, payload, .. } => key.len() + payload.len(),
             Op::Delete { key } => key.len(),
             Op::Functions { payload } => payload.len(),
+            Op::SweepStart { .. } => crate::converge::sweep::FLOORS_LEN,
             _ => 0,
         }
     }

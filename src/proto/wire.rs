@@ -26,6 +26,7 @@
 //! A padding marker (magic "RSPD", 8 bytes) tells the reader to skip to the
 //! start of the ring.
 
+use crate::converge::sweep::FLOORS_LEN;
 use crate::proto::entry::{Entry, Op};
 
 /// Magic of a frame header.
@@ -79,6 +80,10 @@ pub enum FrameKind {
     SyncRequest = 7,
     /// The function libraries (a `FUNCTION DUMP` payload, possibly chunked).
     Functions = 8,
+    /// A sweeping full sync starts (its floors in the value).
+    SweepStart = 9,
+    /// A sweeping full sync ended (`arg` 1: complete).
+    SweepEnd = 10,
 }
 
 impl FrameKind {
@@ -92,6 +97,8 @@ impl FrameKind {
             6 => Self::Ack,
             7 => Self::SyncRequest,
             8 => Self::Functions,
+            9 => Self::SweepStart,
+            10 => Self::SweepEnd,
             _ => return None,
         })
     }
@@ -350,7 +357,13 @@ fn check_lengths(h: &FrameHeader, len: usize) -> Result<(), WireError> {
         ));
     }
     let chunked = h.flags & (FLAG_MORE | FLAG_CONTINUATION) != 0;
-    let carries_value = matches!(h.kind, FrameKind::Value | FrameKind::Functions);
+    let carries_value = matches!(
+        h.kind,
+        FrameKind::Value | FrameKind::Functions | FrameKind::SweepStart
+    );
+    if h.kind == FrameKind::SweepStart && h.value_total_len as usize != FLOORS_LEN {
+        return Err(WireError::BadLength("sweep floors of another length"));
+    }
     if !carries_value && (value != 0 || chunked) {
         return Err(WireError::BadLength("only value frames carry values"));
     }
@@ -464,6 +477,11 @@ fn place_op<'a>(op: &'a Op, h: &mut FrameHeader) -> (&'a [u8], &'a [u8]) {
                 h.flags |= FLAG_ANSWER;
             }
             (FrameKind::SyncRequest, &[], &[])
+        }
+        Op::SweepStart { floors } => (FrameKind::SweepStart, &[], floors.as_bytes()),
+        Op::SweepEnd { complete } => {
+            h.arg = u32::from(*complete);
+            (FrameKind::SweepEnd, &[], &[])
         }
     };
     h.kind = kind;

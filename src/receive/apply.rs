@@ -17,6 +17,7 @@ use crate::capture::hook::Suppressed;
 use crate::capture::state::main_state;
 use crate::catchup::peer::LinkView;
 use crate::catchup::replication::Replication;
+use crate::converge::sweep::Sweep;
 use crate::converge::version::{Decision, Stamp, GC_AT_NEXT_ACK};
 use crate::ops::status::{unix_ms, Stats};
 use crate::proto::entry::{Batch, Encoding, Entry, Op};
@@ -306,11 +307,31 @@ impl Applier<'_> {
                     st, e.seq, *received, *since, *own, *answer,
                 ))
             }
+            Op::SweepStart { floors } => {
+                st.peer.applied(e.seq);
+                st.peer.incoming_sweep = Some(Sweep::new(*floors, e.origin));
+                return Ok(Outcome::Notice);
+            }
+            Op::SweepEnd { complete } => {
+                st.peer.applied(e.seq);
+                return self.sweep_end(st, stamp, *complete);
+            }
             _ => {}
         }
         st.peer.applied(e.seq);
         if !server::select_db(ctx, e.db) {
             return Err(format!("no database {}", e.db));
+        }
+        if let Some(sweep) = st.peer.incoming_sweep.as_mut() {
+            match &e.op {
+                Op::Value { key, .. } | Op::Delete { key } => sweep.carried(e.db, key),
+                // The marks name databases: a swap moves them under it.
+                Op::SwapDb { .. } => {
+                    st.peer.incoming_sweep = None;
+                    log_sweep_abandoned("a SWAPDB arrived during the sync");
+                }
+                _ => {}
+            }
         }
         match &e.op {
             Op::Value { .. } => self.value(st, e, mset),
@@ -326,8 +347,46 @@ impl Applier<'_> {
             Op::FlushAll => apply_flush(ctx, opts, st, None, stamp),
             Op::SwapDb { other } => apply_swap(ctx, opts, st, e.db, *other, stamp),
             Op::Functions { payload } => apply_functions(ctx, opts, st, payload, stamp),
-            Op::Ack { .. } | Op::SyncRequest { .. } => Ok(Outcome::Notice),
+            Op::Ack { .. }
+            | Op::SyncRequest { .. }
+            | Op::SweepStart { .. }
+            | Op::SweepEnd { .. } => Ok(Outcome::Notice),
         }
+    }
+
+    /// The end of the peer's sweeping full sync: the keys it vouches it
+    /// deleted (and that it did not carry) are deleted here too, at the
+    /// stamp of the sync's end (newer than every version it vouches for).
+    fn sweep_end(
+        &self,
+        st: &mut Replication,
+        stamp: Stamp,
+        complete: bool,
+    ) -> std::result::Result<Outcome, String> {
+        let Some(sweep) = st.peer.incoming_sweep.take() else {
+            return Ok(Outcome::Notice);
+        };
+        if !complete {
+            log_sweep_abandoned("the peer could not read some of its keys");
+            return Ok(Outcome::Notice);
+        }
+        let doomed = sweep.deleted_at_sender(&st.versions, self.me);
+        let mut swept = 0u64;
+        for (db, key, _) in &doomed {
+            if !server::select_db(self.ctx, *db) {
+                continue;
+            }
+            run(self.ctx, self.opts, "DEL", &[key])?;
+            st.versions.record_delete(*db, key, stamp, GC_AT_NEXT_ACK);
+            swept += 1;
+        }
+        shared::with_shared(|s| Stats::add(&s.stats.keys_swept, swept));
+        redis_module::logging::log_notice(format!(
+            "rdmasync: the peer's full sync carried {} key(s); {swept} key(s) held here at \
+             versions it had deleted (their tombstones dropped while away) were deleted",
+            sweep.carried_len()
+        ));
+        Ok(Outcome::Applied)
     }
 
     /// A value of the peer's, if it wins: into the MSET run when it can join
@@ -362,6 +421,13 @@ impl Applier<'_> {
             other => Ok(Outcome::of(other)),
         }
     }
+}
+
+fn log_sweep_abandoned(why: &str) {
+    redis_module::logging::log_warning(format!(
+        "rdmasync: the peer's sweeping full sync will delete nothing here: {why}; keys it \
+         deleted while away may stay here until it sweeps again"
+    ));
 }
 
 /// Last-writer-wins on `key` for entry `e`; a key without a version is

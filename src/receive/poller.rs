@@ -2,6 +2,7 @@
 //! and pure: the transport says how far the ring is placed, the poller says
 //! how far it consumed (the head to return as credit).
 
+use crate::converge::sweep::SweepFloors;
 use crate::error::{Result, Violation};
 use crate::proto::entry::{Batch, Encoding, Entry, Op};
 use crate::proto::ring::{RingGeometry, RingMemory};
@@ -91,8 +92,19 @@ fn entry_from(header: &FrameHeader, key: Vec<u8>, value: Vec<u8>) -> Entry {
             own: (u64::from(header.db) << 32) | u64::from(header.arg),
             answer: header.flags & crate::proto::wire::FLAG_ANSWER != 0,
         },
+        // The frame check made sure of the length.
+        FrameKind::SweepStart => match SweepFloors::from_bytes(&value) {
+            Some(floors) => Op::SweepStart { floors },
+            None => Op::SweepEnd { complete: false },
+        },
+        FrameKind::SweepEnd => Op::SweepEnd {
+            complete: header.arg == 1,
+        },
     };
-    let db = if header.kind == FrameKind::SyncRequest {
+    let db = if matches!(
+        header.kind,
+        FrameKind::SyncRequest | FrameKind::SweepStart | FrameKind::SweepEnd
+    ) {
         0
     } else {
         header.db
