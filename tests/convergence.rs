@@ -557,8 +557,20 @@ fn a_remote_flush_keeps_a_newer_key_it_cannot_read() {
 /// stays. Without the sweep the dropped deletes' keys stay on B for good.
 #[test]
 fn deletes_past_the_tombstone_bound_while_away_do_not_come_back() {
-    let bound = ["max-tombstones=200"];
-    let pair = Pair::start_with(&bound, &bound);
+    deletes_past_the_bound_stay_deleted(&["max-tombstones=200"]);
+}
+
+/// As above, with B's backlog overflowing while away: B answers with a
+/// full sync of its own, which ships its copies of the keys A deleted
+/// (A's old versions) back to A. A, whose tombstones of them are gone,
+/// must still take them as deleted. Without that rule they come back.
+#[test]
+fn a_full_sync_from_the_peer_does_not_bring_back_keys_deleted_past_the_bound() {
+    deletes_past_the_bound_stay_deleted(&["max-tombstones=200", "backlog-ops=1"]);
+}
+
+fn deletes_past_the_bound_stay_deleted(b_args: &[&str]) {
+    let pair = Pair::start_with(&["max-tombstones=200"], b_args);
     let (mut a, mut b) = (pair.a.conn(), pair.b.conn());
     let mut p = redis::pipe();
     for i in 0..1000 {
@@ -610,4 +622,7 @@ fn deletes_past_the_tombstone_bound_while_away_do_not_come_back() {
     }
     assert!(pair.b.stat("keys_swept") >= 600, "{:?}", pair.b.status());
     assert!(pair.a.stat("full_syncs") >= 1, "{:?}", pair.a.status());
+    if b_args.contains(&"backlog-ops=1") {
+        assert!(pair.b.stat("full_syncs") >= 2, "{:?}", pair.b.status());
+    }
 }

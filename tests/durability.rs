@@ -913,3 +913,55 @@ fn a_delete_lost_in_a_restart_after_its_tombstone_was_collected_still_converges(
     assert_eq!(get(&pair.a, "k"), get(&pair.b, "k"));
     assert_eq!(pair.b.status()["catchup"], "full", "{:?}", pair.b.status());
 }
+
+/// Deletes past `max-tombstones` while cut, then A killed and restarted
+/// from its AOF before the link returns: the dropped floor comes back
+/// with A's files, so the sync A's restart leads to still sweeps: none of
+/// the deleted keys is back on either node.
+#[test]
+fn a_sweep_owed_survives_a_restart_of_the_node_that_dropped_tombstones() {
+    let p = Persistence::AofAlways;
+    let (pa, pb) = (free_port(), free_port());
+    let (ia, ib) = (test_ip(), test_ip_b());
+    let bound = ["max-tombstones=200"];
+    let mut a_args = p.server_args();
+    a_args.extend(module_args_at(&ia, pa, &ib, pb, &bound));
+    let mut b_args = p.server_args();
+    b_args.extend(module_args_at(&ib, pb, &ia, pa, &bound));
+    let mut pair = Pair {
+        a: Node::start("a", a_args),
+        b: Node::start("b", b_args),
+    };
+    pair.wait_linked();
+    let mut a = pair.a.conn();
+    let mut pipe = redis::pipe();
+    for i in 0..600 {
+        pipe.set(format!("k{i}"), "base").ignore();
+    }
+    let _: () = pipe.query(&mut a).unwrap();
+    pair.wait_converged(SETTLE);
+    cut(&pair);
+    for i in 0..500 {
+        let _: () = a.del(format!("k{i}")).unwrap();
+    }
+    drop(a);
+    assert!(
+        pair.a.stat("tombstones_dropped") >= 300,
+        "{:?}",
+        pair.a.status()
+    );
+    restart_a(&mut pair, p, Down::Kill);
+    pair.wait_converged(SETTLE);
+    for node in [&pair.a, &pair.b] {
+        let mut c = node.conn();
+        let back = (0..500)
+            .filter(|i| c.exists::<_, bool>(format!("k{i}")).unwrap())
+            .count();
+        assert_eq!(back, 0, "deleted keys back on {}", node.name);
+        let kept: usize = (500..600)
+            .filter(|i| c.exists::<_, bool>(format!("k{i}")).unwrap())
+            .count();
+        assert_eq!(kept, 100, "{}", node.name);
+    }
+    assert!(pair.b.stat("keys_swept") >= 300, "{:?}", pair.b.status());
+}

@@ -83,7 +83,7 @@ pub(crate) fn push(
     mut entries: Vec<Entry>,
     resend: bool,
 ) -> Result<u64, Vec<Entry>> {
-    refuse_unframeable(shared, &mut entries, st.peer.link.max_frame);
+    refuse_unframeable(shared, st, &mut entries);
     if entries.is_empty() {
         return Ok(0);
     }
@@ -130,7 +130,8 @@ pub(crate) fn push(
 /// acks never skip them; the refusal is counted (`entries_refused`), logged
 /// and kept as `last_error`, and the key differs between the nodes until it
 /// is written or deleted again (docs/limitations.md).
-fn refuse_unframeable(shared: &Shared, entries: &mut Vec<Entry>, max_frame: usize) {
+fn refuse_unframeable(shared: &Shared, st: &mut Replication, entries: &mut Vec<Entry>) {
+    let max_frame = st.peer.link.max_frame;
     if max_frame == 0 || entries.iter().all(|e| wire::can_frame(e, max_frame)) {
         return;
     }
@@ -139,6 +140,10 @@ fn refuse_unframeable(shared: &Shared, entries: &mut Vec<Entry>, max_frame: usiz
             return true;
         }
         Stats::add(&shared.stats.entries_refused, 1);
+        st.refused += 1;
+        if e.origin == shared.node_id {
+            st.not_held(e.clock, true);
+        }
         let (_, key, value) = wire::entry_header(e);
         let msg = format!(
             "change of a key of {} bytes with {} value bytes refused: the peer's ring takes frames \
@@ -326,7 +331,9 @@ fn record_change(
             Some((0, Op::FlushAll))
         }
         PendingOp::SwapDb(a, b, _) => {
-            st.swap_dbs(a, b);
+            if st.swap_dbs(a, b) {
+                log_sweep_abandoned("a SWAPDB ran here during the sync");
+            }
             Some((a, Op::SwapDb { other: b }))
         }
         PendingOp::Functions => changed_functions(reader, shared, st, stamp)
@@ -550,6 +557,14 @@ fn flush_changes(ctx: &Context, shared: &Shared, may_wait: bool, propagate: bool
         crate::capture::persist::propagate_stamps(ctx, shared, &mut st.versions);
     }
     server::select_db(ctx, original_db);
+}
+
+/// A sweep being received from the peer ends without deleting anything.
+pub(crate) fn log_sweep_abandoned(why: &str) {
+    redis_module::logging::log_warning(format!(
+        "rdmasync: the peer's sweeping full sync will delete nothing here: {why}; keys it \
+         deleted while away may stay here until it sweeps again"
+    ));
 }
 
 /// Past `max-tombstones` the oldest of this node's own go, counted and

@@ -53,14 +53,16 @@ pub fn encode(store: &VersionStore) -> Vec<Vec<u8>> {
     for (origin, clock) in store.collected_marks() {
         add(journal::TAG_COLLECTED, 0, Stamp::new(clock, origin), &[]);
     }
-    if let Some(dropped) = store.dropped() {
-        add(journal::TAG_DROPPED, 0, dropped, &[]);
-    }
     for (db, key, version) in store.records() {
         match version {
             KeyVersion::Live(stamp) => add(TAG_LIVE, db, stamp, key),
             KeyVersion::Deleted { stamp, .. } => add(TAG_TOMBSTONE, db, stamp, key),
         }
+    }
+    // Last: a build that does not know the record stops at it, with every
+    // key record read.
+    if let Some(dropped) = store.dropped() {
+        add(journal::TAG_DROPPED, 0, dropped, &[]);
     }
     blobs
 }
@@ -258,7 +260,11 @@ pub fn date_unstamped_changes(ctx: &Context, shared: &Shared) {
     // the peer ships back what it holds after it).
     let own = st.versions.newest_of(me);
     st.own_durable = Some(own);
-    st.own_loaded_clock = shared.clock.now();
+    // Changes of its own it lost may be stamped up to the clock it had
+    // then, which may have run ahead of the wall clock by as much as a
+    // peer's clock may be ahead: past both.
+    let offset = crate::converge::clock::pack_millis(st.max_clock_offset_ms);
+    st.own_loaded_clock = shared.clock.now().saturating_add(offset);
     if st.versions.unstamped_len() == 0 {
         return;
     }

@@ -190,7 +190,13 @@ pub fn advance_full_sync(
         for (db, key, stamp) in unread {
             st.unread.insert((db, key.into()), stamp);
         }
-        let Ok(last_seq) = push(shared, st, entries, false) else {
+        let refused = st.refused;
+        let pushed = push(shared, st, entries, false);
+        if st.refused != refused {
+            // A key it found did not go: the sweep must not remove it.
+            sync.missed_elsewhere();
+        }
+        let Ok(last_seq) = pushed else {
             // Cannot happen after `is_full` said no (single producer); start over.
             st.peer.snapshot.owe(SyncKind::Full);
             return;

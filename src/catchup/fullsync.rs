@@ -38,16 +38,21 @@ impl KeyWalk {
         }
     }
 
-    /// The next page of key names of the database selected on `reader`.
-    fn next_page(&mut self, reader: &Reader) -> Vec<Vec<u8>> {
-        match self {
+    /// The next page of key names of the database selected on `reader`
+    /// (`None`: the walk failed and ends).
+    fn next_page(&mut self, reader: &Reader) -> Option<Vec<Vec<u8>>> {
+        Some(match self {
             KeyWalk::Api(scan) => scan.next_page(reader.ctx(), SCAN_COUNT),
             KeyWalk::Command { cursor, done } => {
-                let (next, keys) = reader.scan(*cursor, SCAN_COUNT).unwrap_or((0, Vec::new()));
+                let Some((next, keys)) = reader.scan(*cursor, SCAN_COUNT) else {
+                    // The rest of this database is not walked.
+                    *done = true;
+                    return None;
+                };
                 (*cursor, *done) = (next, next == 0);
                 keys
             }
-        }
+        })
     }
 
     fn is_done(&self) -> bool {
@@ -294,7 +299,10 @@ impl FullSync {
     ) -> Phase {
         let original = server::selected_db(reader.ctx());
         server::select_db(reader.ctx(), db);
-        let keys = walk.next_page(reader);
+        let keys = walk.next_page(reader).unwrap_or_else(|| {
+            self.missed = true;
+            Vec::new()
+        });
         let reads = reader.read_many(&keys);
         for (key, read) in keys.into_iter().zip(reads) {
             let stamp = match versions.get(db, &key) {

@@ -94,6 +94,18 @@ pub struct Replication {
     /// Tombstones of this node's deletes kept for a peer that has not
     /// acknowledged them (`max-tombstones`).
     pub tombstone_limit: usize,
+    /// `max-clock-offset`, in milliseconds.
+    pub max_clock_offset_ms: u64,
+    /// Changes refused because no frame could carry them (see
+    /// `capture::flush::push`): a sweeping sync that refused one must not
+    /// sweep.
+    pub refused: u64,
+    /// Below the stamp of this node's first change refused that way: the
+    /// coverage it claims never passes a change the peer could not get.
+    pub own_coverage_cap: Option<u64>,
+    /// Below the stamp of the peer's first change that failed to apply
+    /// here: the watermark of the peer never passes a change not held.
+    pub peer_coverage_cap: Option<u64>,
     /// The newest stamp of this node's own changes so far.
     pub last_local_stamp: u64,
     /// A wake-up timer is pending (more to ship).
@@ -134,6 +146,10 @@ impl Replication {
             own_durable: None,
             own_loaded_clock: 0,
             tombstone_limit: crate::ops::config::DEFAULT_MAX_TOMBSTONES,
+            max_clock_offset_ms: crate::ops::config::DEFAULT_MAX_CLOCK_OFFSET_MS,
+            refused: 0,
+            own_coverage_cap: None,
+            peer_coverage_cap: None,
             last_local_stamp: 0,
             wake_pending: false,
             stamps_loaded: 0,
@@ -146,10 +162,14 @@ impl Replication {
     }
 
     /// `SWAPDB a b`: versions and unread changes move with the data.
-    pub fn swap_dbs(&mut self, a: u32, b: u32) {
+    ///
+    /// A sweep being received names databases as the peer had them: it
+    /// ends, and the return says so.
+    pub fn swap_dbs(&mut self, a: u32, b: u32) -> bool {
         self.versions.swap(a, b);
+        let sweep_ended = self.peer.incoming_sweep.take().is_some();
         if self.unread.is_empty() {
-            return;
+            return sweep_ended;
         }
         self.unread = std::mem::take(&mut self.unread)
             .into_iter()
@@ -164,6 +184,7 @@ impl Replication {
                 ((db, key), stamp)
             })
             .collect();
+        sweep_ended
     }
 
     /// A new link is up: what was shipped and not acknowledged may be lost,
@@ -277,7 +298,21 @@ impl Replication {
             && !self.peer.snapshot.is_running()
             && self.peer.snapshot.owed().is_none()
             && self.peer.pending_request.is_none();
-        in_step.then_some(self.last_local_stamp)
+        let cap = self.own_coverage_cap.unwrap_or(u64::MAX);
+        in_step.then_some(self.last_local_stamp.min(cap))
+    }
+
+    /// A change stamped `clock` could not be held (by the peer: `ours`,
+    /// refused unframeable; here: it failed to apply): the coverage
+    /// claimed of its origin stays below it from now on.
+    pub fn not_held(&mut self, clock: u64, ours: bool) {
+        let cap = if ours {
+            &mut self.own_coverage_cap
+        } else {
+            &mut self.peer_coverage_cap
+        };
+        let below = clock.saturating_sub(1);
+        *cap = Some(cap.map_or(below, |c| c.min(below)));
     }
 
     /// Whether acks moved on since the last tombstone collection.
@@ -295,7 +330,13 @@ impl Replication {
     /// at versions deleted here; see `converge::sweep`). Not while a full
     /// sync on an up link walks the tombstone index. Returns how many went.
     pub fn bound_tombstones(&mut self, me: u64) -> usize {
-        if self.versions.tombstones() <= self.tombstone_limit
+        // With the link up the peer acknowledges (and tombstones go) within
+        // milliseconds: only twice the bound there (a stuck peer).
+        let limit = match self.peer.link.up {
+            true => self.tombstone_limit.saturating_mul(2),
+            false => self.tombstone_limit,
+        };
+        if self.versions.tombstones() <= limit
             || (self.peer.snapshot.is_running() && self.peer.link.up)
         {
             return 0;
@@ -556,7 +597,7 @@ mod tests {
         let s = Stamp::new(5, 1);
         r.unread.insert((0, Box::from(&b"k"[..])), s);
         r.unread.insert((2, Box::from(&b"j"[..])), s);
-        r.swap_dbs(0, 1);
+        let _ = r.swap_dbs(0, 1);
         assert_eq!(r.unread.get(&(1, Box::from(&b"k"[..]))), Some(&s));
         assert_eq!(r.unread.get(&(2, Box::from(&b"j"[..]))), Some(&s));
         assert_eq!(r.unread.len(), 2);

@@ -16,79 +16,21 @@
 use hashbrown::{HashMap, HashSet};
 
 use super::version::{KeyVersion, Stamp, VersionStore};
+pub use crate::proto::entry::SweepFloors;
 
-/// What the sender of a sweeping full sync vouches for, fixed when the
-/// sync starts; held as it travels (four little-endian `u64`s: the floor,
-/// the receiver's watermark, the gap's two ends).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
-pub struct SweepFloors([u8; FLOORS_LEN]);
-
-/// Bytes of [`SweepFloors`] on the wire.
-pub const FLOORS_LEN: usize = 32;
-
-impl SweepFloors {
-    /// Floors from their parts:
-    /// - `floor`: the newest tombstone the sender dropped (a delete whose
-    ///   tombstone is gone is stamped at or below this clock);
-    /// - `receiver_covered`: the sender holds every change of the receiver
-    ///   stamped at or below this clock (its watermark of the receiver);
-    /// - `(gap_from, gap_to]`: the sender's own changes stamped in it may
-    ///   have been lost by its last load (written after what its files
-    ///   held, before it went down): it vouches for none of them.
-    pub fn new(floor: u64, receiver_covered: u64, gap_from: u64, gap_to: u64) -> Self {
-        let mut out = [0u8; FLOORS_LEN];
-        let fields = [floor, receiver_covered, gap_from, gap_to];
-        for (slot, v) in out.chunks_exact_mut(8).zip(fields) {
-            slot.copy_from_slice(&v.to_le_bytes());
-        }
-        Self(out)
+/// Whether the sender of `floors` vouches that a key held at `version`
+/// and not carried by its sync was deleted there.
+pub fn vouches_deleted(floors: &SweepFloors, version: Stamp, sender: u64, receiver: u64) -> bool {
+    if version.clock >= floors.floor() {
+        return false;
     }
-
-    /// Floors as they travel; `None` for any other length.
-    pub fn from_bytes(b: &[u8]) -> Option<Self> {
-        b.try_into().ok().map(Self)
-    }
-
-    /// The bytes that travel.
-    pub fn as_bytes(&self) -> &[u8; FLOORS_LEN] {
-        &self.0
-    }
-
-    fn field(&self, i: usize) -> u64 {
-        let mut b = [0u8; 8];
-        b.copy_from_slice(&self.0[8 * i..8 * i + 8]);
-        u64::from_le_bytes(b)
-    }
-
-    /// The newest dropped tombstone's clock.
-    pub fn floor(&self) -> u64 {
-        self.field(0)
-    }
-
-    /// The sender's watermark of the receiver.
-    pub fn receiver_covered(&self) -> u64 {
-        self.field(1)
-    }
-
-    /// The gap the sender's last load may have left in its own changes.
-    pub fn gap(&self) -> (u64, u64) {
-        (self.field(2), self.field(3))
-    }
-
-    /// Whether the sender vouches that a key held at `version` and not
-    /// carried by its sync was deleted there.
-    pub fn vouches_deleted(&self, version: Stamp, sender: u64, receiver: u64) -> bool {
-        if version.clock >= self.floor() {
-            return false;
-        }
-        if version.node == sender {
-            let (from, to) = self.gap();
-            !(from < version.clock && version.clock <= to)
-        } else if version.node == receiver {
-            version.clock <= self.receiver_covered()
-        } else {
-            false
-        }
+    if version.node == sender {
+        let (from, to) = floors.gap();
+        !(from < version.clock && version.clock <= to)
+    } else if version.node == receiver {
+        version.clock <= floors.receiver_covered()
+    } else {
+        false
     }
 }
 
@@ -135,7 +77,7 @@ impl Sweep {
         versions
             .records()
             .filter_map(|(db, key, v)| match v {
-                KeyVersion::Live(s) if self.floors.vouches_deleted(s, self.sender, receiver) => {
+                KeyVersion::Live(s) if vouches_deleted(&self.floors, s, self.sender, receiver) => {
                     Some((db, key, s))
                 }
                 _ => None,
@@ -173,28 +115,39 @@ mod tests {
     #[test]
     fn the_sender_vouches_for_its_own_changes_below_the_floor_outside_the_gap() {
         let f = floors();
-        assert!(f.vouches_deleted(Stamp::new(10, A), A, B));
-        assert!(f.vouches_deleted(Stamp::new(70, A), A, B));
+        assert!(vouches_deleted(&f, Stamp::new(10, A), A, B));
+        assert!(vouches_deleted(&f, Stamp::new(70, A), A, B));
         assert!(
-            !f.vouches_deleted(Stamp::new(71, A), A, B),
+            !vouches_deleted(&f, Stamp::new(71, A), A, B),
             "lost by its load"
         );
-        assert!(!f.vouches_deleted(Stamp::new(80, A), A, B));
-        assert!(f.vouches_deleted(Stamp::new(81, A), A, B));
-        assert!(!f.vouches_deleted(Stamp::new(100, A), A, B), "at the floor");
-        assert!(!f.vouches_deleted(Stamp::new(200, A), A, B));
+        assert!(!vouches_deleted(&f, Stamp::new(80, A), A, B));
+        assert!(vouches_deleted(&f, Stamp::new(81, A), A, B));
+        assert!(
+            !vouches_deleted(&f, Stamp::new(100, A), A, B),
+            "at the floor"
+        );
+        assert!(!vouches_deleted(&f, Stamp::new(200, A), A, B));
     }
 
     #[test]
     fn the_receivers_changes_only_up_to_the_senders_watermark() {
         let f = floors();
-        assert!(f.vouches_deleted(Stamp::new(50, B), A, B));
+        assert!(vouches_deleted(&f, Stamp::new(50, B), A, B));
         assert!(
-            !f.vouches_deleted(Stamp::new(51, B), A, B),
+            !vouches_deleted(&f, Stamp::new(51, B), A, B),
             "written while away: the sender never saw it"
         );
-        assert!(!f.vouches_deleted(Stamp::new(10, C), A, B), "a third site");
-        assert!(!SweepFloors::default().vouches_deleted(Stamp::new(0, A), A, B));
+        assert!(
+            !vouches_deleted(&f, Stamp::new(10, C), A, B),
+            "a third site"
+        );
+        assert!(!vouches_deleted(
+            &SweepFloors::default(),
+            Stamp::new(0, A),
+            A,
+            B
+        ));
     }
 
     #[test]

@@ -29,6 +29,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         if let Some(mut st) = main_state().replication.get() {
             *st = Replication::new(config.backlog_ops);
             st.tombstone_limit = config.max_tombstones;
+            st.max_clock_offset_ms = config.max_clock_offset_ms;
         }
         runtime::start(config, server::server_info(ctx)).map_err(|e| e.report())
     }) {

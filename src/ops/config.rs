@@ -427,16 +427,7 @@ impl Draft {
                     " (milliseconds)",
                 )?)
             }
-            "max-tombstones" => {
-                let n = int_in(
-                    name,
-                    value,
-                    MIN_MAX_TOMBSTONES as u64,
-                    MAX_MAX_TOMBSTONES as u64,
-                    "",
-                )?;
-                self.max_tombstones = Some(n as usize)
-            }
+            "max-tombstones" => self.max_tombstones = Some(parse_max_tombstones(name, value)?),
             "max-clock-offset" => {
                 self.max_clock_offset_ms = Some(int_in(
                     name,
@@ -571,6 +562,12 @@ fn int_in(arg: &str, value: &str, lo: u64, hi: u64, unit: &str) -> Result<u64> {
             format!("must be an integer {lo}-{hi}{unit}, got '{value}'"),
         )),
     }
+}
+
+/// `max-tombstones`: a count in its range.
+fn parse_max_tombstones(arg: &str, value: &str) -> Result<usize> {
+    let (lo, hi) = (MIN_MAX_TOMBSTONES as u64, MAX_MAX_TOMBSTONES as u64);
+    Ok(int_in(arg, value, lo, hi, "")? as usize)
 }
 
 /// A count of `unit` in `1..=max`.

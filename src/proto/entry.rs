@@ -64,7 +64,7 @@ pub enum Op {
     /// not carry (see `converge::sweep`).
     SweepStart {
         /// What the sender vouches for.
-        floors: crate::converge::sweep::SweepFloors,
+        floors: SweepFloors,
     },
     /// That sync handed out its last entry; `complete` when it carried
     /// every key it found (one it could not read leaves the sweep undone).
@@ -120,7 +120,7 @@ impl Entry {
             Op::Value { key, payload, .. } => key.len() + payload.len(),
             Op::Delete { key } => key.len(),
             Op::Functions { payload } => payload.len(),
-            Op::SweepStart { .. } => crate::converge::sweep::FLOORS_LEN,
+            Op::SweepStart { .. } => FLOORS_LEN,
             _ => 0,
         }
     }
@@ -138,5 +138,64 @@ impl Batch {
     /// Sum of `Entry::payload_len`.
     pub fn payload_len(&self) -> usize {
         self.entries.iter().map(Entry::payload_len).sum()
+    }
+}
+
+/// What the sender of a sweeping full sync vouches for, fixed when the
+/// sync starts; held as it travels (four little-endian `u64`s: the floor,
+/// the receiver's watermark, the gap's two ends).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SweepFloors([u8; FLOORS_LEN]);
+
+/// Bytes of [`SweepFloors`] on the wire.
+pub const FLOORS_LEN: usize = 32;
+
+impl SweepFloors {
+    /// Floors from their parts:
+    /// - `floor`: the newest tombstone the sender dropped (a delete whose
+    ///   tombstone is gone is stamped at or below this clock);
+    /// - `receiver_covered`: the sender holds every change of the receiver
+    ///   stamped at or below this clock (its watermark of the receiver);
+    /// - `(gap_from, gap_to]`: the sender's own changes stamped in it may
+    ///   have been lost by its last load (written after what its files
+    ///   held, before it went down): it vouches for none of them.
+    pub fn new(floor: u64, receiver_covered: u64, gap_from: u64, gap_to: u64) -> Self {
+        let mut out = [0u8; FLOORS_LEN];
+        let fields = [floor, receiver_covered, gap_from, gap_to];
+        for (slot, v) in out.chunks_exact_mut(8).zip(fields) {
+            slot.copy_from_slice(&v.to_le_bytes());
+        }
+        Self(out)
+    }
+
+    /// Floors as they travel; `None` for any other length.
+    pub fn from_bytes(b: &[u8]) -> Option<Self> {
+        b.try_into().ok().map(Self)
+    }
+
+    /// The bytes that travel.
+    pub fn as_bytes(&self) -> &[u8; FLOORS_LEN] {
+        &self.0
+    }
+
+    fn field(&self, i: usize) -> u64 {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&self.0[8 * i..8 * i + 8]);
+        u64::from_le_bytes(b)
+    }
+
+    /// The newest dropped tombstone's clock.
+    pub fn floor(&self) -> u64 {
+        self.field(0)
+    }
+
+    /// The sender's watermark of the receiver.
+    pub fn receiver_covered(&self) -> u64 {
+        self.field(1)
+    }
+
+    /// The gap the sender's last load may have left in its own changes.
+    pub fn gap(&self) -> (u64, u64) {
+        (self.field(2), self.field(3))
     }
 }

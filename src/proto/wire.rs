@@ -26,7 +26,7 @@
 //! A padding marker (magic "RSPD", 8 bytes) tells the reader to skip to the
 //! start of the ring.
 
-use crate::converge::sweep::FLOORS_LEN;
+use crate::proto::entry::FLOORS_LEN;
 use crate::proto::entry::{Entry, Op};
 
 /// Magic of a frame header.
@@ -34,7 +34,7 @@ pub const FRAME_MAGIC: u32 = u32::from_le_bytes(*b"RSYN");
 /// Magic of a padding marker.
 pub const PAD_MAGIC: u32 = u32::from_le_bytes(*b"RSPD");
 /// Protocol version written in every frame.
-pub const VERSION: u8 = 3;
+pub const VERSION: u8 = 4;
 /// Bytes of the fixed header.
 pub const HEADER_LEN: usize = 64;
 /// Bytes of the CRC trailer.

@@ -17,7 +17,7 @@ use crate::capture::hook::Suppressed;
 use crate::capture::state::main_state;
 use crate::catchup::peer::LinkView;
 use crate::catchup::replication::Replication;
-use crate::converge::sweep::Sweep;
+use crate::converge::sweep::{vouches_deleted, Sweep};
 use crate::converge::version::{Decision, Stamp, GC_AT_NEXT_ACK};
 use crate::ops::status::{unix_ms, Stats};
 use crate::proto::entry::{Batch, Encoding, Entry, Op};
@@ -307,14 +307,9 @@ impl Applier<'_> {
                     st, e.seq, *received, *since, *own, *answer,
                 ))
             }
-            Op::SweepStart { floors } => {
+            Op::SweepStart { .. } | Op::SweepEnd { .. } => {
                 st.peer.applied(e.seq);
-                st.peer.incoming_sweep = Some(Sweep::new(*floors, e.origin));
-                return Ok(Outcome::Notice);
-            }
-            Op::SweepEnd { complete } => {
-                st.peer.applied(e.seq);
-                return self.sweep_end(st, stamp, *complete);
+                return self.sweep_mark(st, e);
             }
             _ => {}
         }
@@ -322,17 +317,7 @@ impl Applier<'_> {
         if !server::select_db(ctx, e.db) {
             return Err(format!("no database {}", e.db));
         }
-        if let Some(sweep) = st.peer.incoming_sweep.as_mut() {
-            match &e.op {
-                Op::Value { key, .. } | Op::Delete { key } => sweep.carried(e.db, key),
-                // The marks name databases: a swap moves them under it.
-                Op::SwapDb { .. } => {
-                    st.peer.incoming_sweep = None;
-                    log_sweep_abandoned("a SWAPDB arrived during the sync");
-                }
-                _ => {}
-            }
-        }
+        note_carried(st, e);
         match &e.op {
             Op::Value { .. } => self.value(st, e, mset),
             Op::Delete { key } => match decide(ctx, st, self.me, e, key) {
@@ -354,6 +339,21 @@ impl Applier<'_> {
         }
     }
 
+    /// A sweep mark of the peer's: the start of a sweeping full sync, or
+    /// its end (see `sweep_end`).
+    fn sweep_mark(&self, st: &mut Replication, e: &Entry) -> std::result::Result<Outcome, String> {
+        match &e.op {
+            Op::SweepStart { floors } => {
+                st.peer.incoming_sweep = Some(Sweep::new(*floors, e.origin));
+                Ok(Outcome::Notice)
+            }
+            Op::SweepEnd { complete } => {
+                self.sweep_end(st, Stamp::new(e.clock, e.origin), *complete)
+            }
+            _ => Ok(Outcome::Notice),
+        }
+    }
+
     /// The end of the peer's sweeping full sync: the keys it vouches it
     /// deleted (and that it did not carry) are deleted here too, at the
     /// stamp of the sync's end (newer than every version it vouches for).
@@ -367,10 +367,23 @@ impl Applier<'_> {
             return Ok(Outcome::Notice);
         };
         if !complete {
-            log_sweep_abandoned("the peer could not read some of its keys");
+            crate::capture::flush::log_sweep_abandoned("the peer could not read some of its keys");
             return Ok(Outcome::Notice);
         }
         let doomed = sweep.deleted_at_sender(&st.versions, self.me);
+        let main = main_state();
+        let dirty = main.dirty.get();
+        // Changed here and not stamped yet (a read that failed): newer.
+        let changed = |db: u32, key: &[u8]| {
+            dirty.as_ref().is_some_and(|d| d.contains(db, key))
+                || st.unread.contains_key(&(db, Box::from(key)))
+        };
+        let doomed: Vec<_> = doomed
+            .into_iter()
+            .filter(|(db, key, _)| !changed(*db, key))
+            .collect();
+        drop(dirty);
+        drop(main);
         let mut swept = 0u64;
         for (db, key, _) in &doomed {
             if !server::select_db(self.ctx, *db) {
@@ -423,19 +436,42 @@ impl Applier<'_> {
     }
 }
 
-fn log_sweep_abandoned(why: &str) {
-    redis_module::logging::log_warning(format!(
-        "rdmasync: the peer's sweeping full sync will delete nothing here: {why}; keys it \
-         deleted while away may stay here until it sweeps again"
-    ));
+/// During the peer's sweeping full sync: the keys its stream carries are
+/// noted; a SWAPDB of its ends the sweep (the marks name databases).
+fn note_carried(st: &mut Replication, e: &Entry) {
+    let Some(sweep) = st.peer.incoming_sweep.as_mut() else {
+        return;
+    };
+    match &e.op {
+        Op::Value { key, .. } | Op::Delete { key } => sweep.carried(e.db, key),
+        Op::SwapDb { .. } => {
+            st.peer.incoming_sweep = None;
+            crate::capture::flush::log_sweep_abandoned("a SWAPDB arrived during the sync");
+        }
+        _ => {}
+    }
 }
 
 /// Last-writer-wins on `key` for entry `e`; a key without a version is
 /// looked up through the key API.
+///
+/// A key of which nothing is recorded here, at a version this node
+/// vouches it deleted (that delete's tombstone was dropped past
+/// `max-tombstones`; see `converge::sweep`), is stale: the delete is newer.
 fn decide(ctx: &Context, st: &Replication, me: u64, e: &Entry, key: &[u8]) -> Decision {
     let stamp = Stamp::new(e.clock, e.origin);
-    st.versions
-        .decide(e.db, key, stamp, me, || server::key_info(ctx, key).exists())
+    let exists = || server::key_info(ctx, key).exists();
+    let decision = st.versions.decide(e.db, key, stamp, me, exists);
+    let deleted_past_bound = || {
+        st.sweep_floors()
+            .is_some_and(|f| vouches_deleted(&f, stamp, me, e.origin))
+            && st.versions.get(e.db, key).is_none()
+            && !exists()
+    };
+    if decision == Decision::Apply && deleted_past_bound() {
+        return Decision::Stale;
+    }
+    decision
 }
 
 /// The version of a value just applied: a write, or a delete when it had
@@ -464,7 +500,8 @@ fn note_ack(st: &mut Replication, e: &Entry, applied: u64) -> Outcome {
         // own changes: all of it was applied here before this ack (same
         // ordered stream). Durable with the batch.
         if accepts {
-            st.versions.record_covered(e.origin, e.clock);
+            let cap = st.peer_coverage_cap.unwrap_or(u64::MAX);
+            st.versions.record_covered(e.origin, e.clock.min(cap));
         }
     }
     Outcome::Notice
@@ -515,7 +552,7 @@ fn apply_swap(
     let a = db.to_string();
     let b = other.to_string();
     run(ctx, opts, "SWAPDB", &[a.as_bytes(), b.as_bytes()])?;
-    st.swap_dbs(db, other);
+    let _ = st.swap_dbs(db, other);
     st.peer.last_peer_swap = stamp;
     Ok(Outcome::Applied)
 }
@@ -622,12 +659,15 @@ fn apply_entries(
     };
     let mut tally = Tally::default();
     let mut mset = MsetRun::new();
+    // A failed MSET run holds entries of this batch: none newer is held.
+    let oldest = batch.entries.iter().map(|e| e.clock).min().unwrap_or(0);
     for e in &batch.entries {
         tally.newest = tally.newest.max(e.clock);
         if !mset.admits(e) {
             // Writes stay in batch order: the run goes first.
             if let Err((keys, msg)) = write_run(&mut mset, ctx, opts, st) {
                 tally.failed += keys;
+                st.not_held(oldest, false);
                 shared.stats.set_error(format!("apply: {msg}"));
             }
         }
@@ -637,12 +677,14 @@ fn apply_entries(
             Ok(Outcome::Applied | Outcome::Notice) => {}
             Err(msg) => {
                 tally.failed += 1;
+                st.not_held(e.clock, false);
                 shared.stats.set_error(format!("apply: {msg}"));
             }
         }
     }
     if let Err((keys, msg)) = write_run(&mut mset, ctx, opts, st) {
         tally.failed += keys;
+        st.not_held(oldest, false);
         shared.stats.set_error(format!("apply: {msg}"));
     }
     tally

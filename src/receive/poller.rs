@@ -2,8 +2,8 @@
 //! and pure: the transport says how far the ring is placed, the poller says
 //! how far it consumed (the head to return as credit).
 
-use crate::converge::sweep::SweepFloors;
 use crate::error::{Result, Violation};
+use crate::proto::entry::SweepFloors;
 use crate::proto::entry::{Batch, Encoding, Entry, Op};
 use crate::proto::ring::{RingGeometry, RingMemory};
 use crate::proto::wire::{
