@@ -626,3 +626,61 @@ fn deletes_past_the_bound_stay_deleted(b_args: &[&str]) {
         assert!(pair.b.stat("full_syncs") >= 2, "{:?}", pair.b.status());
     }
 }
+
+/// More keys expire in one event-loop iteration than are recorded (the
+/// bound lowered to 10 for the test): those past it are counted in
+/// `expiries_unrecorded` and keep their versions; no node brings them
+/// back, and a later write of one of them replicates.
+#[test]
+fn expiries_past_the_bound_are_counted_and_nothing_comes_back() {
+    let pair = Pair::start();
+    pair.a.debug(&["EXPIRED-BOUND", "10"]);
+    let mut a = pair.a.conn();
+    let mut p = redis::pipe();
+    for i in 0..50 {
+        p.cmd("SET")
+            .arg(format!("e{i}"))
+            .arg("v")
+            .arg("PX")
+            .arg(400)
+            .ignore();
+    }
+    let _: () = p.query(&mut a).unwrap();
+    pair.wait_converged(SETTLE);
+    for n in [&pair.a, &pair.b] {
+        let _: () = redis::cmd("DEBUG")
+            .arg("SET-ACTIVE-EXPIRE")
+            .arg(0)
+            .query(&mut n.conn())
+            .unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    // One command: all 50 expire lazily in one event-loop iteration.
+    let names: Vec<String> = (0..50).map(|i| format!("e{i}")).collect();
+    let left: i64 = redis::cmd("EXISTS").arg(&names).query(&mut a).unwrap();
+    assert_eq!(left, 0);
+    assert!(
+        wait_until(SETTLE, || pair.a.stat("expiries_unrecorded") == 40),
+        "{:?}",
+        pair.a.status()
+    );
+    let _: () = a.set("e45", "again").unwrap();
+    for n in [&pair.a, &pair.b] {
+        let _: () = redis::cmd("DEBUG")
+            .arg("SET-ACTIVE-EXPIRE")
+            .arg(1)
+            .query(&mut n.conn())
+            .unwrap();
+    }
+    assert!(wait_until(SETTLE, || {
+        let v: Option<String> = pair.b.conn().get("e45").unwrap();
+        v.as_deref() == Some("again")
+    }));
+    pair.wait_converged(SETTLE);
+    for n in [&pair.a, &pair.b] {
+        let one = wait_until(SETTLE, || {
+            redis::cmd("DBSIZE").query::<i64>(&mut n.conn()).unwrap() == 1
+        });
+        assert!(one, "only the key written again on {}", n.name);
+    }
+}

@@ -420,12 +420,11 @@ fn on_link_up(st: &mut Replication, link: LinkView) {
 /// what this node holds: the peer's changes up to its watermark, its own
 /// up to its newest surviving stamp.
 fn ask_for_sync(shared: &Shared, st: &mut Replication) {
-    if !st.peer.request_sync && !st.peer.answer_wanted {
+    let Some(answer) = st.peer.probe.next_to_send() else {
         return;
-    }
+    };
     let me = shared.node_id;
-    let answer = !st.peer.request_sync;
-    let since = if answer && st.peer.answer_asks_all {
+    let since = if answer && st.peer.probe.answer_asks_all() {
         0
     } else {
         st.versions.covered(st.peer.node_id)

@@ -2,7 +2,7 @@
 //! records `(db, key)` and nothing else; never writes, never blocks.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use redis_module::{Context, NotifyEvent};
 
@@ -54,7 +54,7 @@ pub fn on_keyspace_event(ctx: &Context, class: i32, key: &[u8]) {
         let main = main_state();
         let expired = main.expired.get();
         if let Some(mut expired) = expired {
-            if expired.len() < MAX_EXPIRED_PENDING {
+            if expired.len() < EXPIRED_BOUND.load(Ordering::Relaxed) {
                 expired.push((db, key.to_vec()));
             } else {
                 // Its version stays until the key is written again: counted.
@@ -269,6 +269,20 @@ pub fn silent_unresolved() -> bool {
 /// Keys expired or evicted since the last flush, at most this many (beyond
 /// it their versions simply stay until the key is written again).
 const MAX_EXPIRED_PENDING: usize = 1 << 20;
+
+/// The bound in effect: [`MAX_EXPIRED_PENDING`] unless
+/// `RDMASYNC.DEBUG EXPIRED-BOUND` lowered it for a test.
+static EXPIRED_BOUND: AtomicUsize = AtomicUsize::new(MAX_EXPIRED_PENDING);
+
+/// Sets the bound of expiries recorded per flush (0: the default).
+pub fn set_expired_bound(n: usize) {
+    let n = if n == 0 {
+        MAX_EXPIRED_PENDING
+    } else {
+        n.min(MAX_EXPIRED_PENDING)
+    };
+    EXPIRED_BOUND.store(n, Ordering::Relaxed);
+}
 
 /// `(db, key)` of a key that expired or was evicted: its last version
 /// becomes a tombstone at the next flush (the convergence state may be

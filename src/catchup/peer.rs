@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use crate::catchup::fullsync::FullSync;
 use crate::catchup::inflight::InFlight;
+use crate::catchup::probe::Probe;
 use crate::catchup::replication::{CatchUp, CatchUpReport};
 use crate::catchup::snapshot::{SnapshotProgress, SyncKind};
 use crate::converge::changes::DirtySet;
@@ -102,31 +103,11 @@ pub struct Peer {
     /// `received_from_peer` when this node last lost state (0: it started
     /// empty-handed): what its sync requests tell the peer.
     pub(super) received_at_loss: u64,
-    /// Ask the peer for a full sync at the next link-up (this node lost
-    /// state: it just started, or its dataset was replaced).
-    pub request_sync: bool,
-    /// Sequence number of the sync request sent last, and whether it was
-    /// an answer, until the peer acknowledges it (or anything after it):
-    /// one lost with a link drop (still queued, or in flight) is sent again
-    /// at the next link-up.
-    pub(super) sync_request_unacked: Option<(u64, bool)>,
-    /// Send the peer an answer request (it asked us, we had not asked it
-    /// on this link): it ships what we miss of its changes, from our
-    /// watermark, instead of a first-contact full sync.
-    pub answer_wanted: bool,
-    /// The answer request asks for everything (a watermark of 0): the peer
-    /// may have lost deletes whose tombstones this node collected, so its
-    /// whole dataset must come back for the pair to agree.
-    pub answer_asks_all: bool,
-    /// This node sent a sync request on the current link.
-    pub(super) asked_on_link: bool,
+    /// What this node asks of the peer: its own request (it lost state)
+    /// and an answer to the peer's, each due or unacknowledged.
+    pub probe: Probe,
     /// The coverage our last ack told the peer (see `Replication::coverage`).
     pub(super) coverage_sent: u64,
-    /// This node lost state (it started, or its dataset was replaced) and
-    /// has not yet taken the peer's request that says what the peer misses
-    /// of its changes: until it has (and shipped that), it claims no
-    /// coverage (its backlog was dropped, its stream started over).
-    pub(super) awaiting_peer_request: bool,
     /// The link to this peer as the main thread knows it now.
     pub link: LinkView,
     /// The number of the link this peer was last caught up on (its `LinkUp`
@@ -176,13 +157,8 @@ impl Peer {
             pending_request: None,
             received_from_peer: 0,
             received_at_loss: 0,
-            request_sync: true,
-            sync_request_unacked: None,
-            answer_wanted: false,
-            answer_asks_all: false,
-            asked_on_link: false,
+            probe: Probe::default(),
             coverage_sent: 0,
-            awaiting_peer_request: true,
             link: LinkView::default(),
             link_epoch: 0,
             peer_acked: 0,
@@ -229,14 +205,7 @@ impl Peer {
 
     /// A sync request went out with sequence number `seq`.
     pub fn sync_request_sent(&mut self, seq: u64, answer: bool) {
-        if answer {
-            self.answer_wanted = false;
-            self.answer_asks_all = false;
-        } else {
-            self.request_sync = false;
-        }
-        self.asked_on_link = true;
-        self.sync_request_unacked = Some((seq, answer));
+        self.probe.sent(seq, answer);
     }
 
     /// The running sync handed out its last entry, sequence number
@@ -275,7 +244,7 @@ impl Peer {
         self.inflight.acknowledged(applied);
         let acked = self.peer_acked;
         self.snapshot.acknowledged(acked);
-        self.sync_request_unacked = self.sync_request_unacked.filter(|&(seq, _)| seq > acked);
+        self.probe.acknowledged(acked);
     }
 
     /// The peer asked for a full sync; it had received our entries up to
@@ -318,7 +287,7 @@ impl Peer {
     /// lost state) is unanswered, since the peer's earlier acks speak of a
     /// stream whose earlier links this node no longer holds.
     pub fn accepts_coverage(&self) -> bool {
-        !self.request_sync && !matches!(self.sync_request_unacked, Some((_, false)))
+        self.probe.accepts_coverage()
     }
 
     /// The last coverage our acks told the peer.
@@ -345,10 +314,7 @@ impl Peer {
 
     /// A sync is wanted, asked for or owed to the peer.
     pub fn sync_pending(&self) -> bool {
-        self.snapshot.owed().is_some()
-            || self.pending_request.is_some()
-            || self.request_sync
-            || self.answer_wanted
+        self.snapshot.owed().is_some() || self.pending_request.is_some() || self.probe.is_due()
     }
 }
 

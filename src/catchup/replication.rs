@@ -197,16 +197,11 @@ impl Replication {
     /// been lost too: the next ack says them again.
     pub fn link_up(&mut self, epoch: u64) -> CatchUp {
         self.peer.link_epoch = epoch;
-        self.peer.asked_on_link = false;
+        self.peer.probe.link_up();
         self.peer.incoming_sweep = None;
         self.peer.ack_lost();
         let unacked = self.requeue_unacked();
         self.peer.backlog.restore(unacked);
-        match self.peer.sync_request_unacked.take() {
-            Some((_, true)) => self.peer.answer_wanted = true,
-            Some((_, false)) => self.peer.request_sync = true,
-            None => {}
-        }
         // Cut off by the link drop, or all handed out but not known to have
         // arrived: owed again.
         self.peer.snapshot.link_up();
@@ -263,11 +258,9 @@ impl Replication {
         else {
             return;
         };
-        // What the peer misses is known now (and ships before coverage).
-        self.peer.awaiting_peer_request = false;
-        if initial && !self.peer.asked_on_link && !self.peer.request_sync {
-            self.peer.answer_wanted = true;
-        }
+        // What the peer misses is known now (and ships before coverage);
+        // a first request gets an answer back.
+        self.peer.probe.peer_request_taken(initial, false);
         // A full sync running or due covers any request but an initial one
         // that had received part of it (the peer lost that part).
         let running_full = self.peer.snapshot.full_running_or_owed();
@@ -278,7 +271,7 @@ impl Replication {
         let deletes_kept =
             !self.versions.collected_after(me, since) && !self.versions.collected_after(peer, own);
         if initial && !deletes_kept {
-            self.peer.answer_asks_all = true;
+            self.peer.probe.answer_asks_all_too();
         }
         if since > 0 && since != u64::MAX && own_data_versioned && deletes_kept {
             self.peer.snapshot.owe(SyncKind::Since { since, own });
@@ -292,7 +285,7 @@ impl Replication {
     /// is in the stream before now (nothing waits in the backlog, for a
     /// retry or in a sync). `None` while catching up.
     pub fn coverage(&self) -> Option<u64> {
-        let in_step = !self.peer.awaiting_peer_request
+        let in_step = !self.peer.probe.awaits_peer_request()
             && self.peer.backlog.is_empty()
             && self.unread.is_empty()
             && !self.peer.snapshot.is_running()
@@ -455,7 +448,11 @@ impl Replication {
     /// own: catching up, a sync, an ack or coverage to send, tombstones to
     /// collect, unread keys to retry.
     pub fn has_link_work(&self) -> bool {
-        self.peer.catching_up()
+        // In step with nothing of ours written yet: the first coverage
+        // (the clock now) is set and sent by the next link step.
+        let first_coverage = self.last_local_stamp == 0 && self.coverage().is_some();
+        first_coverage
+            || self.peer.catching_up()
             || self.peer.sync_pending()
             || self.peer.ack_due()
             || self
@@ -526,11 +523,10 @@ impl Replication {
         self.peer.received_at_loss = self.peer.received_from_peer;
         // Its own changes: the store's newest (a load sets it again).
         self.own_durable = None;
-        self.peer.awaiting_peer_request = true;
+        self.peer.probe.lost_state();
         let _ = self.peer.backlog.take();
         let _ = self.requeue_unacked();
         self.peer.snapshot.restart_full();
-        self.peer.request_sync = true;
         // Force a new catch-up even if the link stays up.
         self.peer.link_epoch = 0;
     }
@@ -552,7 +548,7 @@ mod tests {
     fn settled() -> Replication {
         let mut r = Replication::new(10);
         r.link_up(1);
-        r.peer.request_sync = false;
+        r.peer.probe.forget_own();
         r
     }
 
@@ -567,8 +563,8 @@ mod tests {
             (|r: &mut Replication| r.peer.snapshot.owe(SyncKind::Full)) as fn(&mut Replication),
             |r| r.peer.snapshot.owe(SyncKind::Since { since: 1, own: 2 }),
             |r| r.peer.peer_asks_for_sync(0, 1, 1, true),
-            |r| r.peer.request_sync = true,
-            |r| r.peer.answer_wanted = true,
+            |r| r.peer.probe.lost_state(),
+            |r| r.peer.probe.peer_request_taken(true, false),
             |r| r.defer(vec![key("k")]),
             |r| {
                 r.unread.insert((0, b"k".to_vec().into()), Stamp::new(1, 1));
@@ -606,14 +602,14 @@ mod tests {
     #[test]
     fn first_contact_is_a_full_sync_then_partial() {
         let mut r = Replication::new(10);
-        assert!(r.peer.request_sync);
+        assert!(r.peer.probe.asks_own());
         // A fresh node asks; the peer (fresh too) asks with nothing held.
         assert_eq!(r.link_up(1), CatchUp::Partial);
         r.peer.sync_request_sent(1, false);
         r.peer.peer_asks_for_sync(0, 0, 0, false);
         r.take_sync_request(true, 1, 2);
         assert!(r.peer.snapshot.owes_full(), "nothing held: a full sync");
-        assert!(!r.peer.answer_wanted, "both asked: no answer needed");
+        assert!(!r.peer.probe.answers(), "both asked: no answer needed");
         r.peer.start_full_sync(FullSync::new(16));
         assert!(!r.peer.snapshot.owes_full());
         r.peer.full_sync_sent(0);
@@ -655,16 +651,20 @@ mod tests {
     fn a_sync_request_not_acknowledged_when_the_link_drops_is_sent_again() {
         let mut r = Replication::new(10);
         r.link_up(1);
-        assert!(r.peer.request_sync);
+        assert_eq!(r.peer.probe.next_to_send(), Some(false));
         r.peer.sync_request_sent(3, false);
-        assert!(!r.peer.request_sync);
+        assert_eq!(r.peer.probe.next_to_send(), None);
         r.peer.acknowledged(2);
         r.link_up(2);
-        assert!(r.peer.request_sync, "lost with the link: ask again");
+        assert_eq!(
+            r.peer.probe.next_to_send(),
+            Some(false),
+            "lost with the link: ask again"
+        );
         r.peer.sync_request_sent(5, false);
         r.peer.acknowledged(5);
         r.link_up(3);
-        assert!(!r.peer.request_sync);
+        assert!(!r.peer.probe.asks_own());
     }
 
     #[test]
@@ -759,7 +759,7 @@ mod tests {
     fn a_restarted_node_and_its_peer_sync_since_their_watermarks() {
         // P, up all along, gets the restarted node's request.
         let mut p = Replication::new(10);
-        p.peer.request_sync = false;
+        p.peer.probe.forget_own();
         assert_eq!(p.link_up(1), CatchUp::Partial);
         p.peer.peer_asks_for_sync(0, 500, 400, false);
         p.take_sync_request(true, 1, 2);
@@ -771,32 +771,36 @@ mod tests {
             })
         );
         assert!(!p.peer.snapshot.owes_full());
-        assert!(p.peer.answer_wanted, "it asks what it misses in turn");
+        assert_eq!(
+            p.peer.probe.next_to_send(),
+            Some(true),
+            "it asks what it misses in turn"
+        );
         p.peer.sync_request_sent(2, true);
-        assert!(!p.peer.answer_wanted);
+        assert_eq!(p.peer.probe.next_to_send(), None);
         // Lost with the link: the answer is asked again, as an answer.
         assert_eq!(p.link_up(2), CatchUp::Since);
-        assert!(p.peer.answer_wanted && !p.peer.request_sync);
+        assert_eq!(p.peer.probe.next_to_send(), Some(true));
         p.peer.start_full_sync(FullSync::new(16));
         // A tombstone of ours after its watermark was collected here: full.
         let mut g = Replication::new(10);
-        g.peer.request_sync = false;
+        g.peer.probe.forget_own();
         g.versions.record_collected(Stamp::new(600, 1));
         g.peer.peer_asks_for_sync(0, 500, 400, false);
         g.take_sync_request(true, 1, 2);
         assert!(g.peer.snapshot.owes_full());
         assert!(
-            g.peer.answer_wanted && g.peer.answer_asks_all,
+            g.peer.probe.next_to_send() == Some(true) && g.peer.probe.answer_asks_all(),
             "and all of its data back"
         );
         // A request with nothing held, or data without versions here: full.
         let mut q = Replication::new(10);
-        q.peer.request_sync = false;
+        q.peer.probe.forget_own();
         q.peer.peer_asks_for_sync(0, 0, 0, false);
         q.take_sync_request(true, 1, 2);
         assert!(q.peer.snapshot.owes_full());
         let mut u = Replication::new(10);
-        u.peer.request_sync = false;
+        u.peer.probe.forget_own();
         u.peer.peer_asks_for_sync(0, 500, 400, false);
         u.take_sync_request(false, 1, 2);
         assert!(u.peer.snapshot.owes_full());
@@ -813,7 +817,7 @@ mod tests {
                 own: u64::MAX
             })
         );
-        assert!(!x.peer.answer_wanted);
+        assert!(!x.peer.probe.answers());
         // A full sync due covers an answer request.
         let mut y = Replication::new(10);
         y.peer.snapshot.owe(SyncKind::Full);
@@ -834,8 +838,7 @@ mod tests {
         // The peer side: a request from a node that lost state voids what
         // its acks said; the answer request of a peer that did not, not.
         let mut p = Replication::new(10);
-        p.peer.request_sync = false;
-        p.peer.awaiting_peer_request = false;
+        p.peer.probe = crate::catchup::probe::Probe::settled();
         p.link_up(1);
         p.last_local_stamp = 50;
         assert_eq!(p.take_ack(), Some((0, 50)));
@@ -848,7 +851,7 @@ mod tests {
     #[test]
     fn coverage_moves_only_in_step_and_rides_on_acks() {
         let mut r = Replication::new(10);
-        r.peer.request_sync = false;
+        r.peer.probe.forget_own();
         r.link_up(1);
         r.last_local_stamp = 90;
         assert_eq!(r.coverage(), None, "it has not heard what the peer misses");
@@ -873,6 +876,24 @@ mod tests {
         let _ = r.peer.backlog.take();
         r.peer.snapshot.owe(SyncKind::Full);
         assert_eq!(r.coverage(), None);
+    }
+
+    #[test]
+    fn a_node_that_wrote_nothing_has_link_work_until_its_first_coverage_is_set() {
+        let mut r = Replication::new(10);
+        r.peer.probe.forget_own();
+        r.link_up(1);
+        r.peer.peer_asks_for_sync(0, 0, 0, true);
+        r.take_sync_request(true, 1, 2);
+        r.peer.start_full_sync(FullSync::new(16));
+        r.peer.full_sync_sent(0);
+        // Its last ack went out while it was catching up; nothing else is due.
+        let _ = r.take_ack();
+        assert_eq!(r.coverage(), Some(0));
+        assert!(r.has_link_work(), "the first coverage is still to be set");
+        r.last_local_stamp = 7;
+        let _ = r.take_ack();
+        assert!(!r.has_link_work());
     }
 
     #[test]

@@ -29,6 +29,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         if let Some(mut st) = main_state().replication.get() {
             *st = Replication::new(config.backlog_ops);
             st.tombstone_limit = config.max_tombstones;
+            crate::capture::hook::set_expired_bound(0);
             st.max_clock_offset_ms = config.max_clock_offset_ms;
         }
         runtime::start(config, server::server_info(ctx)).map_err(|e| e.report())
@@ -162,7 +163,7 @@ const STATUS_DOCS: server::CommandDocs = server::CommandDocs {
 
 const DEBUG_DOCS: server::CommandDocs = server::CommandDocs {
     name: c"rdmasync.debug",
-    summary: c"Fault injection for tests: FAIL-READS SET <key-prefix> makes reads of those keys fail; FAIL-READS CLEAR stops it; DROP-ACKS ON|OFF ignores the peer's acks; HOLD-SENDS ON|OFF keeps queued changes from the sender; HOLD-APPLY ON|OFF leaves the peer's batches and link events unapplied; FAIL-NEXT-POST fails the sender's next write; DROP-NEXT-BATCH makes the sender skip a batch; CLOCK-SKEW <ms> reads this node's wall clock that far off. Refused where DEBUG is.",
+    summary: c"Fault injection for tests: FAIL-READS SET <key-prefix> makes reads of those keys fail; FAIL-READS CLEAR stops it; DROP-ACKS ON|OFF ignores the peer's acks; HOLD-SENDS ON|OFF keeps queued changes from the sender; HOLD-APPLY ON|OFF leaves the peer's batches and link events unapplied; FAIL-NEXT-POST fails the sender's next write; DROP-NEXT-BATCH makes the sender skip a batch; CLOCK-SKEW <ms> reads this node's wall clock that far off; EXPIRED-BOUND <n> records at most n expiries per event-loop iteration. Refused where DEBUG is.",
     complexity: c"O(1)",
     since: c"0.1.0",
     arity: -1,
@@ -266,8 +267,10 @@ fn debug_reply(ctx: &Context, args: &[RedisString]) -> RedisResult {
         return Err(RedisError::Str("ERR rdmasync internal error (see the log)"));
     };
     let live = shared::with_shared(std::sync::Arc::clone);
-    if let (faults::DebugRequest::ClockSkew(ms), Some(s)) = (&request, &live) {
-        s.clock.set_skew_ms(*ms);
+    match (&request, &live) {
+        (faults::DebugRequest::ClockSkew(ms), Some(s)) => s.clock.set_skew_ms(*ms),
+        (faults::DebugRequest::ExpiredBound(n), _) => crate::capture::hook::set_expired_bound(*n),
+        _ => {}
     }
     faults.apply(request, live.as_ref().map(|s| &s.sender_faults));
     Ok(RedisValue::SimpleStringStatic("OK"))

@@ -17,7 +17,10 @@
 //!   what the link thread hands it (batches, acks, link up and down) in the
 //!   apply queue, as a backed-up queue would;
 //! - `CLOCK-SKEW <ms>`: this node's wall clock reads `ms` off (negative:
-//!   behind), as a node with a wrong clock would; 0 reads it right again.
+//!   behind), as a node with a wrong clock would; 0 reads it right again;
+//! - `EXPIRED-BOUND <n>`: at most `n` keys expired or evicted in one
+//!   event-loop iteration become tombstones (0: the 1,048,576 of a
+//!   production build), so the bound is reached on purpose.
 //!
 //! Refused unless Redis's own `enable-debug-command` allows `DEBUG`.
 
@@ -88,8 +91,8 @@ impl Faults {
             DebugRequest::HoldSends(on) => set(|s| &s.hold_sends, on),
             DebugRequest::FailNextPost => set(|s| &s.fail_next_post, true),
             DebugRequest::DropNextBatch => set(|s| &s.drop_next_batch, true),
-            // The clock's, set by the caller (`module`).
-            DebugRequest::ClockSkew(_) => {}
+            // The clock's and the hook's, set by the caller (`module`).
+            DebugRequest::ClockSkew(_) | DebugRequest::ExpiredBound(_) => {}
         }
     }
 }
@@ -118,6 +121,8 @@ pub enum DebugRequest {
     DropNextBatch,
     /// Leave the apply queue alone (`true`) or apply again.
     HoldApply(bool),
+    /// Record at most this many expiries per event-loop iteration.
+    ExpiredBound(usize),
 }
 
 /// Parses the arguments after the command name.
@@ -129,7 +134,7 @@ pub fn parse(args: &[&[u8]]) -> Result<DebugRequest, &'static str> {
                          RDMASYNC.DEBUG FAIL-READS CLEAR | RDMASYNC.DEBUG DROP-ACKS ON|OFF | \
                          RDMASYNC.DEBUG HOLD-SENDS ON|OFF | RDMASYNC.DEBUG HOLD-APPLY ON|OFF | \
                          RDMASYNC.DEBUG FAIL-NEXT-POST | RDMASYNC.DEBUG DROP-NEXT-BATCH | \
-                         RDMASYNC.DEBUG CLOCK-SKEW <ms>";
+                         RDMASYNC.DEBUG CLOCK-SKEW <ms> | RDMASYNC.DEBUG EXPIRED-BOUND <n>";
     let upper = |a: &[u8]| a.to_ascii_uppercase();
     match args {
         [what, set, prefix] if upper(what) == b"FAIL-READS" && upper(set) == b"SET" => {
@@ -162,6 +167,11 @@ pub fn parse(args: &[&[u8]]) -> Result<DebugRequest, &'static str> {
             .ok()
             .and_then(|ms| ms.parse().ok())
             .map(DebugRequest::ClockSkew)
+            .ok_or(USAGE),
+        [what, n] if upper(what) == b"EXPIRED-BOUND" => std::str::from_utf8(n)
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .map(DebugRequest::ExpiredBound)
             .ok_or(USAGE),
         _ => Err(USAGE),
     }
@@ -206,6 +216,11 @@ mod tests {
             parse(&[b"clock-skew", b"-315360000000"]),
             Ok(DebugRequest::ClockSkew(-315_360_000_000))
         );
+        assert_eq!(
+            parse(&[b"expired-bound", b"10"]),
+            Ok(DebugRequest::ExpiredBound(10))
+        );
+        assert!(parse(&[b"EXPIRED-BOUND", b"-1"]).is_err());
         assert_eq!(
             parse(&[b"CLOCK-SKEW", b"soon"]).map(|_| ()),
             Err(parse(&[]).unwrap_err())

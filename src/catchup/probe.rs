@@ -1,0 +1,281 @@
+//! What this node asks of its peer: the probe that learns what each side
+//! misses after one of them lost state.
+//!
+//! Two requests can be outstanding: our *own* (this node lost state: it
+//! started, or its dataset was replaced) and an *answer* (the peer asked
+//! first; we tell it what we miss of its changes in turn). Each is due,
+//! sent and not yet acknowledged, or absent. A link drop makes a sent one
+//! due again (it may have been lost); the peer's ack of it ends it. Pure:
+//! the flush asks what to send and says what it sent.
+
+/// One request's progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Asking {
+    /// To send at the next chance.
+    Due,
+    /// Sent as our sequence number `seq`, not yet acknowledged.
+    Sent {
+        /// Its sequence number.
+        seq: u64,
+    },
+}
+
+/// An answer request's progress and what it asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Answer {
+    /// Its progress.
+    pub asking: Asking,
+    /// It asks for everything (a watermark of 0): the peer may have lost
+    /// deletes whose tombstones this node collected.
+    pub asks_all: bool,
+}
+
+/// The probe of one peer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Probe {
+    own: Option<Asking>,
+    answer: Option<Answer>,
+    /// A request of ours went out on the current link.
+    asked_on_link: bool,
+    /// This node lost state and has not yet taken the peer's request that
+    /// says what the peer misses of its changes: until then it claims no
+    /// coverage (its backlog was dropped, its stream started over).
+    awaiting_peer_request: bool,
+}
+
+impl Default for Probe {
+    /// A node that just started: it lost state.
+    fn default() -> Self {
+        Self {
+            own: Some(Asking::Due),
+            answer: None,
+            asked_on_link: false,
+            awaiting_peer_request: true,
+        }
+    }
+}
+
+impl Probe {
+    /// A probe with nothing to ask (a peer that lost nothing).
+    #[cfg(test)]
+    pub fn settled() -> Self {
+        Self {
+            own: None,
+            answer: None,
+            asked_on_link: false,
+            awaiting_peer_request: false,
+        }
+    }
+
+    /// This node lost state: it asks for what it misses, and waits for the
+    /// peer's request before claiming coverage.
+    pub fn lost_state(&mut self) {
+        self.own = Some(Asking::Due);
+        self.awaiting_peer_request = true;
+    }
+
+    /// The peer's request was taken: what the peer misses is known now.
+    /// An `initial` one (the peer lost state) gets an answer back unless
+    /// this node asked on this link already or asks on its own anyway;
+    /// `asks_all` when the answer must ask for everything.
+    pub fn peer_request_taken(&mut self, initial: bool, asks_all: bool) {
+        self.awaiting_peer_request = false;
+        if initial && !self.asked_on_link && self.own != Some(Asking::Due) {
+            let was = self.answer.is_some_and(|a| a.asks_all);
+            self.answer = Some(Answer {
+                asking: Asking::Due,
+                asks_all: was || asks_all,
+            });
+        } else if asks_all {
+            self.answer_asks_all_too();
+        }
+    }
+
+    /// The request to send now, if one is due: `Some(false)` our own,
+    /// `Some(true)` an answer (our own goes first).
+    pub fn next_to_send(&self) -> Option<bool> {
+        if self.own == Some(Asking::Due) {
+            Some(false)
+        } else if self.answer.is_some_and(|a| a.asking == Asking::Due) {
+            Some(true)
+        } else {
+            None
+        }
+    }
+
+    /// Whether the answer due asks for everything.
+    pub fn answer_asks_all(&self) -> bool {
+        self.answer.is_some_and(|a| a.asks_all)
+    }
+
+    /// The answer (if one is due or unacknowledged) asks for everything.
+    pub fn answer_asks_all_too(&mut self) {
+        if let Some(a) = self.answer.as_mut() {
+            a.asks_all = true;
+        }
+    }
+
+    /// Our own request is taken as sent and acknowledged (tests that
+    /// start past it).
+    #[cfg(test)]
+    pub fn forget_own(&mut self) {
+        self.own = None;
+    }
+
+    /// The request `next_to_send` named went out as sequence `seq`.
+    pub fn sent(&mut self, seq: u64, answer: bool) {
+        let sent = Asking::Sent { seq };
+        if answer {
+            if let Some(a) = self.answer.as_mut() {
+                a.asking = sent;
+            }
+        } else {
+            self.own = Some(sent);
+        }
+        self.asked_on_link = true;
+    }
+
+    /// The peer acknowledged our entries up to `acked`: requests sent at
+    /// or below it arrived.
+    pub fn acknowledged(&mut self, acked: u64) {
+        let arrived = |a: Asking| matches!(a, Asking::Sent { seq } if seq <= acked);
+        if self.own.is_some_and(arrived) {
+            self.own = None;
+        }
+        if self.answer.is_some_and(|a| arrived(a.asking)) {
+            self.answer = None;
+        }
+    }
+
+    /// A new link: requests sent on an older one may be lost, so they are
+    /// due again; none was sent on this one yet.
+    pub fn link_up(&mut self) {
+        if let Some(Asking::Sent { .. }) = self.own {
+            self.own = Some(Asking::Due);
+        }
+        if let Some(a) = self.answer.as_mut() {
+            a.asking = Asking::Due;
+        }
+        self.asked_on_link = false;
+    }
+
+    /// Whether a request is due (a flush has link work).
+    pub fn is_due(&self) -> bool {
+        self.next_to_send().is_some()
+    }
+
+    /// Whether the coverage in the peer's acks may raise this node's
+    /// watermark of it: not while our own request is unanswered, since the
+    /// peer's earlier acks speak of a stream whose earlier links this node
+    /// no longer holds.
+    pub fn accepts_coverage(&self) -> bool {
+        self.own.is_none()
+    }
+
+    /// Whether this node still waits for the peer's request.
+    pub fn awaits_peer_request(&self) -> bool {
+        self.awaiting_peer_request
+    }
+
+    /// Whether a request of ours went out on the current link.
+    #[cfg(test)]
+    pub fn asked_on_link(&self) -> bool {
+        self.asked_on_link
+    }
+
+    /// Whether our own request is due or unacknowledged.
+    #[cfg(test)]
+    pub fn asks_own(&self) -> bool {
+        self.own.is_some()
+    }
+
+    /// Whether an answer request is due or unacknowledged.
+    #[cfg(test)]
+    pub fn answers(&self) -> bool {
+        self.answer.is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_started_node_asks_sends_and_stops_when_acknowledged() {
+        let mut p = Probe::default();
+        assert!(!p.accepts_coverage() && p.awaits_peer_request());
+        assert_eq!(p.next_to_send(), Some(false));
+        p.sent(10, false);
+        assert!(p.asked_on_link() && !p.is_due());
+        p.acknowledged(9);
+        assert!(p.asks_own(), "not yet");
+        p.acknowledged(10);
+        assert!(!p.asks_own() && p.accepts_coverage());
+        assert!(p.awaits_peer_request(), "until the peer's request is taken");
+        p.peer_request_taken(false, false);
+        assert!(!p.awaits_peer_request() && !p.is_due() && !p.answers());
+    }
+
+    #[test]
+    fn a_request_lost_with_the_link_is_due_again() {
+        let mut p = Probe::default();
+        p.sent(10, false);
+        p.link_up();
+        assert_eq!(p.next_to_send(), Some(false));
+        assert!(!p.asked_on_link());
+        p.sent(12, false);
+        p.acknowledged(12);
+        assert!(!p.asks_own());
+    }
+
+    #[test]
+    fn the_peers_first_request_gets_an_answer_unless_we_asked_on_this_link() {
+        let mut p = Probe::settled();
+        p.peer_request_taken(true, false);
+        assert_eq!(p.next_to_send(), Some(true));
+        assert!(!p.answer_asks_all());
+        p.sent(5, true);
+        assert!(p.answers() && !p.is_due());
+        assert!(p.accepts_coverage(), "an answer does not void coverage");
+        p.link_up();
+        assert_eq!(p.next_to_send(), Some(true), "lost with the link");
+        p.sent(6, true);
+        p.acknowledged(6);
+        assert!(!p.answers());
+        // Asked on this link already: no answer.
+        let mut q = Probe::default();
+        q.sent(1, false);
+        q.peer_request_taken(true, false);
+        assert!(!q.answers());
+        // A later request of the peer's is no first one: no answer either.
+        let mut r = Probe::settled();
+        r.peer_request_taken(false, false);
+        assert!(!r.answers());
+    }
+
+    #[test]
+    fn an_answer_that_must_ask_for_everything_keeps_asking_so() {
+        let mut p = Probe::settled();
+        p.peer_request_taken(true, true);
+        assert!(p.answer_asks_all());
+        p.peer_request_taken(true, false);
+        assert!(p.answer_asks_all(), "not taken back");
+    }
+
+    #[test]
+    fn our_own_request_goes_before_an_answer_and_both_can_be_lost() {
+        let mut p = Probe::settled();
+        p.peer_request_taken(true, false);
+        p.lost_state();
+        assert_eq!(p.next_to_send(), Some(false));
+        p.sent(3, false);
+        assert_eq!(p.next_to_send(), Some(true));
+        p.sent(4, true);
+        p.link_up();
+        assert_eq!(p.next_to_send(), Some(false));
+        p.sent(7, false);
+        p.sent(8, true);
+        p.acknowledged(8);
+        assert!(!p.asks_own() && !p.answers());
+    }
+}
