@@ -110,4 +110,7 @@ for p in sync hset append; do
   b=$(awk -v p=$p '$1 == p {print $2}' "$DIR/b.txt")
   printf "%-8s %10s %10s\n" "$p" "${a:--}" "${b:--}"
 done
-grep -h "costly\|rest" "$DIR/$PA/log" | tail -3 || true
+for p in "$PA" "$PB"; do
+  echo "-- commands run on port $p (calls, usec in all)"
+  redis-cli -p "$p" info commandstats | grep -E "cmdstat_(restore|unlink|del|hset|set|append|dump)[:]" | cut -d, -f1-2
+done

@@ -28,6 +28,9 @@ use crate::shared::{self, Shared};
 
 /// Longest the main thread applies in one go before serving clients again.
 const APPLY_SLICE: Duration = Duration::from_millis(2);
+/// A value restored from a payload this big replaces the old one by
+/// `UNLINK` first (whose memory is then freed by a background thread).
+const UNLINK_FIRST_BYTES: usize = 1 << 20;
 /// How often a paused server is asked again whether batches may apply.
 const PAUSED_RETRY: Duration = Duration::from_millis(10);
 
@@ -140,6 +143,11 @@ fn restore(
             run(ctx, opts, "SET", &[key, payload, b"PXAT", at.as_bytes()])
         }
         (Encoding::Dump, _) => {
+            if payload.len() >= UNLINK_FIRST_BYTES {
+                // A big value: the one it replaces is freed off the main
+                // thread (RESTORE REPLACE would free it here, for seconds).
+                run(ctx, opts, "UNLINK", &[key])?;
+            }
             let ttl = expiry_ms.unwrap_or(0).to_string();
             run(
                 ctx,
