@@ -627,6 +627,17 @@ fn deletes_past_the_bound_stay_deleted(b_args: &[&str]) {
     }
 }
 
+/// `DEBUG SET-ACTIVE-EXPIRE` on both nodes.
+fn active_expire(pair: &Pair, on: bool) {
+    for n in [&pair.a, &pair.b] {
+        let _: () = redis::cmd("DEBUG")
+            .arg("SET-ACTIVE-EXPIRE")
+            .arg(i32::from(on))
+            .query(&mut n.conn())
+            .unwrap();
+    }
+}
+
 /// More keys expire in one event-loop iteration than are recorded (the
 /// bound lowered to 10 for the test): those past it are counted in
 /// `expiries_unrecorded` and keep their versions; no node brings them
@@ -647,13 +658,7 @@ fn expiries_past_the_bound_are_counted_and_nothing_comes_back() {
     }
     let _: () = p.query(&mut a).unwrap();
     pair.wait_converged(SETTLE);
-    for n in [&pair.a, &pair.b] {
-        let _: () = redis::cmd("DEBUG")
-            .arg("SET-ACTIVE-EXPIRE")
-            .arg(0)
-            .query(&mut n.conn())
-            .unwrap();
-    }
+    active_expire(&pair, false);
     std::thread::sleep(Duration::from_millis(500));
     // One command: all 50 expire lazily in one event-loop iteration.
     let names: Vec<String> = (0..50).map(|i| format!("e{i}")).collect();
@@ -665,13 +670,7 @@ fn expiries_past_the_bound_are_counted_and_nothing_comes_back() {
         pair.a.status()
     );
     let _: () = a.set("e45", "again").unwrap();
-    for n in [&pair.a, &pair.b] {
-        let _: () = redis::cmd("DEBUG")
-            .arg("SET-ACTIVE-EXPIRE")
-            .arg(1)
-            .query(&mut n.conn())
-            .unwrap();
-    }
+    active_expire(&pair, true);
     assert!(wait_until(SETTLE, || {
         let v: Option<String> = pair.b.conn().get("e45").unwrap();
         v.as_deref() == Some("again")
