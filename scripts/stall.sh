@@ -9,7 +9,7 @@
 # longest round trip of each phase. Release build, loopback, TCP. Not part
 # of the test suite; see docs/benchmarks.md "Big values".
 #
-# Usage: scripts/stall.sh [--fields N] [--string-mb M]
+# Usage: scripts/stall.sh [--fields N] [--string-mb M]   (STALL_SO=<.so>: skip the build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,8 +23,13 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-cargo build --release --quiet
-SO=$PWD/target/release/librdmasync.so
+# STALL_SO: a module already built (no cargo build then).
+if [ -n "${STALL_SO:-}" ]; then
+  SO=$(realpath "$STALL_SO")
+else
+  cargo build --release --quiet
+  SO=$PWD/target/release/librdmasync.so
+fi
 BASE=${STALL_PORT:-26600}
 PA=$((BASE + 1)) PB=$((BASE + 2)) LA=$((BASE + 3)) LB=$((BASE + 4))
 DIR=$(mktemp -d)
