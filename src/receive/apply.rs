@@ -538,8 +538,10 @@ fn note_sync_request(
     st.peer.applied(seq);
     if !answer {
         // It lost its state, the swaps it had in flight with it: its next
-        // swaps may carry any stamp its clock gives them.
+        // swaps may carry any stamp its clock gives them. A sweeping sync
+        // of its being received ends with it (its next sync starts anew).
         st.peer.last_peer_swap = Stamp::default();
+        st.peer.incoming_sweep = None;
     }
     Outcome::Notice
 }
