@@ -451,6 +451,9 @@ fn ask_for_sync(shared: &Shared, st: &mut Replication) {
 /// Starts the sync the peer's request (or a link drop) made due: a full
 /// one, or one since the watermarks the peer gave.
 fn start_due_sync(reader: &Reader, shared: &Shared, st: &mut Replication) {
+    if st.peer.probe.own_due() {
+        return;
+    }
     let sync = match st.peer.snapshot.due() {
         None => return,
         Some(SyncKind::Full) => FullSync::new(reader.databases()).sweeping(st.sweep_floors()),

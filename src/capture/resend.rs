@@ -168,7 +168,9 @@ pub fn advance_full_sync(
     st: &mut Replication,
     deadline: Instant,
 ) {
-    let Some(mut running) = st.peer.snapshot.take_running() else {
+    // Our request goes first (see `Probe::own_due`).
+    let running = (!st.peer.probe.own_due()).then(|| st.peer.snapshot.take_running());
+    let Some(mut running) = running.flatten() else {
         return;
     };
     let sync = &mut running.sync;

@@ -159,6 +159,13 @@ impl Probe {
         self.asked_on_link = false;
     }
 
+    /// Whether our own request waits to be sent (the queue had no room):
+    /// no sync of ours goes before it, since the peer, learning from it
+    /// that this node lost state, drops what it noted of an earlier one.
+    pub fn own_due(&self) -> bool {
+        self.own == Some(Asking::Due)
+    }
+
     /// Whether a request is due (a flush has link work).
     pub fn is_due(&self) -> bool {
         self.next_to_send().is_some()
@@ -205,7 +212,9 @@ mod tests {
         let mut p = Probe::default();
         assert!(!p.accepts_coverage() && p.awaits_peer_request());
         assert_eq!(p.next_to_send(), Some(false));
+        assert!(p.own_due());
         p.sent(10, false);
+        assert!(!p.own_due(), "sent: syncs may follow it");
         assert!(p.asked_on_link() && !p.is_due());
         p.acknowledged(9);
         assert!(p.asks_own(), "not yet");
