@@ -140,7 +140,6 @@ fn refuse_unframeable(shared: &Shared, st: &mut Replication, entries: &mut Vec<E
             return true;
         }
         Stats::add(&shared.stats.entries_refused, 1);
-        st.refused += 1;
         if e.origin == shared.node_id {
             st.not_held(e.clock, true);
         }

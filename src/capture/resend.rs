@@ -3,6 +3,7 @@
 //! failed while being resent (retried once per flush, never restamped), and
 //! a full sync.
 
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use crate::capture::flush::{count_read_failures, entry, op_of, pending_of, push};
@@ -192,9 +193,10 @@ pub fn advance_full_sync(
         for (db, key, stamp) in unread {
             st.unread.insert((db, key.into()), stamp);
         }
-        let refused = st.refused;
+        let refused = || shared.stats.entries_refused.load(Ordering::Relaxed);
+        let before = refused();
         let pushed = push(shared, st, entries, false);
-        if st.refused != refused {
+        if refused() != before {
             // A key it found did not go: the sweep must not remove it.
             sync.missed_elsewhere();
         }

@@ -96,11 +96,8 @@ pub struct Replication {
     pub tombstone_limit: usize,
     /// `max-clock-offset`, in milliseconds.
     pub max_clock_offset_ms: u64,
-    /// Changes refused because no frame could carry them (see
-    /// `capture::flush::push`): a sweeping sync that refused one must not
-    /// sweep.
-    pub refused: u64,
-    /// Below the stamp of this node's first change refused that way: the
+    /// Below the stamp of this node's first change refused because no frame
+    /// could carry it (see `capture::flush::push`): the
     /// coverage it claims never passes a change the peer could not get.
     pub own_coverage_cap: Option<u64>,
     /// Below the stamp of the peer's first change that failed to apply
@@ -147,7 +144,6 @@ impl Replication {
             own_loaded_clock: 0,
             tombstone_limit: crate::ops::config::DEFAULT_MAX_TOMBSTONES,
             max_clock_offset_ms: crate::ops::config::DEFAULT_MAX_CLOCK_OFFSET_MS,
-            refused: 0,
             own_coverage_cap: None,
             peer_coverage_cap: None,
             last_local_stamp: 0,
