@@ -6,5 +6,6 @@
 pub mod changes;
 pub mod clock;
 pub mod journal;
+pub mod merge;
 pub mod sweep;
 pub mod version;

@@ -1,0 +1,207 @@
+//! A counter written on several sites at once: the newest set (by stamp)
+//! plus every increment that set had not seen. INCR on one site and SET on
+//! the other both count; increments made on two sites all count.
+//!
+//! State, not operations: the base (the newest set or delete, with what it
+//! had seen) is last writer wins, the increments are a set keyed by their
+//! stamp, so fragments and whole states may arrive in any order and more
+//! than once. An increment is one flush's total for the key on its origin
+//! (one stamp per flush), which makes the stamp its identity.
+
+use crate::converge::merge::seen::Seen;
+use crate::converge::version::Stamp;
+
+/// The newest set (or delete) of the counter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Base {
+    /// When ([`Stamp::ZERO`] for a value that was never set here). Kept at
+    /// rest: it is the key's version, which the version store holds anyway,
+    /// and a resend of an older set must still lose to it.
+    pub stamp: Stamp,
+    /// The value set; `None`: the key was deleted.
+    pub value: Option<i128>,
+    /// The increments its site had applied when it set: those no longer
+    /// count. Empty at rest.
+    pub seen: Seen,
+}
+
+/// The state of one counter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Counter {
+    base: Base,
+    /// Increments not yet collected, sorted by stamp, one per stamp.
+    increments: Vec<(Stamp, i128)>,
+}
+
+impl Default for Counter {
+    fn default() -> Self {
+        Self::at_rest(None)
+    }
+}
+
+impl Counter {
+    /// A counter every site holds at `value` (`None`: absent) with no
+    /// metadata.
+    pub fn at_rest(value: Option<i128>) -> Self {
+        Self {
+            base: Base {
+                stamp: Stamp::ZERO,
+                value,
+                seen: Seen::new(),
+            },
+            increments: Vec::new(),
+        }
+    }
+
+    /// The value, `None` when the key is absent: the base's value plus each
+    /// increment it had not seen. A deleted base with such increments holds
+    /// their sum (an increment of an absent key starts from 0).
+    pub fn value(&self) -> Option<i128> {
+        let mut unseen = self
+            .increments
+            .iter()
+            .filter(|(s, _)| !self.base.seen.covers(*s))
+            .map(|&(_, delta)| delta)
+            .peekable();
+        if self.base.value.is_none() && unseen.peek().is_none() {
+            return None;
+        }
+        Some(unseen.fold(self.base.value.unwrap_or(0), i128::saturating_add))
+    }
+
+    /// The base: what a set or delete made here ships.
+    pub fn base(&self) -> &Base {
+        &self.base
+    }
+
+    /// The increments this site holds (its part of what a set made here
+    /// has seen, besides the site's own `Seen`).
+    pub fn observed(&self) -> Seen {
+        self.increments
+            .iter()
+            .map(|(s, _)| (s.node, s.clock))
+            .collect()
+    }
+
+    /// A set (`Some`) or delete (`None`) stamped `stamp` that had seen
+    /// `seen`. Only a newer base replaces the one held.
+    pub fn set(&mut self, stamp: Stamp, value: Option<i128>, seen: Seen) {
+        if self.base.stamp >= stamp {
+            return;
+        }
+        self.base = Base { stamp, value, seen };
+    }
+
+    /// An increment by `delta` stamped `stamp`. At or below `bound` it is
+    /// one every site already applied: ignored.
+    pub fn increment(&mut self, stamp: Stamp, delta: i128, bound: &Seen) {
+        if bound.covers(stamp) {
+            return;
+        }
+        if let Err(i) = self.increments.binary_search_by_key(&stamp, |&(s, _)| s) {
+            self.increments.insert(i, (stamp, delta));
+        }
+    }
+
+    /// Takes in another site's state. A base at rest there with the stamp
+    /// of the one here is the same base, with increments folded in that
+    /// every site applied: nothing to take.
+    pub fn merge(&mut self, other: &Counter, bound: &Seen) {
+        let base = &other.base;
+        self.set(base.stamp, base.value, base.seen.clone());
+        for &(stamp, delta) in &other.increments {
+            self.increment(stamp, delta, bound);
+        }
+    }
+
+    /// Folds what no site can conflict with any more: increments the base
+    /// had seen are dropped once at or below `bound` (any newer base has
+    /// seen them too), and a base at or below the bound, once no increment
+    /// it had seen is left, takes in the increments at or below the bound
+    /// and rests.
+    pub fn collect(&mut self, bound: &Seen) {
+        let base = &self.base;
+        self.increments
+            .retain(|&(s, _)| !(bound.covers(s) && base.seen.covers(s)));
+        let base = &self.base;
+        let base_settled = (base.stamp == Stamp::ZERO || bound.covers(base.stamp))
+            && !self.increments.iter().any(|&(s, _)| base.seen.covers(s));
+        if !base_settled {
+            // The base, or an increment it had seen, may still conflict.
+            return;
+        }
+        let (settled, live): (Vec<_>, Vec<_>) =
+            self.increments.iter().partition(|&&(s, _)| bound.covers(s));
+        let mut value = self.base.value;
+        for (_, delta) in settled {
+            value = Some(value.unwrap_or(0).saturating_add(delta));
+        }
+        self.base.value = value;
+        self.base.seen = Seen::new();
+        self.increments = live;
+    }
+
+    /// Metadata entries held beyond the key's version (increments and the
+    /// base's `Seen`).
+    pub fn metadata_len(&self) -> usize {
+        self.increments.len() + self.base.seen.iter().count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NONE: Seen = Seen::new();
+
+    fn seen(pairs: &[(u64, u64)]) -> Seen {
+        pairs.iter().copied().collect()
+    }
+
+    #[test]
+    fn increments_on_two_sites_all_count() {
+        let mut c = Counter::at_rest(Some(10));
+        c.increment(Stamp::new(5, 1), 3, &NONE);
+        c.increment(Stamp::new(5, 2), 4, &NONE);
+        c.increment(Stamp::new(5, 2), 4, &NONE);
+        assert_eq!(c.value(), Some(17));
+    }
+
+    #[test]
+    fn a_set_keeps_the_increments_it_had_not_seen() {
+        let mut c = Counter::at_rest(Some(10));
+        c.increment(Stamp::new(5, 1), 3, &NONE);
+        c.increment(Stamp::new(6, 2), 4, &NONE);
+        // Site 2 set 100 having seen its own increment only.
+        c.set(Stamp::new(7, 2), Some(100), seen(&[(2, 6)]));
+        assert_eq!(c.value(), Some(103));
+        c.set(Stamp::new(6, 1), Some(0), NONE);
+        assert_eq!(c.value(), Some(103), "an older set changes nothing");
+    }
+
+    #[test]
+    fn a_delete_keeps_a_concurrent_increment_as_a_new_counter() {
+        let mut c = Counter::at_rest(Some(10));
+        c.set(Stamp::new(7, 1), None, seen(&[(1, 7)]));
+        assert_eq!(c.value(), None);
+        c.increment(Stamp::new(6, 2), 2, &NONE);
+        assert_eq!(c.value(), Some(2));
+    }
+
+    #[test]
+    fn collecting_keeps_the_value_and_drops_the_metadata() {
+        let mut c = Counter::at_rest(Some(1));
+        c.increment(Stamp::new(5, 1), 3, &NONE);
+        c.set(Stamp::new(6, 2), Some(50), seen(&[(2, 6)]));
+        c.increment(Stamp::new(9, 2), 2, &NONE);
+        assert_eq!(c.value(), Some(55));
+        let bound = seen(&[(1, 6), (2, 6)]);
+        c.collect(&bound);
+        assert_eq!(c.value(), Some(55));
+        assert_eq!(c.metadata_len(), 1, "the increment above the bound stays");
+        c.increment(Stamp::new(5, 1), 3, &bound);
+        c.set(Stamp::new(6, 2), Some(50), seen(&[(2, 6)]));
+        c.set(Stamp::new(5, 3), Some(0), NONE);
+        assert_eq!(c.value(), Some(55), "resends and older sets change nothing");
+    }
+}

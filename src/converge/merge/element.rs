@@ -1,0 +1,213 @@
+//! One element of a collection (a hash field, a set member, a sorted-set
+//! member's score): last writer wins among the writes no removal observed,
+//! and a removal removes only what its site had seen (observed-remove), so
+//! a write made concurrently on another site survives it.
+//!
+//! State, not operations: each origin's newest write and the removals'
+//! `Seen` join like a lattice, so fragments and whole states may arrive in
+//! any order, more than once, and every site ends with the same value.
+
+use crate::converge::merge::seen::Seen;
+use crate::converge::version::Stamp;
+
+/// The state of one element.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Element<V> {
+    /// The newest write of each origin node, sorted by node, one per node.
+    /// An older write of an origin is implied by its newer one: a site that
+    /// saw the newer saw the older.
+    writes: Vec<(Stamp, V)>,
+    /// What removals of this element had seen: a write they cover is gone.
+    removed: Seen,
+    /// The value at rest: every site holds it and the writes that made it
+    /// were collected (see [`Element::collect`]). A later write beats it;
+    /// a later removal removes it.
+    rest: Option<V>,
+}
+
+impl<V> Default for Element<V> {
+    fn default() -> Self {
+        Self {
+            writes: Vec::new(),
+            removed: Seen::new(),
+            rest: None,
+        }
+    }
+}
+
+/// What [`Element::collect`] left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Collected {
+    /// Some metadata may still conflict: kept.
+    Kept,
+    /// Nothing left to conflict: the value at rest, no metadata.
+    Rest,
+    /// Nothing left at all: the element may be forgotten.
+    Gone,
+}
+
+impl<V: Clone + PartialEq> Element<V> {
+    /// An element every site holds with this value and no metadata (a
+    /// value loaded before it was tracked, or collected).
+    pub fn at_rest(value: V) -> Self {
+        Self {
+            rest: Some(value),
+            ..Self::default()
+        }
+    }
+
+    /// A write of `value` stamped `stamp`. Below `bound` it is a write every
+    /// site already applied (a resend or an old state): ignored.
+    pub fn write(&mut self, stamp: Stamp, value: V, bound: &Seen) {
+        if bound.covers(stamp) {
+            return;
+        }
+        match self
+            .writes
+            .binary_search_by_key(&stamp.node, |(s, _)| s.node)
+        {
+            Ok(i) if self.writes[i].0 < stamp => self.writes[i] = (stamp, value),
+            Ok(_) => {}
+            Err(i) => self.writes.insert(i, (stamp, value)),
+        }
+    }
+
+    /// A removal that had seen `seen`. One issued after this site's
+    /// collection bound (it dominates it) also removes the value at rest;
+    /// one that does not was applied before the collection (the bound
+    /// waits for every site's older changes) and is met again only as a
+    /// resend.
+    pub fn remove(&mut self, seen: &Seen, bound: &Seen) {
+        self.removed.join(seen);
+        if seen.dominates(bound) {
+            self.rest = None;
+        }
+    }
+
+    /// Takes in another site's state of this element. Its value at rest
+    /// adds nothing: every site applied what a value at rest holds.
+    pub fn merge(&mut self, other: &Element<V>, bound: &Seen) {
+        for (stamp, value) in &other.writes {
+            self.write(*stamp, value.clone(), bound);
+        }
+        if !other.removed.is_empty() {
+            self.remove(&other.removed, bound);
+        }
+    }
+
+    /// The value and its stamp (`None` for a value at rest), given what
+    /// removals of the whole collection had seen; `None` when absent.
+    pub fn value(&self, collection_removed: &Seen) -> Option<(Option<Stamp>, &V)> {
+        let newest = self
+            .writes
+            .iter()
+            .filter(|(s, _)| !self.removed.covers(*s) && !collection_removed.covers(*s))
+            .max_by_key(|(s, _)| *s);
+        match newest {
+            Some((stamp, value)) => Some((Some(*stamp), value)),
+            None => self.rest.as_ref().map(|v| (None, v)),
+        }
+    }
+
+    /// The writes this site holds: joined with the site's own `Seen`, what
+    /// a removal made here covers.
+    pub fn observed(&self) -> Seen {
+        self.writes.iter().map(|(s, _)| (s.node, s.clock)).collect()
+    }
+
+    /// Drops the metadata no site can conflict with any more: once every
+    /// write and removal is at or below `bound` (every site applied it and
+    /// every change still to arrive was made after it), the element is its
+    /// value at rest, or nothing. `collection_removed` is what removals of
+    /// the whole collection had seen.
+    pub fn collect(&mut self, collection_removed: &Seen, bound: &Seen) -> Collected {
+        let settled = self.writes.iter().all(|(s, _)| bound.covers(*s))
+            && bound.dominates(&self.removed)
+            && bound.dominates(collection_removed);
+        if !settled {
+            return Collected::Kept;
+        }
+        let value = self.value(collection_removed).map(|(_, v)| v.clone());
+        *self = Self {
+            rest: value,
+            ..Self::default()
+        };
+        if self.rest.is_some() {
+            Collected::Rest
+        } else {
+            Collected::Gone
+        }
+    }
+
+    /// Whether a write held here is one `removed` covers.
+    pub fn holds_write_covered_by(&self, removed: &Seen) -> bool {
+        self.writes.iter().any(|(s, _)| removed.covers(*s))
+    }
+
+    /// Forgets the value at rest: a removal of the whole collection made
+    /// after the collection bound removed it.
+    pub fn forget_rest(&mut self) {
+        self.rest = None;
+    }
+
+    /// Metadata entries held (writes and removal clocks): what collection
+    /// shrinks.
+    pub fn metadata_len(&self) -> usize {
+        self.writes.len() + self.removed.iter().count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NONE: Seen = Seen::new();
+
+    fn seen(pairs: &[(u64, u64)]) -> Seen {
+        pairs.iter().copied().collect()
+    }
+
+    #[test]
+    fn the_newest_write_wins() {
+        let mut e = Element::default();
+        e.write(Stamp::new(5, 2), "b", &NONE);
+        e.write(Stamp::new(4, 1), "a", &NONE);
+        e.write(Stamp::new(3, 2), "old", &NONE);
+        assert_eq!(e.value(&NONE), Some((Some(Stamp::new(5, 2)), &"b")));
+    }
+
+    #[test]
+    fn a_removal_keeps_a_write_it_had_not_seen() {
+        let mut e = Element::default();
+        e.write(Stamp::new(4, 1), "a", &NONE);
+        e.write(Stamp::new(3, 2), "b", &NONE);
+        // Site 1 removes having seen only its own write.
+        e.remove(&seen(&[(1, 4)]), &NONE);
+        assert_eq!(e.value(&NONE), Some((Some(Stamp::new(3, 2)), &"b")));
+        e.remove(&seen(&[(2, 3)]), &NONE);
+        assert_eq!(e.value(&NONE), None);
+    }
+
+    #[test]
+    fn a_collected_value_survives_old_removals_and_falls_to_new_ones() {
+        let mut e = Element::default();
+        e.write(Stamp::new(4, 1), "a", &NONE);
+        let bound = seen(&[(1, 10), (2, 10)]);
+        assert_eq!(e.collect(&NONE, &bound), Collected::Rest);
+        assert_eq!(e.metadata_len(), 0);
+        e.write(Stamp::new(4, 1), "resent", &bound);
+        e.remove(&seen(&[(1, 3)]), &bound);
+        assert_eq!(e.value(&NONE), Some((None, &"a")));
+        e.remove(&seen(&[(1, 11), (2, 10)]), &bound);
+        assert_eq!(e.value(&NONE), None);
+    }
+
+    #[test]
+    fn an_element_with_recent_metadata_is_kept() {
+        let mut e = Element::default();
+        e.write(Stamp::new(12, 1), "a", &NONE);
+        assert_eq!(e.collect(&NONE, &seen(&[(1, 10)])), Collected::Kept);
+        e.remove(&seen(&[(1, 12)]), &NONE);
+        assert_eq!(e.collect(&NONE, &seen(&[(1, 12)])), Collected::Gone);
+    }
+}

@@ -1,0 +1,34 @@
+//! Per-element merges: the rules by which concurrent changes of one key on
+//! several sites all survive (docs/convergence.md, "Merges"). Pure state
+//! types, each with the operations a site makes, `merge` of another
+//! site's state, and `collect`, which drops the metadata no site can
+//! conflict with any more.
+//!
+//! - [`Seen`]: what a site had applied of each origin (a version vector).
+//! - [`Element`] and [`Elements`]: hash fields, set members, sorted-set
+//!   scores; last writer wins per element, removals observed-remove.
+//! - [`Counter`]: the newest set plus every increment it had not seen.
+//! - [`Register`]: a value ordered by stamp among its own writes (a TTL).
+//!
+//! Every state is a join: any delivery order, with duplicates and whole
+//! states in between, gives the same value (`properties`, a property test
+//! against a model of the history). Collection relies on one rule about
+//! the bound it is given: every site applied every change at or below it,
+//! and every change still to arrive was made by a site that had.
+
+pub mod collection;
+pub mod counter;
+pub mod element;
+pub mod register;
+pub mod seen;
+
+#[cfg(test)]
+mod network;
+#[cfg(test)]
+mod properties;
+
+pub use collection::Elements;
+pub use counter::Counter;
+pub use element::Element;
+pub use register::Register;
+pub use seen::Seen;

@@ -1,0 +1,190 @@
+//! A simulated network of sites for the merge property tests: FIFO
+//! channels between every pair (each site ships its own changes, and an
+//! acknowledgement after them, as the link does), duplicates of what was
+//! delivered, whole states handed from one site to another (catch-up and
+//! full sync), and collection at the bound every site has provably passed.
+//! Each site also keeps the set of operations it knows, for the model.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use crate::converge::merge::seen::Seen;
+use crate::converge::version::Stamp;
+
+/// A merge state the network moves.
+pub trait Replica: Clone + Default {
+    /// What one operation ships.
+    type Fragment: Clone + std::fmt::Debug;
+    /// Applies a fragment from another site.
+    fn apply(&mut self, fragment: &Self::Fragment, bound: &Seen);
+    /// Takes in another site's whole state.
+    fn merge(&mut self, other: &Self, bound: &Seen);
+    /// Drops what no site can conflict with.
+    fn collect(&mut self, bound: &Seen);
+}
+
+/// What travels on a channel: an operation's fragment (none for an
+/// acknowledgement) and what the sender had applied when it sent.
+#[derive(Debug, Clone)]
+struct Message<F> {
+    op: Option<(usize, Stamp, F)>,
+    sender_applied: Seen,
+}
+
+/// One site.
+#[derive(Debug, Clone)]
+pub struct Site<R: Replica> {
+    /// Its state.
+    pub state: R,
+    /// Operations (indexes into the test's history) it knows.
+    pub known: BTreeSet<usize>,
+    /// Per origin, what it applied from that origin's own channel (and all
+    /// of its own): every change of the origin up to the clock.
+    pub applied: Seen,
+    /// The collection bound it reached.
+    pub bound: Seen,
+    clock: u64,
+    node: u64,
+    /// What each other site had applied, from its latest message here.
+    peers_applied: BTreeMap<usize, Seen>,
+    delivered: Vec<Message<R::Fragment>>,
+}
+
+/// Every site and channel.
+#[derive(Debug)]
+pub struct Network<R: Replica> {
+    /// The sites, by index; site `i` is node `i + 1`.
+    pub sites: Vec<Site<R>>,
+    channels: BTreeMap<(usize, usize), VecDeque<Message<R::Fragment>>>,
+}
+
+impl<R: Replica> Network<R> {
+    /// `n` sites holding `initial`, which every site holds at rest.
+    pub fn new(n: usize, initial: R) -> Self {
+        let sites = (0..n)
+            .map(|i| Site {
+                state: initial.clone(),
+                known: BTreeSet::new(),
+                applied: Seen::new(),
+                bound: Seen::new(),
+                clock: 0,
+                node: i as u64 + 1,
+                peers_applied: BTreeMap::new(),
+                delivered: Vec::new(),
+            })
+            .collect();
+        Self {
+            sites,
+            channels: BTreeMap::new(),
+        }
+    }
+
+    /// A fresh stamp at `site` (its hybrid clock moves past all it knows).
+    pub fn stamp(&mut self, site: usize) -> Stamp {
+        let s = &mut self.sites[site];
+        s.clock += 1;
+        let stamp = Stamp::new(s.clock, s.node);
+        s.applied.observe(stamp);
+        stamp
+    }
+
+    /// Records operation `op` as made at `site` and ships its fragment to
+    /// every other site.
+    pub fn ship(&mut self, site: usize, op: usize, stamp: Stamp, fragment: R::Fragment) {
+        self.sites[site].known.insert(op);
+        self.send(site, Some((op, stamp, fragment)));
+    }
+
+    /// An acknowledgement from `site` to every other site (it carries what
+    /// `site` applied, after everything it shipped before).
+    pub fn acknowledge(&mut self, site: usize) {
+        self.send(site, None);
+    }
+
+    fn send(&mut self, site: usize, op: Option<(usize, Stamp, R::Fragment)>) {
+        let message = Message {
+            op,
+            sender_applied: self.sites[site].applied.clone(),
+        };
+        for to in 0..self.sites.len() {
+            if to != site {
+                self.channels
+                    .entry((site, to))
+                    .or_default()
+                    .push_back(message.clone());
+            }
+        }
+    }
+
+    /// Delivers the oldest message from `from` to `to`, if any.
+    pub fn deliver(&mut self, from: usize, to: usize) {
+        let Some(message) = self
+            .channels
+            .get_mut(&(from, to))
+            .and_then(VecDeque::pop_front)
+        else {
+            return;
+        };
+        let site = &mut self.sites[to];
+        if let Some((op, stamp, fragment)) = &message.op {
+            site.state.apply(fragment, &site.bound);
+            site.known.insert(*op);
+            site.applied.observe(*stamp);
+            site.clock = site.clock.max(stamp.clock);
+        }
+        site.peers_applied
+            .insert(from, message.sender_applied.clone());
+        site.delivered.push(message);
+    }
+
+    /// Delivers again a message `to` already had (a resend).
+    pub fn duplicate(&mut self, to: usize, pick: usize) {
+        let site = &mut self.sites[to];
+        if site.delivered.is_empty() {
+            return;
+        }
+        let message = &site.delivered[pick % site.delivered.len()];
+        if let Some((_, _, fragment)) = &message.op {
+            site.state.apply(fragment, &site.bound);
+        }
+    }
+
+    /// Hands `from`'s whole state to `to` (catch-up, full sync).
+    pub fn sync(&mut self, from: usize, to: usize) {
+        let (state, known, clock) = {
+            let f = &self.sites[from];
+            (f.state.clone(), f.known.clone(), f.clock)
+        };
+        let site = &mut self.sites[to];
+        site.state.merge(&state, &site.bound);
+        site.known.extend(known);
+        site.clock = site.clock.max(clock);
+    }
+
+    /// Collects at `site` at the bound every site has provably passed: the
+    /// least of what each had applied, as its latest message here says
+    /// (its earlier messages all arrived first).
+    pub fn collect(&mut self, site: usize) {
+        let n = self.sites.len();
+        let s = &mut self.sites[site];
+        let mut bound = s.applied.clone();
+        for other in (0..n).filter(|&o| o != site) {
+            bound = bound.meet(s.peers_applied.get(&other).unwrap_or(&Seen::new()));
+        }
+        s.bound.join(&bound);
+        s.state.collect(&s.bound);
+    }
+
+    /// Delivers everything still on a channel.
+    pub fn drain(&mut self) {
+        let pairs: Vec<_> = self.channels.keys().copied().collect();
+        for (from, to) in pairs {
+            while self
+                .channels
+                .get(&(from, to))
+                .is_some_and(|c| !c.is_empty())
+            {
+                self.deliver(from, to);
+            }
+        }
+    }
+}
