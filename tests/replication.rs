@@ -226,6 +226,51 @@ fn absolute_expiry_is_preserved_and_persist_clears_it() {
     pair.wait_converged(SETTLE);
 }
 
+/// A command that gives a key an expiry in the past deletes it: Valkey 9
+/// raises `expired` for that delete (Redis 7.0 to 8.0 and Valkey 8 raise
+/// `del`), and without the command filter's note the peer kept the key.
+/// Fails on Valkey 9.1.2 with the note removed (`capture::past_expiry`).
+#[test]
+fn a_key_deleted_by_an_expiry_in_the_past_is_deleted_on_the_peer() {
+    let pair = Pair::start();
+    let mut a = pair.a.conn();
+    let keys = ["e0", "pat", "setpxat", "getex", "inmulti", "inscript"];
+    for k in keys {
+        q(&mut a, &["SET", k, "v"]);
+    }
+    for k in keys {
+        wait_value(&pair.b, k, "v");
+    }
+    q(&mut a, &["EXPIRE", "e0", "0"]);
+    q(&mut a, &["PEXPIREAT", "pat", "1"]);
+    q(&mut a, &["SET", "setpxat", "w", "PXAT", "1"]);
+    q(&mut a, &["GETEX", "getex", "EXAT", "1"]);
+    let _: redis::Value = redis::pipe()
+        .atomic()
+        .cmd("EXPIRE")
+        .arg("inmulti")
+        .arg(-1)
+        .query(&mut a)
+        .unwrap();
+    q(
+        &mut a,
+        &[
+            "EVAL",
+            "return redis.call('PEXPIRE', KEYS[1], 0)",
+            "1",
+            "inscript",
+        ],
+    );
+    q(&mut a, &["SET", "marker", "after"]);
+    wait_value(&pair.b, "marker", "after");
+    pair.wait_converged(SETTLE);
+    let mut b = pair.b.conn();
+    for k in keys {
+        assert!(!a.exists::<_, bool>(k).unwrap(), "{k} on A");
+        assert!(!b.exists::<_, bool>(k).unwrap(), "{k} kept on B");
+    }
+}
+
 #[test]
 fn generic_commands_and_databases_replicate() {
     let pair = Pair::start();

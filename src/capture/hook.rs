@@ -52,6 +52,12 @@ pub fn on_keyspace_event(ctx: &Context, class: i32, key: &[u8]) {
     if NotifyEvent::from_bits_truncate(class).intersects(local_only) {
         // Also while suppressed: the module's own reads expire keys lazily.
         let main = main_state();
+        if !SUPPRESS.load(Ordering::Relaxed) && deleted_by_command(&main, key) {
+            if let Some(mut dirty) = main.dirty.get() {
+                dirty.mark(db, key);
+            }
+            return;
+        }
         let expired = main.expired.get();
         if let Some(mut expired) = expired {
             if expired.len() < EXPIRED_BOUND.load(Ordering::Relaxed) {
@@ -77,6 +83,16 @@ pub fn on_keyspace_event(ctx: &Context, class: i32, key: &[u8]) {
     }
 }
 
+/// Whether an `expired` event for `key` is the delete of a command that
+/// gave it an expiry in the past (Valkey 9 raises `expired` for it): a
+/// write, shipped as the delete it is. The note is used once.
+fn deleted_by_command(main: &crate::capture::state::MainState, key: &[u8]) -> bool {
+    let Some(mut silent) = main.silent.get() else {
+        return false;
+    };
+    silent.take_past_expiry(key, std::time::Instant::now())
+}
+
 /// How long a silent change queued in `MULTI` waits for its `EXEC` to be
 /// captured again (when the server cannot say which client queued it,
 /// every `EXEC` in that time captures it again).
@@ -94,6 +110,10 @@ pub enum SilentType {
     /// HyperLogLog commands (a HyperLogLog is a string).
     String,
 }
+
+/// At most this many keys of commands that set an expiry in the past wait
+/// for their `expired` event (the oldest go).
+const MAX_PAST_EXPIRIES: usize = 1024;
 
 /// A silent change queued in `MULTI`, to capture at its `EXEC`.
 #[derive(Debug)]
@@ -116,6 +136,10 @@ pub struct SilentChanges {
     /// When a FUNCTION change was last (maybe) queued in MULTI: the
     /// libraries are read again at every EXEC until `QUEUED_FOR` after.
     functions_queued_at: Option<std::time::Instant>,
+    /// Keys of commands that gave them an expiry in the past, each until
+    /// its `expired` event or `QUEUED_FOR` (a command queued in `MULTI`
+    /// runs at its `EXEC`).
+    past_expiries: VecDeque<(Vec<u8>, std::time::Instant)>,
 }
 
 impl SilentChanges {
@@ -130,6 +154,27 @@ impl SilentChanges {
             client,
             at: std::time::Instant::now(),
         });
+    }
+
+    /// Notes that a command gave `key` an expiry in the past.
+    fn note_past_expiry(&mut self, key: &[u8], now: std::time::Instant) {
+        if self.past_expiries.len() >= MAX_PAST_EXPIRIES {
+            self.past_expiries.pop_front();
+        }
+        self.past_expiries.push_back((key.to_vec(), now));
+    }
+
+    /// Whether a command gave `key` an expiry in the past lately; forgets it.
+    pub fn take_past_expiry(&mut self, key: &[u8], now: std::time::Instant) -> bool {
+        self.past_expiries
+            .retain(|(_, at)| now.saturating_duration_since(*at) < QUEUED_FOR);
+        match self.past_expiries.iter().position(|(k, _)| k == key) {
+            Some(i) => {
+                self.past_expiries.remove(i);
+                true
+            }
+            None => false,
+        }
     }
 
     /// `EXEC` of `client` (unknown: any client) at `now`: the changes it
@@ -169,6 +214,10 @@ pub fn on_command(command: &server::FilteredCommand<'_>) {
     {
         return;
     }
+    if matches!(kind, Kind::Expiry) {
+        note_past_expiry(command);
+        return;
+    }
     let args = command.args();
     if matches!(kind, Kind::Function) && !crate::capture::silent::changes_functions(&args) {
         return;
@@ -203,7 +252,7 @@ pub fn on_command(command: &server::FilteredCommand<'_>) {
             }
             return;
         }
-        Kind::Other => return,
+        Kind::Other | Kind::Expiry => return,
     };
     for key in crate::capture::silent::key_positions(keys, &args)
         .into_iter()
@@ -217,6 +266,26 @@ pub fn on_command(command: &server::FilteredCommand<'_>) {
                 silent.queue(key, kind, None);
             }
         }
+    }
+}
+
+/// Notes the key of a command that deletes it by an expiry in the past.
+/// A plain `SET k v` (three arguments) is ruled out before any argument is
+/// read.
+fn note_past_expiry(command: &server::FilteredCommand<'_>) {
+    const SET_WITH_OPTION: usize = 5;
+    if command.name().eq_ignore_ascii_case(b"set") && command.arg_count() < SET_WITH_OPTION {
+        return;
+    }
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let args = command.args();
+    let Some(key) = crate::capture::past_expiry::past_expiry_key(&args, now_ms) else {
+        return;
+    };
+    if let Some(mut silent) = main_state().silent.get() {
+        silent.note_past_expiry(key, std::time::Instant::now());
     }
 }
 

@@ -1,5 +1,5 @@
 //! Capture on the main thread: keyspace events and the command filter
-//! record what changed (`hook`, `silent`), costly keys rest (`hotkeys`),
+//! record what changed (`hook`, `silent`, `past_expiry`), costly keys rest (`hotkeys`),
 //! once per event-loop iteration `flush` reads the changed keys into a
 //! batch for the sender (what it does decided by `flush_plan`, pure), `resend` reads again what the peer misses
 //! (backlog, full sync), and `persist` keeps the versions durable with the
@@ -10,6 +10,7 @@ pub(crate) mod flush;
 pub mod flush_plan;
 pub(crate) mod hook;
 pub mod hotkeys;
+pub mod past_expiry;
 pub(crate) mod persist;
 pub(crate) mod resend;
 pub mod silent;

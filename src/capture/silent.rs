@@ -35,6 +35,9 @@ pub enum Kind {
     /// Changes the function libraries (the subcommand is checked by
     /// [`changes_functions`]).
     Function,
+    /// May delete its key by an expiry in the past (see
+    /// `capture::past_expiry`).
+    Expiry,
 }
 
 /// Where a silent command names its keys.
@@ -62,6 +65,10 @@ pub fn kind(name: &[u8]) -> Kind {
         Some(b'b') if is("bitfield") => Kind::String(Keys::First),
         Some(b'e') if is("exec") => Kind::Exec,
         Some(b'f') if is("function") => Kind::Function,
+        Some(b'e') if is("expire") || is("expireat") => Kind::Expiry,
+        Some(b'p') if is("pexpire") || is("pexpireat") => Kind::Expiry,
+        Some(b's') if is("set") => Kind::Expiry,
+        Some(b'g') if is("getex") => Kind::Expiry,
         _ => Kind::Other,
     }
 }

@@ -635,6 +635,11 @@ impl<'a> FilteredCommand<'a> {
         self.name
     }
 
+    /// How many arguments, the name included.
+    pub fn arg_count(&self) -> usize {
+        usize::try_from(self.argc).unwrap_or(0)
+    }
+
     /// The arguments, the name at 0.
     pub fn args(&self) -> Vec<&'a [u8]> {
         (0..self.argc).map_while(|i| self.arg(i)).collect()
