@@ -271,6 +271,66 @@ fn a_key_deleted_by_an_expiry_in_the_past_is_deleted_on_the_peer() {
     }
 }
 
+/// Hash fields with a TTL (Redis 7.4+, Valkey 9) keep it on the peer,
+/// expire there and lose it on HPERSIST: a hash holding such fields ships
+/// as the server's own DUMP (the module's payload has no field TTLs).
+/// Skipped where the server has no HEXPIRE (Redis 7.0, Valkey 8).
+#[test]
+fn hash_field_ttls_replicate_and_expire_on_the_peer() {
+    let pair = Pair::start();
+    let mut a = pair.a.conn();
+    let info: Vec<redis::Value> = redis::cmd("COMMAND")
+        .arg("INFO")
+        .arg("HEXPIRE")
+        .query(&mut a)
+        .unwrap();
+    if info.first().is_none_or(|v| *v == redis::Value::Nil) {
+        eprintln!("skipped: this server has no hash field TTLs (HEXPIRE)");
+        return;
+    }
+    let mut b = pair.b.conn();
+    let expiretime = |c: &mut redis::Connection, key: &str, field: &str| -> i64 {
+        let t: Vec<i64> = command(&["HPEXPIRETIME", key, "FIELDS", "1", field])
+            .query(c)
+            .unwrap();
+        t[0]
+    };
+    // A small hash and one past the listpack limits.
+    q(
+        &mut a,
+        &["HSET", "small", "keep", "1", "short", "2", "plain", "3"],
+    );
+    for i in 0..300 {
+        q(&mut a, &["HSET", "big", &format!("f{i}"), &i.to_string()]);
+    }
+    for key in ["small", "big"] {
+        let keep = if key == "small" { "keep" } else { "f1" };
+        let short = if key == "small" { "short" } else { "f2" };
+        q(&mut a, &["HEXPIRE", key, "100000", "FIELDS", "1", keep]);
+        q(&mut a, &["HPEXPIRE", key, "300", "FIELDS", "1", short]);
+        let on_a = expiretime(&mut a, key, keep);
+        assert!(on_a > 0);
+        assert!(
+            wait_until(SETTLE, || expiretime(&mut b, key, keep) == on_a),
+            "{key}.{keep}: field TTL {} on B, {on_a} on A",
+            expiretime(&mut b, key, keep)
+        );
+        let gone = |c: &mut redis::Connection| -> bool {
+            !command(&["HEXISTS", key, short]).query::<bool>(c).unwrap()
+        };
+        assert!(
+            wait_until(SETTLE, || gone(&mut a) && gone(&mut b)),
+            "{key}.{short} expired on both"
+        );
+        q(&mut a, &["HPERSIST", key, "FIELDS", "1", keep]);
+        assert!(
+            wait_until(SETTLE, || expiretime(&mut b, key, keep) == -1),
+            "{key}.{keep}: HPERSIST reached B"
+        );
+    }
+    pair.wait_converged(SETTLE);
+}
+
 #[test]
 fn generic_commands_and_databases_replicate() {
     let pair = Pair::start();

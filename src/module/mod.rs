@@ -59,6 +59,17 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
              PFCOUNT's cache, PFDEBUG and FUNCTION changes stay on this node"
         ));
     }
+    match server::probe_field_ttls(ctx) {
+        server::FieldTtls::Absent => {}
+        server::FieldTtls::Visible => ctx.log_notice(
+            "rdmasync: hash fields can expire on this server: a hash holding such \
+             fields ships as the server's own DUMP, which carries their TTLs",
+        ),
+        server::FieldTtls::Unseen => ctx.log_notice(
+            "rdmasync: hash fields can expire on this server and no module call says \
+             which hash holds such fields: every hash ships as the server's own DUMP",
+        ),
+    }
     // Libraries already loaded (MODULE LOAD at run time) get a version.
     if let Some(mut dirty) = main_state().dirty.get() {
         dirty.mark_functions();

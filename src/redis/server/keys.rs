@@ -147,6 +147,10 @@ fn open_key(
             None
         } else if info.is_string() {
             long_string(handle).map(InPlace::String)
+        } else if info.kind == raw::REDISMODULE_KEYTYPE_HASH as i32 && may_hold_field_ttls(handle) {
+            // The module's payload carries no field TTLs: the server's own
+            // DUMP does.
+            None
         } else {
             let started = std::time::Instant::now();
             collections::dump_payload(handle, info.kind)
@@ -154,6 +158,58 @@ fn open_key(
         };
         close(handle);
         (info, value)
+    }
+}
+
+/// How this server lets a hash's fields expire (HEXPIRE, HSETEX...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FieldTtls {
+    /// It has no field TTLs (before Redis 7.4 and Valkey 9).
+    Absent,
+    /// `RedisModule_HashFieldMinExpire` says which hash holds some (Redis
+    /// 7.4+).
+    Visible,
+    /// It has them, but no module call says which hash holds some (Valkey
+    /// 9): any hash may.
+    Unseen,
+}
+
+static FIELD_TTLS: std::sync::OnceLock<FieldTtls> = std::sync::OnceLock::new();
+
+/// Finds out at load whether hash fields can expire here and how a hash
+/// that holds such fields is told: a probe of the command (`COMMAND INFO
+/// HEXPIRE`) and of the module call, not of a version.
+pub fn probe_field_ttls(ctx: &Context) -> FieldTtls {
+    let has_command = matches!(
+        ctx.call("COMMAND", &["INFO", "HEXPIRE"]),
+        Ok(redis_module::RedisValue::Array(ref info))
+            if info.first().is_some_and(|c| matches!(c, redis_module::RedisValue::Array(_)))
+    );
+    // SAFETY: the API table is filled by RedisModule_Init; reading a pointer.
+    let min_expire = unsafe { raw::RedisModule_HashFieldMinExpire }.is_some();
+    let found = match (has_command, min_expire) {
+        (false, _) => FieldTtls::Absent,
+        (true, true) => FieldTtls::Visible,
+        (true, false) => FieldTtls::Unseen,
+    };
+    *FIELD_TTLS.get_or_init(|| found)
+}
+
+/// Whether the hash `handle` may hold fields with a TTL.
+///
+/// # Safety
+/// `handle` is a live, non-null key handle of a hash.
+unsafe fn may_hold_field_ttls(handle: *mut raw::RedisModuleKey) -> bool {
+    match FIELD_TTLS.get().copied().unwrap_or(FieldTtls::Absent) {
+        FieldTtls::Absent => false,
+        FieldTtls::Unseen => true,
+        FieldTtls::Visible => {
+            // SAFETY: the API table is filled by RedisModule_Init; the
+            // pointer was present at the probe. `handle` is live (the
+            // caller's contract).
+            unsafe { raw::RedisModule_HashFieldMinExpire }
+                .is_some_and(|min| unsafe { min(handle) } != raw::REDISMODULE_NO_EXPIRE as i64)
+        }
     }
 }
 

@@ -7,7 +7,10 @@ mod collections;
 mod keys;
 mod scan;
 
-pub use keys::{key_info, key_info_and_value, restore_access, Access, InPlace, KeyInfo};
+pub use keys::{
+    key_info, key_info_and_value, probe_field_ttls, restore_access, Access, FieldTtls, InPlace,
+    KeyInfo,
+};
 pub use scan::KeyScan;
 
 use std::ffi::CStr;
