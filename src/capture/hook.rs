@@ -231,16 +231,7 @@ pub fn on_command(command: &server::FilteredCommand<'_>) {
         Kind::Stream(keys) => (keys, SilentType::Stream),
         Kind::String(keys) => (keys, SilentType::String),
         Kind::Exec => {
-            let now = std::time::Instant::now();
-            for (db, key) in silent.exec(client.map(|c| c.id), now) {
-                dirty.mark(db, &key);
-            }
-            let functions = silent
-                .functions_queued_at
-                .is_some_and(|at| now.saturating_duration_since(at) < QUEUED_FOR);
-            if functions {
-                dirty.mark_functions();
-            }
+            on_exec(&mut silent, &mut dirty, client.map(|c| c.id));
             return;
         }
         Kind::Function => {
@@ -266,6 +257,25 @@ pub fn on_command(command: &server::FilteredCommand<'_>) {
                 silent.queue(key, kind, None);
             }
         }
+    }
+}
+
+/// `EXEC` of `client` (unknown: any): the silent changes queued before it
+/// run now.
+fn on_exec(
+    silent: &mut SilentChanges,
+    dirty: &mut crate::converge::changes::DirtySet,
+    client: Option<u64>,
+) {
+    let now = std::time::Instant::now();
+    for (db, key) in silent.exec(client, now) {
+        dirty.mark(db, &key);
+    }
+    let functions = silent
+        .functions_queued_at
+        .is_some_and(|at| now.saturating_duration_since(at) < QUEUED_FOR);
+    if functions {
+        dirty.mark_functions();
     }
 }
 

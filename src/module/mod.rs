@@ -59,17 +59,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
              PFCOUNT's cache, PFDEBUG and FUNCTION changes stay on this node"
         ));
     }
-    match server::probe_field_ttls(ctx) {
-        server::FieldTtls::Absent => {}
-        server::FieldTtls::Visible => ctx.log_notice(
-            "rdmasync: hash fields can expire on this server: a hash holding such \
-             fields ships as the server's own DUMP, which carries their TTLs",
-        ),
-        server::FieldTtls::Unseen => ctx.log_notice(
-            "rdmasync: hash fields can expire on this server and no module call says \
-             which hash holds such fields: every hash ships as the server's own DUMP",
-        ),
-    }
+    log_field_ttls(ctx);
     // Libraries already loaded (MODULE LOAD at run time) get a version.
     if let Some(mut dirty) = main_state().dirty.get() {
         dirty.mark_functions();
@@ -78,6 +68,21 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     // CONFIG GET shows what is in effect, defaults and derived node id included.
     shared::with_shared(|s| settings::show_effective(s.config.effective(s.node_id)));
     Status::Ok
+}
+
+/// Probes how hash fields expire here and says what follows for hashes.
+fn log_field_ttls(ctx: &Context) {
+    match server::probe_field_ttls(ctx) {
+        server::FieldTtls::Absent => {}
+        server::FieldTtls::Visible => ctx.log_notice(
+            "rdmasync: hash fields can expire on this server: a hash holding such \
+         fields ships as the server's own DUMP, which carries their TTLs",
+        ),
+        server::FieldTtls::Unseen => ctx.log_notice(
+            "rdmasync: hash fields can expire on this server and no module call says \
+         which hash holds such fields: every hash ships as the server's own DUMP",
+        ),
+    }
 }
 
 /// What the load needs before the threads start: the configuration, the
