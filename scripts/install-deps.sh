@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO="sudo"
-PKGS="redis-server redis-tools libclang-dev pkg-config libibverbs-dev librdmacm-dev python3 bc tcl dpkg-dev curl xz-utils"
+PKGS="redis-server redis-tools make gcc libc6-dev libclang-dev pkg-config libibverbs-dev librdmacm-dev python3 bc tcl dpkg-dev curl xz-utils"
 [ "${1:-}" = "--bench" ] && PKGS="$PKGS gnuplot-nox"
 missing=()
 for p in $PKGS; do

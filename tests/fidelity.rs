@@ -433,18 +433,25 @@ fn reading_collections_and_long_strings_runs_no_command() {
 fn collections_read_in_place_arrive_whole_in_every_encoding() {
     let pair = Pair::start();
     let mut a = pair.a.conn();
-    // B checks every payload in depth (listpacks entry by entry).
-    cmd(
-        &mut pair.b.conn(),
-        &["CONFIG", "SET", "sanitize-dump-payload", "yes"],
-    );
+    // B checks every payload in depth (listpacks entry by entry), where
+    // the server still has the setting (Valkey 9 dropped it).
+    let sanitizing = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("sanitize-dump-payload")
+        .arg("yes")
+        .query::<()>(&mut pair.b.conn())
+        .is_ok();
     write_collections(&mut a);
     cmd(&mut a, &["PEXPIREAT", "bigz", "4000000000000"]);
     pair.wait_converged(SETTLE);
-    let sanitized: u64 = info_field(&pair.b, "stats", "dump_payload_sanitizations")
-        .parse()
-        .unwrap();
-    assert!(sanitized >= 10, "{sanitized} payloads checked in depth");
+    if sanitizing {
+        let sanitized: u64 = info_field(&pair.b, "stats", "dump_payload_sanitizations")
+            .parse()
+            .unwrap();
+        assert!(sanitized >= 10, "{sanitized} payloads checked in depth");
+    } else {
+        eprintln!("no sanitize-dump-payload on this server: payloads not checked in depth");
+    }
     let keys = [
         "h", "ints", "words", "z", "l", "bigh", "bigs", "bigz", "bigl", "hints", "zints", "hlimit",
         "hover", "zover", "zscores",

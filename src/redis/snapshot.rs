@@ -96,9 +96,10 @@ impl<'a> Reader<'a> {
             .iter()
             .map(|k| RedisString::create_from_slice(std::ptr::null_mut(), k.as_ref()))
             .collect();
+        let db_field_ttls = server::db_may_hold_field_ttls(self.ctx, server::selected_db(self.ctx));
         let mut looked_up: Vec<(server::KeyInfo, Option<InPlace>)> = names
             .iter()
-            .map(|name| server::key_info_and_value(self.ctx, name))
+            .map(|name| server::key_info_and_value(self.ctx, name, db_field_ttls))
             .collect();
         let strings: Vec<&RedisString> = names
             .iter()

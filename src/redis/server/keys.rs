@@ -72,7 +72,7 @@ pub fn key_info(ctx: &Context, key: &[u8]) -> KeyInfo {
 /// [`key_info`] of a name already made into a Redis string (a caller that
 /// also passes the name to a command makes it once).
 pub fn key_info_of(ctx: &Context, name: &redis_module::RedisString) -> KeyInfo {
-    open_key(ctx, name, false).0
+    open_key(ctx, name, None).0
 }
 
 /// Strings longer than this are always stored `raw` (an sds of their own):
@@ -97,20 +97,23 @@ pub enum InPlace {
 /// longer than [`READ_IN_PLACE_ABOVE`], or a list, set, sorted set or hash.
 /// `None` for the rest: shorter strings (`RM_StringDMA` would re-encode
 /// them), streams (their consumer groups have no reader), module types, or
-/// a read that did not complete.
+/// a read that did not complete, and a hash that may hold fields with a
+/// TTL (see [`db_may_hold_field_ttls`] for `db_field_ttls`).
 pub fn key_info_and_value(
     ctx: &Context,
     name: &redis_module::RedisString,
+    db_field_ttls: bool,
 ) -> (KeyInfo, Option<InPlace>) {
-    open_key(ctx, name, true)
+    open_key(ctx, name, Some(db_field_ttls))
 }
 
 /// Type and expiry of `name`, and (`read_value`) its value where read in
-/// place.
+/// place; `read_value` says whether its database may hold hash fields with
+/// a TTL.
 fn open_key(
     ctx: &Context,
     name: &redis_module::RedisString,
-    read_value: bool,
+    read_value: Option<bool>,
 ) -> (KeyInfo, Option<InPlace>) {
     let absent = KeyInfo {
         kind: raw::REDISMODULE_KEYTYPE_EMPTY as i32,
@@ -143,18 +146,22 @@ fn open_key(
             expiry_ms: u64::try_from(expiry).ok().filter(|&at| at > 0),
             access: access_of(handle),
         };
-        let value = if !read_value {
-            None
-        } else if info.is_string() {
-            long_string(handle).map(InPlace::String)
-        } else if info.kind == raw::REDISMODULE_KEYTYPE_HASH as i32 && may_hold_field_ttls(handle) {
+        let value = match read_value {
+            None => None,
+            Some(_) if info.is_string() => long_string(handle).map(InPlace::String),
             // The module's payload carries no field TTLs: the server's own
             // DUMP does.
-            None
-        } else {
-            let started = std::time::Instant::now();
-            collections::dump_payload(handle, info.kind)
-                .map(|p| InPlace::Dump(p, started.elapsed()))
+            Some(db_field_ttls)
+                if info.kind == raw::REDISMODULE_KEYTYPE_HASH as i32
+                    && may_hold_field_ttls(handle, db_field_ttls) =>
+            {
+                None
+            }
+            Some(_) => {
+                let started = std::time::Instant::now();
+                collections::dump_payload(handle, info.kind)
+                    .map(|p| InPlace::Dump(p, started.elapsed()))
+            }
         };
         close(handle);
         (info, value)
@@ -195,14 +202,39 @@ pub fn probe_field_ttls(ctx: &Context) -> FieldTtls {
     *FIELD_TTLS.get_or_init(|| found)
 }
 
-/// Whether the hash `handle` may hold fields with a TTL.
+/// Whether a hash of the selected database `db` may hold fields with a
+/// TTL on a server where no module call says which hash does (Valkey 9):
+/// its INFO keyspace counts the keys with volatile items per database
+/// (read through the module API, not a command). A count it does not show
+/// says yes. Elsewhere no: each hash is asked, or no field expires.
+pub fn db_may_hold_field_ttls(ctx: &Context, db: u32) -> bool {
+    if FIELD_TTLS.get() != Some(&FieldTtls::Unseen) {
+        return false;
+    }
+    let keyspace = ctx.server_info("keyspace");
+    let Some(line) = keyspace.field(&format!("db{db}")) else {
+        return false;
+    };
+    volatile_items_in(&line.to_string_lossy()).is_none_or(|n| n > 0)
+}
+
+/// `keys_with_volatile_items` of an INFO keyspace line
+/// (`keys=3,expires=0,avg_ttl=0,keys_with_volatile_items=1`).
+fn volatile_items_in(line: &str) -> Option<u64> {
+    line.split(',')
+        .find_map(|kv| kv.strip_prefix("keys_with_volatile_items="))
+        .and_then(|n| n.trim().parse().ok())
+}
+
+/// Whether the hash `handle` may hold fields with a TTL (`db_field_ttls`:
+/// what its database says where the hash cannot be asked).
 ///
 /// # Safety
 /// `handle` is a live, non-null key handle of a hash.
-unsafe fn may_hold_field_ttls(handle: *mut raw::RedisModuleKey) -> bool {
+unsafe fn may_hold_field_ttls(handle: *mut raw::RedisModuleKey, db_field_ttls: bool) -> bool {
     match FIELD_TTLS.get().copied().unwrap_or(FieldTtls::Absent) {
         FieldTtls::Absent => false,
-        FieldTtls::Unseen => true,
+        FieldTtls::Unseen => db_field_ttls,
         FieldTtls::Visible => {
             // SAFETY: the API table is filled by RedisModule_Init; the
             // pointer was present at the probe. `handle` is live (the
@@ -286,11 +318,10 @@ pub fn restore_access(ctx: &Context, name: &redis_module::RedisString, access: A
         (
             raw::RedisModule_OpenKey,
             raw::RedisModule_CloseKey,
-            raw::RedisModule_SetLRU,
             raw::RedisModule_SetLFU,
         )
     };
-    let (Some(open), Some(close), Some(set_lru), Some(set_lfu)) = api else {
+    let (Some(open), Some(close), Some(set_lfu)) = api else {
         return;
     };
     // SAFETY: main thread with a valid context; `name` is a live Redis
@@ -302,10 +333,96 @@ pub fn restore_access(ctx: &Context, name: &redis_module::RedisString, access: A
             return;
         }
         match access {
-            Access::IdleMs(idle) => set_lru(handle, idle),
-            Access::Frequency(freq) => set_lfu(handle, freq),
-            Access::Unknown => 0,
+            Access::IdleMs(idle) => set_idle(handle, idle),
+            Access::Frequency(freq) => {
+                set_lfu(handle, freq);
+            }
+            Access::Unknown => {}
         };
         close(handle);
+    }
+}
+
+/// Set once `SetLRU` was seen to scale its argument (see [`set_idle`]).
+static LRU_SCALED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Sets the idle time of `handle` to `idle_ms`. Valkey 9.1's `SetLRU`
+/// takes milliseconds but hands them on as seconds times a thousand (a key
+/// came out idle for years): the first idle time set is read back, and if
+/// it came out wrong while the scaled reading holds, later ones are passed
+/// scaled, to the nearest 1,000 s (the finest that server can take).
+///
+/// # Safety
+/// `handle` is a live, non-null key handle opened by the caller.
+unsafe fn set_idle(handle: *mut raw::RedisModuleKey, idle_ms: i64) {
+    use std::sync::atomic::Ordering;
+    // SAFETY: the API table is filled by RedisModule_Init; reading pointers.
+    let (Some(set_lru), Some(get_lru)) = (unsafe { raw::RedisModule_SetLRU }, unsafe {
+        raw::RedisModule_GetLRU
+    }) else {
+        return;
+    };
+    let set_and_read = |arg: i64| -> i64 {
+        let mut back = -1;
+        // SAFETY: `handle` is live (the caller's contract); `back` is a
+        // local the call writes.
+        unsafe {
+            set_lru(handle, arg);
+            get_lru(handle, &mut back);
+        }
+        back
+    };
+    if LRU_SCALED.load(Ordering::Relaxed) {
+        set_and_read(scaled_idle(idle_ms));
+        return;
+    }
+    let back = set_and_read(idle_ms);
+    if !(CHECKED_IDLE_MS.contains(&idle_ms) && idle_read_back_wrong(idle_ms, back)) {
+        return;
+    }
+    let scaled_back = set_and_read(scaled_idle(idle_ms));
+    if (scaled_back - idle_ms).abs() <= 500_000 {
+        LRU_SCALED.store(true, Ordering::Relaxed);
+    } else {
+        set_and_read(idle_ms);
+    }
+}
+
+/// Idle times the check of [`set_idle`] trusts: long enough for a scaled
+/// one to show, short of the LRU clock's wrap (about 194 days).
+const CHECKED_IDLE_MS: std::ops::Range<i64> = 1_000..100_000_000;
+
+/// An idle time in the unit a scaling `SetLRU` applies (to the nearest
+/// 1,000 s).
+fn scaled_idle(idle_ms: i64) -> i64 {
+    (idle_ms + 500_000) / 1_000_000
+}
+
+/// Whether `idle_ms`, set, read back as `back_ms` beyond the clock's
+/// one-second resolution.
+fn idle_read_back_wrong(idle_ms: i64, back_ms: i64) -> bool {
+    (back_ms - idle_ms).abs() > 2_000
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_count_of_keys_with_volatile_items_is_read_from_an_info_line() {
+        let line = "keys=3,expires=0,avg_ttl=0,keys_with_volatile_items=2";
+        assert_eq!(volatile_items_in(line), Some(2));
+        assert_eq!(volatile_items_in("keys=3,expires=0,avg_ttl=0"), None);
+    }
+
+    #[test]
+    fn an_idle_time_read_back_wrong_is_told_from_rounding_and_scaled_to_the_nearest_1000_s() {
+        assert!(idle_read_back_wrong(1_000_000, 1_554_321_408));
+        assert!(!idle_read_back_wrong(1_000_000, 1_000_000));
+        assert!(!idle_read_back_wrong(1_999, 1_000));
+        assert_eq!(scaled_idle(1_000_000), 1);
+        assert_eq!(scaled_idle(1_499_999), 1);
+        assert_eq!(scaled_idle(1_500_000), 2);
+        assert_eq!(scaled_idle(400_000), 0);
     }
 }

@@ -7,7 +7,9 @@ mod collections;
 mod keys;
 mod scan;
 
-pub use keys::{key_info, key_info_and_value, restore_access, Access, InPlace, KeyInfo};
+pub use keys::{
+    db_may_hold_field_ttls, key_info, key_info_and_value, restore_access, Access, InPlace, KeyInfo,
+};
 // The module's load probes them (not built in unit tests).
 #[cfg(all(feature = "module", not(test)))]
 pub use keys::{probe_field_ttls, FieldTtls};
