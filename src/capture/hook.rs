@@ -43,7 +43,9 @@ pub fn on_keyspace_event(ctx: &Context, class: i32, key: &[u8]) {
     if server::is_replica_or_loading() {
         // A command replayed from the AOF: its stamp record, if the node
         // wrote one, comes after it.
-        if server::is_loading() && !NotifyEvent::from_bits_truncate(class).intersects(local_only) {
+        if server::is_loading_own_files()
+            && !NotifyEvent::from_bits_truncate(class).intersects(local_only)
+        {
             crate::capture::persist::loaded_change(server::selected_db(ctx), key);
         }
         return;
@@ -371,6 +373,12 @@ pub type ExpiredKey = (u32, Vec<u8>);
 /// Records FLUSHDB/FLUSHALL and SWAPDB, which have no per-key notification.
 pub fn on_flush_or_swap(event: server::ServerEvent) {
     if server::is_loading() {
+        if !server::is_loading_own_files() {
+            // The flush of a replica sync: what the master sends replaces
+            // the dataset; this node's versions go with it (see
+            // `DatasetReplaced`).
+            return;
+        }
         // A flush replayed from the AOF: its stamp record, if any, follows.
         match event {
             server::ServerEvent::FlushStarting(db) => crate::capture::persist::loaded_flush(db),

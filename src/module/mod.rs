@@ -80,7 +80,8 @@ fn log_field_ttls(ctx: &Context) {
         ),
         server::FieldTtls::Unseen => ctx.log_notice(
             "rdmasync: hash fields can expire on this server and no module call says \
-         which hash holds such fields: every hash ships as the server's own DUMP",
+         which hash holds such fields: in a database whose INFO keyspace counts keys \
+         with volatile items, hashes ship as the server's own DUMP",
         ),
     }
 }

@@ -165,6 +165,10 @@ fn loading_event(subevent: u64) -> Option<ServerEvent> {
             | raw::REDISMODULE_SUBEVENT_LOADING_REPL_START
     );
     LOADING.store(starting, std::sync::atomic::Ordering::Relaxed);
+    LOADING_FROM_MASTER.store(
+        subevent == raw::REDISMODULE_SUBEVENT_LOADING_REPL_START,
+        std::sync::atomic::Ordering::Relaxed,
+    );
     if subevent == raw::REDISMODULE_SUBEVENT_LOADING_ENDED {
         Some(ServerEvent::LoadingEnded)
     } else if starting {
@@ -479,6 +483,10 @@ static REPLICA: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::n
 static BECOMING_REPLICA: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 /// This server is loading a dataset (kept current by the loading event).
 static LOADING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// The dataset being loaded comes from a master (a replica sync), not from
+/// this node's own files.
+static LOADING_FROM_MASTER: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
 
 /// A replica connected to this server since it started (Redis then keeps
 /// a replication backlog and propagates to it).
@@ -530,6 +538,15 @@ pub fn clients_paused() -> bool {
 /// Whether this server is loading a dataset (AOF, RDB, or from a master).
 pub fn is_loading() -> bool {
     LOADING.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Whether this server is loading its own files (AOF, RDB): what a load
+/// replays may be this node's own changes. A dataset from a master is not:
+/// Valkey 9 raises keyspace and flush events while it loads one (its
+/// "Flushing old data" runs inside the load), and dating them as this
+/// node's changes gave the flush a stamp above every key it loaded.
+pub fn is_loading_own_files() -> bool {
+    is_loading() && !LOADING_FROM_MASTER.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Whether this server became a replica in this event-loop iteration (its
