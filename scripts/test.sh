@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs every test: formatting, lints,
 # unit and property tests, the integration suite on real server pairs over
-# TCP against Redis 7.0 (redis-server) and Valkey 8 (valkey-server), the
+# TCP against Redis 7.0 (redis-server) and Valkey 8 (valkey-server), and
+# against Redis 8.0 and Valkey 9.1 built from Debian unstable's sources
+# (scripts/build-servers.sh), the
 # servers' own test suites against a linked pair beside a plain server
 # (scripts/server-suite.sh), then the
 # suite inside a Soft-RoCE guest over tcp and rdma (scripts/test-rdma.sh),
@@ -30,6 +32,16 @@ REDIS_SERVER=redis-server cargo nextest run --no-fail-fast
 stage "integration suite on valkey-server"
 echo "== integration suite on $(valkey-server --version | cut -d' ' -f1-3)"
 REDIS_SERVER=valkey-server cargo nextest run --no-fail-fast
+stage "newer servers: build"
+# Redis 8.0 and Valkey 9.1, the newest Debian unstable carries, built from
+# their source packages once (cached under target/servers/).
+built=$(scripts/build-servers.sh redis valkey)
+mapfile -t newer <<< "$built"
+for server in "${newer[@]}"; do
+  stage "integration suite on $(basename "$server") $("$server" --version | cut -d' ' -f3)"
+  echo "== integration suite on $("$server" --version | cut -d' ' -f1-3) (built by scripts/build-servers.sh)"
+  REDIS_SERVER=$server cargo nextest run --no-fail-fast
+done
 stage "Redis's own suite"
 echo "== Redis's own test suite: node A and B of a linked pair against a plain server"
 scripts/server-suite.sh --server redis-server
