@@ -331,6 +331,76 @@ fn hash_field_ttls_replicate_and_expire_on_the_peer() {
     pair.wait_converged(SETTLE);
 }
 
+/// Commands only newer servers have reach the peer: HSETEX and HGETEX
+/// (Redis 8, Valkey 9: field TTLs set and cleared), Redis 8's HGETDEL, and
+/// Valkey's SET IFEQ and DELIFEQ. Each part is skipped, with the reason,
+/// where the server has no such command.
+#[test]
+fn commands_of_newer_servers_replicate() {
+    let pair = Pair::start();
+    let mut a = pair.a.conn();
+    let mut b = pair.b.conn();
+    let has = |c: &mut redis::Connection, name: &str| -> bool {
+        let info: Vec<redis::Value> = command(&["COMMAND", "INFO", name]).query(c).unwrap();
+        info.first().is_some_and(|v| *v != redis::Value::Nil)
+    };
+    let expiretime = |c: &mut redis::Connection, key: &str, field: &str| -> i64 {
+        let t: Vec<i64> = command(&["HPEXPIRETIME", key, "FIELDS", "1", field])
+            .query(c)
+            .unwrap();
+        t[0]
+    };
+    if has(&mut a, "HSETEX") && has(&mut a, "HGETEX") {
+        q(
+            &mut a,
+            &[
+                "HSETEX", "hx", "PX", "100000", "FIELDS", "2", "f1", "1", "f2", "2",
+            ],
+        );
+        q(&mut a, &["HSET", "hx", "f3", "3", "f4", "4"]);
+        q(&mut a, &["HGETEX", "hx", "PERSIST", "FIELDS", "1", "f1"]);
+        q(
+            &mut a,
+            &["HGETEX", "hx", "PX", "200000", "FIELDS", "1", "f3"],
+        );
+        if has(&mut a, "HGETDEL") {
+            q(&mut a, &["HGETDEL", "hx", "FIELDS", "1", "f4"]);
+        } else {
+            eprintln!("no HGETDEL on this server: HDEL instead");
+            q(&mut a, &["HDEL", "hx", "f4"]);
+        }
+        q(&mut a, &["SET", "marker-h", "1"]);
+        wait_value(&pair.b, "marker-h", "1");
+        pair.wait_converged(SETTLE);
+        for field in ["f1", "f2", "f3", "f4"] {
+            assert_eq!(
+                expiretime(&mut a, "hx", field),
+                expiretime(&mut b, "hx", field),
+                "hx.{field}"
+            );
+        }
+        assert_eq!(expiretime(&mut b, "hx", "f1"), -1, "HGETEX PERSIST");
+        assert!(expiretime(&mut b, "hx", "f2") > 0, "HSETEX PX");
+        assert_eq!(expiretime(&mut b, "hx", "f4"), -2, "HGETDEL");
+    } else {
+        eprintln!("skipped: no HSETEX or HGETEX on this server");
+    }
+    if has(&mut a, "DELIFEQ") {
+        q(&mut a, &["SET", "cas", "old"]);
+        q(&mut a, &["SET", "cas", "new", "IFEQ", "old"]);
+        q(&mut a, &["SET", "cas", "never", "IFEQ", "old"]);
+        wait_value(&pair.b, "cas", "new");
+        q(&mut a, &["SET", "gone", "v"]);
+        q(&mut a, &["DELIFEQ", "gone", "v"]);
+        q(&mut a, &["SET", "marker-c", "1"]);
+        wait_value(&pair.b, "marker-c", "1");
+        assert!(!b.exists::<_, bool>("gone").unwrap(), "DELIFEQ");
+        pair.wait_converged(SETTLE);
+    } else {
+        eprintln!("skipped: no SET IFEQ / DELIFEQ on this server");
+    }
+}
+
 #[test]
 fn generic_commands_and_databases_replicate() {
     let pair = Pair::start();
