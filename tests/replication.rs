@@ -401,6 +401,75 @@ fn commands_of_newer_servers_replicate() {
     }
 }
 
+/// A hash field's expiry is not a write: each node expires it itself from
+/// the TTL that travelled. A write B made of its own lazy field expiry,
+/// concurrent with A's HPERSIST and stamped after it (B's clock runs 5 s
+/// ahead, A applies nothing meanwhile), would beat it on both nodes
+/// (found by CI on Redis 8.0.6, where the two fell in one millisecond). And a command that deletes a field by a TTL in the past
+/// (Valkey 9 raises `hexpired` for it) still reaches the peer.
+#[test]
+fn a_field_expiry_is_no_write_and_a_field_deleted_by_a_past_ttl_is() {
+    let pair = Pair::start();
+    let mut a = pair.a.conn();
+    if !has_command(&mut a, "HEXPIRE") {
+        eprintln!("skipped: this server has no hash field TTLs (HEXPIRE)");
+        return;
+    }
+    let mut b = pair.b.conn();
+    q(
+        &mut a,
+        &["HSET", "h", "keep", "1", "short", "2", "plain", "3"],
+    );
+    q(&mut a, &["HEXPIRE", "h", "100000", "FIELDS", "1", "keep"]);
+    q(&mut a, &["HPEXPIRE", "h", "200", "FIELDS", "1", "short"]);
+    let ttl = |c: &mut redis::Connection, field: &str| -> i64 {
+        let t: Vec<i64> = command(&["HPEXPIRETIME", "h", "FIELDS", "1", field])
+            .query(c)
+            .unwrap();
+        t[0]
+    };
+    assert!(wait_until(SETTLE, || ttl(&mut b, "keep") > 0));
+    // What B ships now reaches A's main thread only after A's HPERSIST,
+    // and B's clock runs 5 s ahead: a write B made of its field expiry
+    // would be concurrent with the HPERSIST and beat it.
+    q(&mut a, &["RDMASYNC.DEBUG", "HOLD-APPLY", "ON"]);
+    q(&mut b, &["RDMASYNC.DEBUG", "CLOCK-SKEW", "5000"]);
+    // B expires `short` lazily (HEXISTS reads it), A as well.
+    assert!(wait_until(SETTLE, || {
+        !command(&["HEXISTS", "h", "short"])
+            .query::<bool>(&mut b)
+            .unwrap()
+    }));
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(!command(&["HEXISTS", "h", "short"])
+        .query::<bool>(&mut a)
+        .unwrap());
+    q(&mut a, &["HPERSIST", "h", "FIELDS", "1", "keep"]);
+    q(&mut a, &["RDMASYNC.DEBUG", "HOLD-APPLY", "OFF"]);
+    assert!(
+        wait_until(SETTLE, || ttl(&mut b, "keep") == -1),
+        "A's HPERSIST lost on B (field TTL {})",
+        ttl(&mut b, "keep")
+    );
+    // A TTL in the past deletes the field: a write that ships.
+    q(&mut a, &["HEXPIRE", "h", "0", "FIELDS", "1", "plain"]);
+    assert!(
+        wait_until(SETTLE, || {
+            !command(&["HEXISTS", "h", "plain"])
+                .query::<bool>(&mut b)
+                .unwrap()
+        }),
+        "the field A deleted by HEXPIRE 0 stays on B"
+    );
+    pair.wait_converged(SETTLE);
+}
+
+/// Whether the server has the command `name`.
+fn has_command(c: &mut redis::Connection, name: &str) -> bool {
+    let info: Vec<redis::Value> = command(&["COMMAND", "INFO", name]).query(c).unwrap();
+    info.first().is_some_and(|v| *v != redis::Value::Nil)
+}
+
 #[test]
 fn generic_commands_and_databases_replicate() {
     let pair = Pair::start();

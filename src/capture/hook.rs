@@ -38,8 +38,12 @@ impl Drop for Suppressed {
 /// is not a write either: each node expires keys itself from the absolute
 /// expiry that travels with the value, so it only turns the key's last
 /// version into a tombstone.
-pub fn on_keyspace_event(ctx: &Context, class: i32, key: &[u8]) {
+pub fn on_keyspace_event(ctx: &Context, class: i32, event: &[u8], key: &[u8]) {
     let local_only = NotifyEvent::EXPIRED | NotifyEvent::EVICTED;
+    let db = server::selected_db(ctx);
+    if field_expiry(db, event, key, class) {
+        return;
+    }
     if server::is_replica_or_loading() {
         // A command replayed from the AOF: its stamp record, if the node
         // wrote one, comes after it.
@@ -50,7 +54,6 @@ pub fn on_keyspace_event(ctx: &Context, class: i32, key: &[u8]) {
         }
         return;
     }
-    let db = server::selected_db(ctx);
     if NotifyEvent::from_bits_truncate(class).intersects(local_only) {
         // Also while suppressed: the module's own reads expire keys lazily.
         let main = main_state();
@@ -60,17 +63,7 @@ pub fn on_keyspace_event(ctx: &Context, class: i32, key: &[u8]) {
             }
             return;
         }
-        let expired = main.expired.get();
-        if let Some(mut expired) = expired {
-            if expired.len() < EXPIRED_BOUND.load(Ordering::Relaxed) {
-                expired.push((db, key.to_vec()));
-            } else {
-                // Its version stays until the key is written again: counted.
-                crate::shared::with_shared(|s| {
-                    crate::ops::status::Stats::add(&s.stats.expiries_unrecorded, 1)
-                });
-            }
-        }
+        note_expired(&main, db, key);
         return;
     }
     // Checked before the state is taken: every write applied from the
@@ -79,16 +72,79 @@ pub fn on_keyspace_event(ctx: &Context, class: i32, key: &[u8]) {
         return;
     }
     let main = main_state();
+    if PAST_EXPIRIES.load(Ordering::Relaxed) > 0 {
+        // The server raised a write event (`del`, `hdel`) for a command's
+        // expiry in the past (all but Valkey 9): the note is not needed.
+        if let Some(mut silent) = main.silent.get() {
+            silent.take_past_expiry(key, std::time::Instant::now());
+        }
+    }
     let dirty = main.dirty.get();
     if let Some(mut dirty) = dirty {
         dirty.mark(db, key);
     }
 }
 
+/// An expired or evicted key: its last version becomes a tombstone at the
+/// next flush, within the per-iteration bound (past it, counted).
+fn note_expired(main: &crate::capture::state::MainState, db: u32, key: &[u8]) {
+    let Some(mut expired) = main.expired.get() else {
+        return;
+    };
+    if expired.len() < EXPIRED_BOUND.load(Ordering::Relaxed) {
+        expired.push((db, key.to_vec()));
+    } else {
+        // Its version stays until the key is written again: counted.
+        crate::shared::with_shared(|s| {
+            crate::ops::status::Stats::add(&s.stats.expiries_unrecorded, 1)
+        });
+    }
+}
+
+thread_local! {
+    /// The key whose hash fields just expired: a `del` of it that follows
+    /// at once is that expiry emptying the hash.
+    static FIELDS_EXPIRED: std::cell::RefCell<Option<(u32, Vec<u8>)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Whether the event is a hash field's expiry (`hexpired`), or the `del`
+/// of the hash it emptied: not a write. Each node expires fields itself
+/// from the absolute TTLs that travelled with the hash, as it expires
+/// keys; shipping the expiry as a write gave it a stamp that could beat a
+/// real write made on the peer in the same millisecond (an HPERSIST on A
+/// was lost to B's lazy field expiry). The `del` turns the key's version
+/// into a tombstone, as an expiry of the key does.
+fn field_expiry(db: u32, event: &[u8], key: &[u8], class: i32) -> bool {
+    FIELDS_EXPIRED.with(|last| {
+        let mut last = last.borrow_mut();
+        if event == b"hexpired" {
+            if !SUPPRESS.load(Ordering::Relaxed) && deleted_by_command(&main_state(), key) {
+                // HEXPIRE with a time in the past on Valkey 9: a write.
+                *last = None;
+                return false;
+            }
+            *last = Some((db, key.to_vec()));
+            return true;
+        }
+        let emptied = event == b"del"
+            && NotifyEvent::from_bits_truncate(class).contains(NotifyEvent::GENERIC)
+            && last.as_ref().is_some_and(|(d, k)| *d == db && k == key);
+        *last = None;
+        if emptied && !server::is_replica_or_loading() {
+            note_expired(&main_state(), db, key);
+        }
+        emptied
+    })
+}
+
 /// Whether an `expired` event for `key` is the delete of a command that
 /// gave it an expiry in the past (Valkey 9 raises `expired` for it): a
 /// write, shipped as the delete it is. The note is used once.
 fn deleted_by_command(main: &crate::capture::state::MainState, key: &[u8]) -> bool {
+    if PAST_EXPIRIES.load(Ordering::Relaxed) == 0 {
+        return false;
+    }
     let Some(mut silent) = main.silent.get() else {
         return false;
     };
@@ -116,6 +172,9 @@ pub enum SilentType {
 /// At most this many keys of commands that set an expiry in the past wait
 /// for their `expired` event (the oldest go).
 const MAX_PAST_EXPIRIES: usize = 1024;
+
+/// How many such keys wait: write events look at the notes only when some do.
+static PAST_EXPIRIES: AtomicUsize = AtomicUsize::new(0);
 
 /// A silent change queued in `MULTI`, to capture at its `EXEC`.
 #[derive(Debug)]
@@ -164,19 +223,19 @@ impl SilentChanges {
             self.past_expiries.pop_front();
         }
         self.past_expiries.push_back((key.to_vec(), now));
+        PAST_EXPIRIES.store(self.past_expiries.len(), Ordering::Relaxed);
     }
 
     /// Whether a command gave `key` an expiry in the past lately; forgets it.
     pub fn take_past_expiry(&mut self, key: &[u8], now: std::time::Instant) -> bool {
         self.past_expiries
             .retain(|(_, at)| now.saturating_duration_since(*at) < QUEUED_FOR);
-        match self.past_expiries.iter().position(|(k, _)| k == key) {
-            Some(i) => {
-                self.past_expiries.remove(i);
-                true
-            }
-            None => false,
+        let found = self.past_expiries.iter().position(|(k, _)| k == key);
+        if let Some(i) = found {
+            self.past_expiries.remove(i);
         }
+        PAST_EXPIRIES.store(self.past_expiries.len(), Ordering::Relaxed);
+        found.is_some()
     }
 
     /// `EXEC` of `client` (unknown: any client) at `now`: the changes it

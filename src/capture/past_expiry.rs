@@ -1,7 +1,9 @@
 //! Commands that delete a key by giving it an expiry in the past
 //! (`EXPIRE k 0`, `PEXPIREAT k <past>`, `SET k v PXAT <past>`, `GETEX k
-//! EXAT <past>`). Valkey 9 raises `expired` for that deletion where Redis
-//! 7.0 to 8.0 and Valkey 8 raise `del`, and an expiry is not a write here
+//! EXAT <past>`), or hash fields (`HEXPIRE h 0 FIELDS ..`, `HSETEX h PXAT
+//! <past> FIELDS ..`). Valkey 9 raises `expired` (`hexpired`) for that
+//! deletion where Redis 7.0 to 8.0 and Valkey 8 raise `del` (`hdel`), and
+//! an expiry is not a write here
 //! (each node expires keys itself from the absolute expiry that travelled
 //! with the value): the peer would keep the key for ever. The command
 //! filter notes such a command's key; an `expired` event for it that
@@ -18,15 +20,15 @@ pub fn past_expiry_key<'a>(args: &[&'a [u8]], now_ms: u64) -> Option<&'a [u8]> {
     let name = args.first()?;
     let key = *args.get(1)?;
     let is = |s: &str| name.eq_ignore_ascii_case(s.as_bytes());
-    let past = if is("expire") || is("pexpire") {
+    let past = if is("expire") || is("pexpire") || is("hexpire") || is("hpexpire") {
         number(args.get(2)?)? <= 0
-    } else if is("expireat") {
+    } else if is("expireat") || is("hexpireat") {
         at_or_before(number(args.get(2)?)?.saturating_mul(1000), now_ms)
-    } else if is("pexpireat") {
+    } else if is("pexpireat") || is("hpexpireat") {
         at_or_before(number(args.get(2)?)?, now_ms)
     } else if is("set") {
         absolute_option(args.get(3..)?, now_ms)
-    } else if is("getex") {
+    } else if is("getex") || is("hsetex") || is("hgetex") {
         absolute_option(args.get(2..)?, now_ms)
     } else {
         false
@@ -40,6 +42,10 @@ fn absolute_option(options: &[&[u8]], now_ms: u64) -> bool {
     let mut i = 0;
     while let Some(word) = options.get(i) {
         let is = |s: &[u8]| word.eq_ignore_ascii_case(s);
+        if is(b"fields") {
+            // Field names and values follow (HSETEX, HGETEX).
+            return false;
+        }
         let scale = if is(b"exat") {
             1000
         } else if is(b"pxat") {
@@ -104,6 +110,24 @@ mod tests {
         );
         assert_eq!(key(&["GETEX", "k", "EXAT", "1"]).as_deref(), Some("k"));
         assert_eq!(key(&["GETEX", "k", "PERSIST"]), None);
+        assert_eq!(
+            key(&["HEXPIRE", "h", "0", "FIELDS", "1", "f"]).as_deref(),
+            Some("h")
+        );
+        assert_eq!(
+            key(&["HPEXPIREAT", "h", "1", "FIELDS", "1", "f"]).as_deref(),
+            Some("h")
+        );
+        assert_eq!(key(&["HEXPIRE", "h", "10", "FIELDS", "1", "f"]), None);
+        assert_eq!(
+            key(&["HSETEX", "h", "PXAT", "1", "FIELDS", "1", "f", "v"]).as_deref(),
+            Some("h")
+        );
+        assert_eq!(key(&["HSETEX", "h", "FIELDS", "1", "exat", "1"]), None);
+        assert_eq!(
+            key(&["HGETEX", "h", "EXAT", "1", "FIELDS", "1", "f"]).as_deref(),
+            Some("h")
+        );
         assert_eq!(key(&["GET", "k"]), None);
     }
 }

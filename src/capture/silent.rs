@@ -69,6 +69,16 @@ pub fn kind(name: &[u8]) -> Kind {
         Some(b'p') if is("pexpire") || is("pexpireat") => Kind::Expiry,
         Some(b's') if is("set") => Kind::Expiry,
         Some(b'g') if is("getex") => Kind::Expiry,
+        Some(b'h')
+            if is("hexpire")
+                || is("hpexpire")
+                || is("hexpireat")
+                || is("hpexpireat")
+                || is("hsetex")
+                || is("hgetex") =>
+        {
+            Kind::Expiry
+        }
         _ => Kind::Other,
     }
 }

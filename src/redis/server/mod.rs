@@ -419,24 +419,32 @@ pub fn detect_newer_apis() -> NewerApis {
     }
 }
 
-/// Handler the module installs for keyspace notifications: `(ctx, class, key)`,
-/// `class` one of `redis_module::NotifyEvent`'s bits.
-pub type KeyspaceHandler = fn(&Context, i32, &[u8]);
+/// Handler the module installs for keyspace notifications: `(ctx, class,
+/// event, key)`, `class` one of `redis_module::NotifyEvent`'s bits, `event`
+/// the event's name (`del`, `hexpired`...).
+pub type KeyspaceHandler = fn(&Context, i32, &[u8], &[u8]);
 
 static KEYSPACE_HANDLER: std::sync::OnceLock<KeyspaceHandler> = std::sync::OnceLock::new();
 
 unsafe extern "C" fn on_keyspace_event(
     ctx: *mut raw::RedisModuleCtx,
     class: std::os::raw::c_int,
-    _event: *const std::os::raw::c_char,
+    event: *const std::os::raw::c_char,
     key: *mut raw::RedisModuleString,
 ) -> std::os::raw::c_int {
     if let Some(handler) = KEYSPACE_HANDLER.get() {
         let context = Context::new(ctx);
         let key = redis_module::RedisString::string_as_slice(key);
+        let event = if event.is_null() {
+            &[][..]
+        } else {
+            // SAFETY: the server passes the event's name as a
+            // NUL-terminated string that lives for the callback.
+            unsafe { std::ffi::CStr::from_ptr(event) }.to_bytes()
+        };
         // A panic must not unwind into redis-server.
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            handler(&context, class, key)
+            handler(&context, class, event, key)
         }));
     }
     raw::REDISMODULE_OK as i32
