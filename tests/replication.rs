@@ -461,7 +461,34 @@ fn a_field_expiry_is_no_write_and_a_field_deleted_by_a_past_ttl_is() {
         }),
         "the field A deleted by HEXPIRE 0 stays on B"
     );
+    // A client's DEL right after a field's expiry (in one transaction) is
+    // a write, not the expiry emptying the hash.
+    q(&mut a, &["HSET", "m", "gone", "1", "stays", "2"]);
+    q(&mut a, &["HPEXPIRE", "m", "50", "FIELDS", "1", "gone"]);
+    wait_value_of_field(&pair.b, "m", "stays", "2");
+    std::thread::sleep(Duration::from_millis(100));
+    let _: redis::Value = redis::pipe()
+        .atomic()
+        .cmd("HGET")
+        .arg("m")
+        .arg("gone")
+        .cmd("DEL")
+        .arg("m")
+        .query(&mut a)
+        .unwrap();
+    assert!(
+        wait_until(SETTLE, || !b.exists::<_, bool>("m").unwrap()),
+        "the DEL after a field's expiry did not reach B"
+    );
     pair.wait_converged(SETTLE);
+}
+
+fn wait_value_of_field(node: &Node, key: &str, field: &str, want: &str) {
+    let ok = wait_until(SETTLE, || {
+        let v: Option<String> = node.conn().hget(key, field).unwrap();
+        v.as_deref() == Some(want)
+    });
+    assert!(ok, "{key}.{field} on {} is not {want}", node.name);
 }
 
 /// Whether the server has the command `name`.

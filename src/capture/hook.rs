@@ -41,7 +41,7 @@ impl Drop for Suppressed {
 pub fn on_keyspace_event(ctx: &Context, class: i32, event: &[u8], key: &[u8]) {
     let local_only = NotifyEvent::EXPIRED | NotifyEvent::EVICTED;
     let db = server::selected_db(ctx);
-    if field_expiry(db, event, key, class) {
+    if field_expiry(ctx, db, event, key, class) {
         return;
     }
     if server::is_replica_or_loading() {
@@ -102,7 +102,7 @@ fn note_expired(main: &crate::capture::state::MainState, db: u32, key: &[u8]) {
 }
 
 thread_local! {
-    /// The key whose hash fields just expired: a `del` of it that follows
+    /// The hash whose last field just expired: a `del` of it that follows
     /// at once is that expiry emptying the hash.
     static FIELDS_EXPIRED: std::cell::RefCell<Option<(u32, Vec<u8>)>> =
         const { std::cell::RefCell::new(None) };
@@ -115,7 +115,7 @@ thread_local! {
 /// real write made on the peer in the same millisecond (an HPERSIST on A
 /// was lost to B's lazy field expiry). The `del` turns the key's version
 /// into a tombstone, as an expiry of the key does.
-fn field_expiry(db: u32, event: &[u8], key: &[u8], class: i32) -> bool {
+fn field_expiry(ctx: &Context, db: u32, event: &[u8], key: &[u8], class: i32) -> bool {
     FIELDS_EXPIRED.with(|last| {
         let mut last = last.borrow_mut();
         if event == b"hexpired" {
@@ -124,7 +124,10 @@ fn field_expiry(db: u32, event: &[u8], key: &[u8], class: i32) -> bool {
                 *last = None;
                 return false;
             }
-            *last = Some((db, key.to_vec()));
+            // Only an expiry that took the last field deletes the key next
+            // (a DEL of a client that follows a lazy expiry, in MULTI, is
+            // a write).
+            *last = server::is_empty_hash(ctx, key).then(|| (db, key.to_vec()));
             return true;
         }
         let emptied = event == b"del"

@@ -69,6 +69,36 @@ pub fn key_info(ctx: &Context, key: &[u8]) -> KeyInfo {
     )
 }
 
+/// Whether `key` holds a hash with no field left (a field's expiry just
+/// took the last one; the server deletes the key next), read without a
+/// trace.
+pub fn is_empty_hash(ctx: &Context, key: &[u8]) -> bool {
+    let name = redis_module::RedisString::create_from_slice(std::ptr::null_mut(), key);
+    // SAFETY: the API table is filled by RedisModule_Init; reading pointers.
+    let api = unsafe {
+        (
+            raw::RedisModule_OpenKey,
+            raw::RedisModule_KeyType,
+            raw::RedisModule_ValueLength,
+            raw::RedisModule_CloseKey,
+        )
+    };
+    let (Some(open), Some(kind_of), Some(length), Some(close)) = api else {
+        return false;
+    };
+    // SAFETY: main thread with a valid context; `name` is a live Redis
+    // string; the handle is checked for null and closed here.
+    unsafe {
+        let handle = open(ctx.ctx, name.inner, quiet_read_mode());
+        if handle.is_null() {
+            return false;
+        }
+        let empty = kind_of(handle) == raw::REDISMODULE_KEYTYPE_HASH as i32 && length(handle) == 0;
+        close(handle);
+        empty
+    }
+}
+
 /// [`key_info`] of a name already made into a Redis string (a caller that
 /// also passes the name to a command makes it once).
 pub fn key_info_of(ctx: &Context, name: &redis_module::RedisString) -> KeyInfo {
