@@ -204,10 +204,11 @@ pub enum FieldTtls {
     /// It has no field TTLs (before Redis 7.4 and Valkey 9).
     Absent,
     /// `RedisModule_HashFieldMinExpire` says which hash holds some (Redis
-    /// 7.4+).
+    /// 8.0+).
     Visible,
-    /// It has them, but no module call says which hash holds some (Valkey
-    /// 9): any hash may.
+    /// It has them, but no module call says which hash holds some (Redis
+    /// 7.4, Valkey 9): a hash of a database INFO keyspace counts such keys
+    /// in may.
     Unseen,
 }
 
@@ -233,8 +234,8 @@ pub fn probe_field_ttls(ctx: &Context) -> FieldTtls {
 }
 
 /// Whether a hash of the selected database `db` may hold fields with a
-/// TTL on a server where no module call says which hash does (Valkey 9):
-/// its INFO keyspace counts the keys with volatile items per database
+/// TTL on a server where no module call says which hash does (Redis 7.4,
+/// Valkey 9): its INFO keyspace counts such keys per database
 /// (read through the module API, not a command). A count it does not show
 /// says yes. Elsewhere no: each hash is asked, or no field expires.
 pub fn db_may_hold_field_ttls(ctx: &Context, db: u32) -> bool {
@@ -248,11 +249,16 @@ pub fn db_may_hold_field_ttls(ctx: &Context, db: u32) -> bool {
     volatile_items_in(&line.to_string_lossy()).is_none_or(|n| n > 0)
 }
 
-/// `keys_with_volatile_items` of an INFO keyspace line
-/// (`keys=3,expires=0,avg_ttl=0,keys_with_volatile_items=1`).
+/// The count of keys holding fields with a TTL in an INFO keyspace line:
+/// `keys_with_volatile_items` (Valkey 9,
+/// `keys=3,expires=0,avg_ttl=0,keys_with_volatile_items=1`) or `subexpiry`
+/// (Redis 7.4, `keys=3,expires=0,avg_ttl=0,subexpiry=1`).
 fn volatile_items_in(line: &str) -> Option<u64> {
     line.split(',')
-        .find_map(|kv| kv.strip_prefix("keys_with_volatile_items="))
+        .find_map(|kv| {
+            kv.strip_prefix("keys_with_volatile_items=")
+                .or_else(|| kv.strip_prefix("subexpiry="))
+        })
         .and_then(|n| n.trim().parse().ok())
 }
 
@@ -443,6 +449,10 @@ mod tests {
         let line = "keys=3,expires=0,avg_ttl=0,keys_with_volatile_items=2";
         assert_eq!(volatile_items_in(line), Some(2));
         assert_eq!(volatile_items_in("keys=3,expires=0,avg_ttl=0"), None);
+        assert_eq!(
+            volatile_items_in("keys=3,expires=0,avg_ttl=0,subexpiry=0"),
+            Some(0)
+        );
     }
 
     #[test]
