@@ -223,3 +223,53 @@ fn a_fresh_node_gets_the_libraries_in_its_full_sync() {
     pair.wait_linked();
     wait_fcall(&pair.b, "fe", Some("before the peer"));
 }
+
+/// How many times `node` ran `FUNCTION DUMP` (the module reads the
+/// libraries with it: INFO commandstats counts its calls).
+fn function_dumps(node: &Node) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut node.conn())
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_function|dump:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// Loading libraries one by one reads all of them after each load: without
+/// a rest that costs the square of their number (Redis 8.0's own suite
+/// hung in "Verify Lua performs GC correctly after script loading").
+/// Once a read of the libraries is costly they rest like a costly key:
+/// far fewer reads than loads, and the peer still ends with every library.
+#[test]
+fn libraries_loaded_one_by_one_are_not_read_back_after_every_load() {
+    const LIBRARIES: usize = 400;
+    let pair = Pair::start();
+    let mut a = pair.a.conn();
+    let body = "x".repeat(2000);
+    let before = function_dumps(&pair.a);
+    for i in 0..LIBRARIES {
+        let code = format!(
+            "#!lua name=lib{i}\nredis.register_function('f{i}', function(keys, args) return '{body}' end)"
+        );
+        load(&mut a, &code, false);
+    }
+    let want: Vec<String> = {
+        let mut names: Vec<String> = (0..LIBRARIES).map(|i| format!("lib{i}")).collect();
+        names.sort();
+        names
+    };
+    assert!(
+        wait_until(SETTLE, || libraries(&pair.b) == want),
+        "B holds {} of {LIBRARIES} libraries",
+        libraries(&pair.b).len()
+    );
+    let dumps = function_dumps(&pair.a) - before;
+    eprintln!("{dumps} reads of the libraries for {LIBRARIES} loads");
+    assert!(
+        dumps < LIBRARIES as u64 / 4,
+        "{dumps} reads of the libraries for {LIBRARIES} loads"
+    );
+    assert_eq!(fcall(&pair.b, "f399").as_deref(), Some(body.as_str()));
+}

@@ -207,17 +207,8 @@ impl ReadRun {
                     continue;
                 }
             };
-            if let Some(cost) = snap
-                .as_ref()
-                .filter(|s| is_costly(s.read_time, s.payload.len()))
-                .map(|s| s.read_time)
-            {
-                Stats::add(&shared.stats.costly_reads, 1);
-                Stats::add(&shared.stats.costly_read_us, cost.as_micros() as u64);
-                let max_rest = Duration::from_millis(shared.config.hot_key_rest_ms);
-                if let Some(mut hot) = main_state().hot.get() {
-                    hot.snapshotted(db, &key, cost, Instant::now(), max_rest);
-                }
+            if let Some(snap) = &snap {
+                rest_if_costly(shared, db, &key, snap.read_time, snap.payload.len());
             }
             let stamp = Stamp::new(shared.clock.tick(wall), shared.node_id);
             st.last_local_stamp = stamp.clock;
@@ -229,6 +220,20 @@ impl ReadRun {
             out.push(entry(db, stamp, op_of(key, snap)));
         }
         read_again_later(shared, db, failed);
+    }
+}
+
+/// A read of `key` of `db` that took `cost` for `bytes`: a costly one is
+/// counted and the key rests (see `hotkeys`).
+fn rest_if_costly(shared: &Shared, db: u32, key: &[u8], cost: Duration, bytes: usize) {
+    if !is_costly(cost, bytes) {
+        return;
+    }
+    Stats::add(&shared.stats.costly_reads, 1);
+    Stats::add(&shared.stats.costly_read_us, cost.as_micros() as u64);
+    let max_rest = Duration::from_millis(shared.config.hot_key_rest_ms);
+    if let Some(mut hot) = main_state().hot.get() {
+        hot.snapshotted(db, key, cost, Instant::now(), max_rest);
     }
 }
 
@@ -350,10 +355,18 @@ fn changed_functions(
     st: &mut Replication,
     stamp: Stamp,
 ) -> Option<Vec<u8>> {
+    let started = Instant::now();
     let Some(payload) = reader.functions() else {
         count_read_failures(shared, 1);
         return None;
     };
+    rest_if_costly(
+        shared,
+        crate::capture::hotkeys::FUNCTIONS_DB,
+        crate::capture::hotkeys::FUNCTIONS_KEY,
+        started.elapsed(),
+        payload.len(),
+    );
     let digest = crate::redis::snapshot::functions_digest(&payload);
     let changed = match st.versions.functions() {
         Some(f) => f.digest != digest,
@@ -621,9 +634,14 @@ fn take_changes(main: &MainState, may_wait: bool) -> (Vec<PendingOp>, bool) {
         let Some(mut hot) = main.hot.get() else {
             return (Vec::new(), false);
         };
-        if !hot.is_empty()
-            && hot.holds_back(Instant::now(), dirty.len(), |db, k| dirty.contains(db, k))
-        {
+        let pending = |db: u32, k: &[u8]| {
+            if db == crate::capture::hotkeys::FUNCTIONS_DB {
+                dirty.functions_pending()
+            } else {
+                dirty.contains(db, k)
+            }
+        };
+        if !hot.is_empty() && hot.holds_back(Instant::now(), dirty.len(), pending) {
             return (Vec::new(), true);
         }
     }
