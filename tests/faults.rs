@@ -296,7 +296,37 @@ fn parse_reply(v: &redis::Value) -> Option<Expect> {
 }
 
 /// Writes on one node until `stop`, checking each reply against the model.
-fn writer(port: u16, prefix: &'static str, seed: u64, stop: Arc<AtomicBool>) -> Model {
+/// The state of `key` on the node at `port` as a line (for a failure
+/// message): its type, absolute expiry and the module's version of it.
+fn key_report(port: u16, key: &str) -> String {
+    let conn = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+        .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(1)));
+    let Ok(mut c) = conn else {
+        return "unreachable".into();
+    };
+    let kind: String = redis::cmd("TYPE")
+        .arg(key)
+        .query(&mut c)
+        .unwrap_or_default();
+    let at: i64 = redis::cmd("PEXPIRETIME")
+        .arg(key)
+        .query(&mut c)
+        .unwrap_or(-3);
+    let version: String = redis::cmd("RDMASYNC.DEBUG")
+        .arg("VERSION")
+        .arg(key)
+        .query(&mut c)
+        .unwrap_or_default();
+    format!("type {kind}, pexpiretime {at}, version {version}")
+}
+
+fn writer(
+    port: u16,
+    peer_port: u16,
+    prefix: &'static str,
+    seed: u64,
+    stop: Arc<AtomicBool>,
+) -> Model {
     let mut rng = Rng::new(seed);
     let mut model = Model::default();
     let mut conn: Option<redis::Connection> = None;
@@ -362,8 +392,10 @@ fn writer(port: u16, prefix: &'static str, seed: u64, stop: Arc<AtomicBool>) -> 
                         parse_reply(reply).as_ref(),
                         Some(&expect),
                         "{prefix}: {op:?} replied {reply:?}; the acknowledged history gives {expect:?} \
-                         (before: {:?})",
-                        model.state(op.key())
+                         (before: {:?}; now here: {}; on the peer: {})",
+                        model.state(op.key()),
+                        key_report(port, op.key()),
+                        key_report(peer_port, op.key())
                     );
                     if !strict_history() {
                         let was = fingerprint(&model.state(op.key()));
@@ -591,10 +623,14 @@ fn run_seed(seed: u64) {
     let mut pair = Pair { a, b };
     pair.wait_linked();
     let stop = Arc::new(AtomicBool::new(false));
-    let writers = [(pair.a.port, "a"), (pair.b.port, "b")].map(|(port, prefix)| {
+    let ports = [
+        (pair.a.port, pair.b.port, "a"),
+        (pair.b.port, pair.a.port, "b"),
+    ];
+    let writers = ports.map(|(port, peer_port, prefix)| {
         let stop = stop.clone();
         let wseed = seed ^ (prefix.as_bytes()[0] as u64) << 32;
-        std::thread::spawn(move || writer(port, prefix, wseed, stop))
+        std::thread::spawn(move || writer(port, peer_port, prefix, wseed, stop))
     });
     let mut rng = Rng::new(seed);
     let mut schedule = Vec::new();

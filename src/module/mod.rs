@@ -280,6 +280,13 @@ fn debug_reply(ctx: &Context, args: &[RedisString]) -> RedisResult {
         ));
     }
     let state = main_state();
+    if let faults::DebugRequest::Version(key) = &request {
+        let db = server::selected_db(ctx);
+        let Some(st) = state.replication.get() else {
+            return Err(RedisError::Str("ERR rdmasync internal error (see the log)"));
+        };
+        return Ok(RedisValue::BulkString(version_line(&st.versions, db, key)));
+    }
     let Some(mut faults) = state.faults.get() else {
         return Err(RedisError::Str("ERR rdmasync internal error (see the log)"));
     };
@@ -291,6 +298,20 @@ fn debug_reply(ctx: &Context, args: &[RedisString]) -> RedisResult {
     }
     faults.apply(request, live.as_ref().map(|s| &s.sender_faults));
     Ok(RedisValue::SimpleStringStatic("OK"))
+}
+
+/// `RDMASYNC.DEBUG VERSION`'s answer: the key's version and the floor.
+fn version_line(versions: &crate::converge::version::VersionStore, db: u32, key: &[u8]) -> String {
+    use crate::converge::version::KeyVersion;
+    let floor = versions.floor(db);
+    let version = match versions.get(db, key) {
+        Some(KeyVersion::Live(s)) => format!("live {} {}", s.clock, s.node),
+        Some(KeyVersion::Deleted { stamp, .. }) => {
+            format!("deleted {} {}", stamp.clock, stamp.node)
+        }
+        None => "none".to_owned(),
+    };
+    format!("{version}; floor {} {}", floor.clock, floor.node)
 }
 
 redis_module! {

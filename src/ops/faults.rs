@@ -18,6 +18,10 @@
 //!   apply queue, as a backed-up queue would;
 //! - `CLOCK-SKEW <ms>`: this node's wall clock reads `ms` off (negative:
 //!   behind), as a node with a wrong clock would; 0 reads it right again;
+//! - `VERSION <key>`: the version this node holds of the key in the
+//!   selected database (`live <clock> <node>`, `deleted <clock> <node>`,
+//!   or `none`), and the database's floor, for a test that must say why
+//!   a key differs;
 //! - `EXPIRED-BOUND <n>`: at most `n` keys expired or evicted in one
 //!   event-loop iteration become tombstones (0: the 1,048,576 of a
 //!   production build), so the bound is reached on purpose.
@@ -92,7 +96,9 @@ impl Faults {
             DebugRequest::FailNextPost => set(|s| &s.fail_next_post, true),
             DebugRequest::DropNextBatch => set(|s| &s.drop_next_batch, true),
             // The clock's and the hook's, set by the caller (`module`).
-            DebugRequest::ClockSkew(_) | DebugRequest::ExpiredBound(_) => {}
+            DebugRequest::ClockSkew(_)
+            | DebugRequest::ExpiredBound(_)
+            | DebugRequest::Version(_) => {}
         }
     }
 }
@@ -123,6 +129,9 @@ pub enum DebugRequest {
     HoldApply(bool),
     /// Record at most this many expiries per event-loop iteration.
     ExpiredBound(usize),
+    /// Report the version this node holds of a key of the selected
+    /// database (a read: changes nothing).
+    Version(Vec<u8>),
 }
 
 /// Parses the arguments after the command name.
@@ -134,7 +143,8 @@ pub fn parse(args: &[&[u8]]) -> Result<DebugRequest, &'static str> {
                          RDMASYNC.DEBUG FAIL-READS CLEAR | RDMASYNC.DEBUG DROP-ACKS ON|OFF | \
                          RDMASYNC.DEBUG HOLD-SENDS ON|OFF | RDMASYNC.DEBUG HOLD-APPLY ON|OFF | \
                          RDMASYNC.DEBUG FAIL-NEXT-POST | RDMASYNC.DEBUG DROP-NEXT-BATCH | \
-                         RDMASYNC.DEBUG CLOCK-SKEW <ms> | RDMASYNC.DEBUG EXPIRED-BOUND <n>";
+                         RDMASYNC.DEBUG CLOCK-SKEW <ms> | RDMASYNC.DEBUG EXPIRED-BOUND <n> | \
+                         RDMASYNC.DEBUG VERSION <key>";
     let upper = |a: &[u8]| a.to_ascii_uppercase();
     match args {
         [what, set, prefix] if upper(what) == b"FAIL-READS" && upper(set) == b"SET" => {
@@ -155,6 +165,7 @@ pub fn parse(args: &[&[u8]]) -> Result<DebugRequest, &'static str> {
         [what, off] if upper(what) == b"HOLD-SENDS" && upper(off) == b"OFF" => {
             Ok(DebugRequest::HoldSends(false))
         }
+        [what, key] if upper(what) == b"VERSION" => Ok(DebugRequest::Version(key.to_vec())),
         [what] if upper(what) == b"FAIL-NEXT-POST" => Ok(DebugRequest::FailNextPost),
         [what] if upper(what) == b"DROP-NEXT-BATCH" => Ok(DebugRequest::DropNextBatch),
         [what, on] if upper(what) == b"HOLD-APPLY" && upper(on) == b"ON" => {
@@ -180,6 +191,15 @@ pub fn parse(args: &[&[u8]]) -> Result<DebugRequest, &'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn version_names_one_key() {
+        assert_eq!(
+            parse(&[b"version", b"k"]),
+            Ok(DebugRequest::Version(b"k".to_vec()))
+        );
+        assert!(parse(&[b"VERSION"]).is_err());
+    }
 
     #[test]
     fn parses_set_and_clear_in_any_case() {
