@@ -279,12 +279,7 @@ fn a_key_deleted_by_an_expiry_in_the_past_is_deleted_on_the_peer() {
 fn hash_field_ttls_replicate_and_expire_on_the_peer() {
     let pair = Pair::start();
     let mut a = pair.a.conn();
-    let info: Vec<redis::Value> = redis::cmd("COMMAND")
-        .arg("INFO")
-        .arg("HEXPIRE")
-        .query(&mut a)
-        .unwrap();
-    if info.first().is_none_or(|v| *v == redis::Value::Nil) {
+    if !has_command(&mut a, "HEXPIRE") {
         eprintln!("skipped: this server has no hash field TTLs (HEXPIRE)");
         return;
     }
@@ -340,17 +335,13 @@ fn commands_of_newer_servers_replicate() {
     let pair = Pair::start();
     let mut a = pair.a.conn();
     let mut b = pair.b.conn();
-    let has = |c: &mut redis::Connection, name: &str| -> bool {
-        let info: Vec<redis::Value> = command(&["COMMAND", "INFO", name]).query(c).unwrap();
-        info.first().is_some_and(|v| *v != redis::Value::Nil)
-    };
     let expiretime = |c: &mut redis::Connection, key: &str, field: &str| -> i64 {
         let t: Vec<i64> = command(&["HPEXPIRETIME", key, "FIELDS", "1", field])
             .query(c)
             .unwrap();
         t[0]
     };
-    if has(&mut a, "HSETEX") && has(&mut a, "HGETEX") {
+    if has_command(&mut a, "HSETEX") && has_command(&mut a, "HGETEX") {
         q(
             &mut a,
             &[
@@ -363,7 +354,7 @@ fn commands_of_newer_servers_replicate() {
             &mut a,
             &["HGETEX", "hx", "PX", "200000", "FIELDS", "1", "f3"],
         );
-        if has(&mut a, "HGETDEL") {
+        if has_command(&mut a, "HGETDEL") {
             q(&mut a, &["HGETDEL", "hx", "FIELDS", "1", "f4"]);
         } else {
             eprintln!("no HGETDEL on this server: HDEL instead");
@@ -385,7 +376,7 @@ fn commands_of_newer_servers_replicate() {
     } else {
         eprintln!("skipped: no HSETEX or HGETEX on this server");
     }
-    if has(&mut a, "DELIFEQ") {
+    if has_command(&mut a, "DELIFEQ") {
         q(&mut a, &["SET", "cas", "old"]);
         q(&mut a, &["SET", "cas", "new", "IFEQ", "old"]);
         q(&mut a, &["SET", "cas", "never", "IFEQ", "old"]);
