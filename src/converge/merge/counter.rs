@@ -141,6 +141,28 @@ impl Counter {
         self.increments = live;
     }
 
+    /// A counter from its parts as they travel (the increments in any
+    /// order, one kept per stamp).
+    pub fn from_parts(base: Base, increments: impl IntoIterator<Item = (Stamp, i128)>) -> Self {
+        let mut increments: Vec<(Stamp, i128)> = increments.into_iter().collect();
+        increments.sort_by_key(|&(s, _)| s);
+        increments.dedup_by_key(|&mut (s, _)| s);
+        Self { base, increments }
+    }
+
+    /// The increments held, by stamp.
+    pub fn increments(&self) -> &[(Stamp, i128)] {
+        &self.increments
+    }
+
+    /// The newest stamp the state holds (its base's or an increment's):
+    /// the key's version.
+    pub fn newest(&self) -> Stamp {
+        self.increments
+            .last()
+            .map_or(self.base.stamp, |&(s, _)| s.max(self.base.stamp))
+    }
+
     /// Metadata entries held beyond the key's version (increments and the
     /// base's `Seen`).
     pub fn metadata_len(&self) -> usize {

@@ -16,8 +16,10 @@
 //! the bound it is given: every site applied every change at or below it,
 //! and every change still to arrive was made by a site that had.
 
+pub mod codec;
 pub mod collection;
 pub mod counter;
+pub mod counters;
 pub mod element;
 pub mod register;
 pub mod seen;

@@ -1,0 +1,430 @@
+//! The counters of one node that still carry merge metadata, and the
+//! decisions that change them: a local increment or other write, the
+//! peer's counter state, the peer's plain write of such a key, collection.
+//!
+//! A key is in the table only while its state holds something a site may
+//! still conflict with (an increment, or a set whose `Seen` matters). At
+//! rest the key is a plain string; its state is rebuilt from its value and
+//! its version when it is written again ([`Local`]): the base is the value
+//! at the key's version, having seen nothing beyond the bound (everything
+//! a site had seen of a key at rest is at or below it).
+//!
+//! The bound is what every site has applied (see `merge`): this node's
+//! own changes up to what an in-step ack of the peer covered, the peer's
+//! up to this node's watermark of it. A plain write of the peer's comes
+//! with the peer's bound when it was read, which is everything it had seen
+//! of a key it held at rest.
+
+use hashbrown::HashMap;
+
+use crate::converge::merge::counter::{Base, Counter};
+use crate::converge::merge::seen::Seen;
+use crate::converge::version::{KeyVersion, Stamp};
+
+/// What this node holds of a key the table does not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Local {
+    /// No such key; its version (or a tombstone's, or [`Stamp::ZERO`]).
+    Absent(Stamp),
+    /// A string holding this integer, written at the version.
+    Integer(i128, Stamp),
+    /// Any other value, written at the version.
+    Other(Stamp),
+}
+
+/// A plain write of the peer's (not a counter state).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Plain {
+    /// A string holding this integer.
+    Integer(i128),
+    /// A delete.
+    Deleted,
+    /// Any other value.
+    Other,
+}
+
+/// What applying a counter state (or a plain write merged as one) gives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Merged {
+    /// The key now holds `value` (`None`: absent); `base_won`: the
+    /// incoming base replaced the one held, so its expiry is the key's;
+    /// `version`: the newest stamp of the key.
+    Value {
+        /// The value to hold.
+        value: Option<i128>,
+        /// The incoming base won.
+        base_won: bool,
+        /// The key's version.
+        version: Stamp,
+        /// The key held another type, which lost (counted).
+        type_changed: bool,
+    },
+    /// Older than another type's write held here: nothing changes (counted).
+    Discarded,
+}
+
+/// The peer's plain write of a key the table holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlainOutcome {
+    /// The key is not in the table: last writer wins, as for any key.
+    NotHeld,
+    /// Merged as a set or delete.
+    Merged(Merged),
+    /// Another type, or no `Seen` came with it: the table forgets the key
+    /// and last writer wins (counted as a fallback).
+    WholeKey,
+}
+
+type Key = (u32, Box<[u8]>);
+
+/// The counters with metadata, and the bound.
+#[derive(Debug, Default)]
+pub struct Counters {
+    table: HashMap<Key, Counter>,
+    bound: Seen,
+}
+
+impl Counters {
+    /// Keys with metadata.
+    pub fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    /// None.
+    pub fn is_empty(&self) -> bool {
+        self.table.is_empty()
+    }
+
+    /// The bound (what every site has applied).
+    pub fn bound(&self) -> &Seen {
+        &self.bound
+    }
+
+    /// Raises the bound's clock of `node`.
+    pub fn raise_bound(&mut self, node: u64, clock: u64) {
+        self.bound.raise(node, clock);
+    }
+
+    /// The state of `key`, if it has metadata.
+    pub fn get(&self, db: u32, key: &[u8]) -> Option<&Counter> {
+        self.table.get(&(db, Box::from(key)))
+    }
+
+    /// Whether `key` has metadata.
+    pub fn contains(&self, db: u32, key: &[u8]) -> bool {
+        !self.table.is_empty() && self.get(db, key).is_some()
+    }
+
+    /// What a write made here now has seen of `key`: its increments held
+    /// and everything up to the bound.
+    fn seen_of(&self, c: Option<&Counter>) -> Seen {
+        let mut seen = c.map(Counter::observed).unwrap_or_default();
+        seen.join(&self.bound);
+        seen
+    }
+
+    /// A local flush in which `key` was only incremented, by `sum` in all,
+    /// stamped `stamp`, leaving it at `after`. `before` is its version
+    /// before. Returns `false` when the state here did not give `after`
+    /// (then the write is taken as a set of `after`; counted by the caller).
+    pub fn local_increment(
+        &mut self,
+        db: u32,
+        key: &[u8],
+        stamp: Stamp,
+        sum: i128,
+        after: i128,
+        before: Option<KeyVersion>,
+    ) -> bool {
+        let k: Key = (db, Box::from(key));
+        let mut c = self.table.remove(&k).unwrap_or_else(|| {
+            let was = after.saturating_sub(sum);
+            let value = match before {
+                Some(KeyVersion::Live(_)) => Some(was),
+                _ if was == 0 => None,
+                _ => Some(was),
+            };
+            let stamp = before.map_or(Stamp::ZERO, KeyVersion::stamp);
+            Counter::from_parts(
+                Base {
+                    stamp,
+                    value,
+                    seen: Seen::new(),
+                },
+                [],
+            )
+        });
+        c.increment(stamp, sum, &self.bound);
+        let agrees = c.value() == Some(after);
+        if !agrees {
+            let seen = self.seen_of(Some(&c));
+            c.set(stamp, Some(after), seen);
+        }
+        self.table.insert(k, c);
+        agrees
+    }
+
+    /// Any other local write of `key` stamped `stamp`: a set of `value`
+    /// (`Some`), a delete (`None`), or another type (`Err`). Only a key the
+    /// table holds changes: it is merged as a set that saw all this node
+    /// holds, or forgotten (another type). Whether the table holds it now.
+    pub fn local_write(
+        &mut self,
+        db: u32,
+        key: &[u8],
+        stamp: Stamp,
+        value: Result<Option<i128>, ()>,
+    ) -> bool {
+        if self.table.is_empty() {
+            return false;
+        }
+        let k: Key = (db, Box::from(key));
+        let Some(mut c) = self.table.remove(&k) else {
+            return false;
+        };
+        let Ok(value) = value else {
+            return false;
+        };
+        let seen = self.seen_of(Some(&c));
+        c.set(stamp, value, seen);
+        self.table.insert(k, c);
+        true
+    }
+
+    /// The peer's counter state of `key`, stamped `stamp`, against what is
+    /// held here (`local`, read only when the table does not hold the key).
+    pub fn remote_state(
+        &mut self,
+        db: u32,
+        key: &[u8],
+        incoming: &Counter,
+        local: impl FnOnce() -> Local,
+    ) -> Merged {
+        let k: Key = (db, Box::from(key));
+        let (mut c, type_changed) = match self.table.remove(&k) {
+            Some(c) => (c, false),
+            None => match local() {
+                Local::Absent(v) => (rest(v, None), false),
+                Local::Integer(x, v) => (rest(v, Some(x)), false),
+                Local::Other(v) if incoming.newest() > v => (Counter::at_rest(None), true),
+                Local::Other(_) => return Merged::Discarded,
+            },
+        };
+        let held_base = c.base().stamp;
+        c.merge(incoming, &self.bound);
+        let base_won = type_changed || c.base().stamp > held_base;
+        let (value, version) = self.keep(k, c);
+        Merged::Value {
+            value,
+            base_won,
+            version,
+            type_changed,
+        }
+    }
+
+    /// The peer's plain write of `key` stamped `stamp`, made having seen
+    /// `seen` (its bound when it read the key, `None` if it sent none).
+    pub fn remote_plain(
+        &mut self,
+        db: u32,
+        key: &[u8],
+        stamp: Stamp,
+        plain: Plain,
+        seen: Option<&Seen>,
+    ) -> PlainOutcome {
+        if self.table.is_empty() {
+            return PlainOutcome::NotHeld;
+        }
+        let k: Key = (db, Box::from(key));
+        let Some(mut c) = self.table.remove(&k) else {
+            return PlainOutcome::NotHeld;
+        };
+        let value = match (plain, seen) {
+            (Plain::Integer(x), Some(_)) => Some(x),
+            (Plain::Deleted, Some(_)) => None,
+            _ => return PlainOutcome::WholeKey,
+        };
+        let held_base = c.base().stamp;
+        c.set(stamp, value, seen.cloned().unwrap_or_default());
+        let base_won = c.base().stamp > held_base;
+        let (value, version) = self.keep(k, c);
+        PlainOutcome::Merged(Merged::Value {
+            value,
+            base_won,
+            version: version.max(stamp),
+            type_changed: false,
+        })
+    }
+
+    /// Collects every state at the bound; keys left without metadata rest.
+    pub fn collect(&mut self) {
+        let bound = &self.bound;
+        self.table.retain(|_, c| {
+            c.collect(bound);
+            c.metadata_len() != 0
+        });
+    }
+
+    /// Collects `c` and keeps it if metadata is left; its value and
+    /// newest stamp (taken first: collection folds increments away).
+    fn keep(&mut self, k: Key, mut c: Counter) -> (Option<i128>, Stamp) {
+        let (value, newest) = (c.value(), c.newest());
+        c.collect(&self.bound);
+        if c.metadata_len() != 0 {
+            self.table.insert(k, c);
+        }
+        (value, newest)
+    }
+
+    /// Forgets every key (the dataset was replaced or flushed).
+    pub fn clear(&mut self) {
+        self.table.clear();
+    }
+
+    /// Forgets the keys of `db` (it was flushed).
+    pub fn clear_db(&mut self, db: u32) {
+        self.table.retain(|(d, _), _| *d != db);
+    }
+}
+
+/// The state of a key at rest: its value at its version, nothing seen
+/// beyond the bound.
+fn rest(version: Stamp, value: Option<i128>) -> Counter {
+    Counter::from_parts(
+        Base {
+            stamp: version,
+            value,
+            seen: Seen::new(),
+        },
+        [],
+    )
+}
+
+/// A string's bytes as a counter's value: what `INCR` accepts (a decimal
+/// `i64` written the one way Redis writes it).
+pub fn integer_of(bytes: &[u8]) -> Option<i128> {
+    if bytes.is_empty() || bytes.len() > 20 {
+        return None;
+    }
+    let text = std::str::from_utf8(bytes).ok()?;
+    let v: i64 = text.parse().ok()?;
+    (v.to_string().as_bytes() == bytes).then_some(i128::from(v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: u64 = 1;
+    const B: u64 = 2;
+
+    fn s(clock: u64, node: u64) -> Stamp {
+        Stamp::new(clock, node)
+    }
+
+    fn value(m: Merged) -> Option<i128> {
+        match m {
+            Merged::Value { value, .. } => value,
+            Merged::Discarded => panic!("discarded"),
+        }
+    }
+
+    #[test]
+    fn integers_are_what_incr_accepts() {
+        assert_eq!(integer_of(b"-12"), Some(-12));
+        assert_eq!(integer_of(b"9223372036854775807"), Some(i64::MAX.into()));
+        for bad in [&b"007"[..], b"+1", b" 1", b"1.0", b"", b"-0", b"9223372036854775808"] {
+            assert_eq!(integer_of(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn concurrent_increments_on_two_nodes_both_count() {
+        let (mut a, mut b) = (Counters::default(), Counters::default());
+        let v0 = Some(KeyVersion::Live(s(1, A)));
+        assert!(a.local_increment(0, b"k", s(5, A), 1, 11, v0));
+        assert!(b.local_increment(0, b"k", s(5, B), 2, 12, v0));
+        let from_a = a.get(0, b"k").cloned().unwrap();
+        let from_b = b.get(0, b"k").cloned().unwrap();
+        let on_b = b.remote_state(0, b"k", &from_a, || unreachable!());
+        let on_a = a.remote_state(0, b"k", &from_b, || unreachable!());
+        assert_eq!(value(on_a), Some(13));
+        assert_eq!(value(on_b), Some(13));
+    }
+
+    #[test]
+    fn a_node_at_rest_takes_the_peers_increment_on_its_own_value() {
+        let mut a = Counters::default();
+        let mut b = Counters::default();
+        assert!(b.local_increment(0, b"k", s(5, B), 3, 13, Some(KeyVersion::Live(s(1, A)))));
+        let state = b.get(0, b"k").cloned().unwrap();
+        let m = a.remote_state(0, b"k", &state, || Local::Integer(10, s(1, A)));
+        assert_eq!(value(m), Some(13));
+        // A duplicate changes nothing.
+        let m = a.remote_state(0, b"k", &state, || unreachable!());
+        assert_eq!(value(m), Some(13));
+    }
+
+    #[test]
+    fn a_plain_set_that_had_not_seen_an_increment_keeps_it() {
+        let mut b = Counters::default();
+        assert!(b.local_increment(0, b"k", s(5, B), 3, 13, Some(KeyVersion::Live(s(1, A)))));
+        // A set 100 at 6 having seen nothing of B's.
+        let out = b.remote_plain(0, b"k", s(6, A), Plain::Integer(100), Some(&Seen::new()));
+        assert!(matches!(out, PlainOutcome::Merged(m) if value(m) == Some(103)));
+        // Had it seen B's increment, the set alone would count.
+        let mut b = Counters::default();
+        assert!(b.local_increment(0, b"k", s(5, B), 3, 13, Some(KeyVersion::Live(s(1, A)))));
+        let seen: Seen = [(B, 5)].into_iter().collect();
+        let out = b.remote_plain(0, b"k", s(6, A), Plain::Integer(100), Some(&seen));
+        assert!(matches!(out, PlainOutcome::Merged(m) if value(m) == Some(100)));
+    }
+
+    #[test]
+    fn a_delete_keeps_an_increment_it_had_not_seen() {
+        let mut b = Counters::default();
+        assert!(b.local_increment(0, b"k", s(5, B), 3, 13, Some(KeyVersion::Live(s(1, A)))));
+        let out = b.remote_plain(0, b"k", s(6, A), Plain::Deleted, Some(&Seen::new()));
+        assert!(matches!(out, PlainOutcome::Merged(m) if value(m) == Some(3)));
+        let out = b.remote_plain(0, b"other", s(6, A), Plain::Deleted, Some(&Seen::new()));
+        assert_eq!(out, PlainOutcome::NotHeld);
+    }
+
+    #[test]
+    fn another_type_is_last_writer_wins() {
+        let mut b = Counters::default();
+        assert!(b.local_increment(0, b"k", s(5, B), 3, 13, None));
+        let out = b.remote_plain(0, b"k", s(6, A), Plain::Other, Some(&Seen::new()));
+        assert_eq!(out, PlainOutcome::WholeKey);
+        assert!(!b.contains(0, b"k"));
+        let mut a = Counters::default();
+        let mut c = Counters::default();
+        assert!(c.local_increment(0, b"k", s(5, B), 3, 13, None));
+        let state = c.get(0, b"k").cloned().unwrap();
+        assert_eq!(
+            a.remote_state(0, b"k", &state, || Local::Other(s(6, A))),
+            Merged::Discarded
+        );
+        let m = a.remote_state(0, b"k", &state, || Local::Other(s(4, A)));
+        assert!(matches!(m, Merged::Value { value: Some(3), type_changed: true, .. }));
+    }
+
+    #[test]
+    fn collection_at_the_bound_lets_the_key_rest() {
+        let mut a = Counters::default();
+        assert!(a.local_increment(0, b"k", s(5, A), 1, 11, Some(KeyVersion::Live(s(1, A)))));
+        a.collect();
+        assert_eq!(a.len(), 1, "not yet acknowledged");
+        a.raise_bound(A, 5);
+        a.collect();
+        assert!(a.is_empty());
+    }
+
+    #[test]
+    fn a_state_that_disagrees_with_the_value_read_is_taken_as_a_set() {
+        let mut a = Counters::default();
+        assert!(a.local_increment(0, b"k", s(5, A), 1, 11, Some(KeyVersion::Live(s(1, A)))));
+        assert!(!a.local_increment(0, b"k", s(6, A), 1, 50, None));
+        assert_eq!(a.get(0, b"k").and_then(Counter::value), Some(50));
+    }
+}
