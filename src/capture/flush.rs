@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use redis_module::Context;
 
+use crate::capture::counters;
 use crate::capture::flush_plan::{may_rest, plan, FlushFacts};
 use crate::capture::hook::{ExpiredKey, Suppressed};
 use crate::capture::hotkeys::is_costly;
@@ -55,7 +56,7 @@ pub(crate) fn op_of(key: Vec<u8>, snap: Option<Snapshot>) -> Op {
 /// The pending op an entry was made from (to resend it).
 pub(crate) fn pending_of(e: &Entry) -> Option<PendingOp> {
     Some(match &e.op {
-        Op::Value { key, .. } | Op::Delete { key } => PendingOp::Key {
+        Op::Value { key, .. } | Op::Delete { key } | Op::Counter { key, .. } => PendingOp::Key {
             db: e.db,
             key: key.clone(),
         },
@@ -66,9 +67,11 @@ pub(crate) fn pending_of(e: &Entry) -> Option<PendingOp> {
             PendingOp::SwapDb(e.db, *other, Some(Stamp::new(e.clock, e.origin)))
         }
         // Sync notices: a sync cut off starts over whole.
-        Op::Ack { .. } | Op::SyncRequest { .. } | Op::SweepStart { .. } | Op::SweepEnd { .. } => {
-            return None
-        }
+        Op::Ack { .. }
+        | Op::SyncRequest { .. }
+        | Op::SweepStart { .. }
+        | Op::SweepEnd { .. }
+        | Op::Bound { .. } => return None,
     })
 }
 
@@ -86,6 +89,10 @@ pub(crate) fn push(
     refuse_unframeable(shared, st, &mut entries);
     if entries.is_empty() {
         return Ok(0);
+    }
+    if entries.iter().any(|e| e.key().is_some()) {
+        let notice = counters::bound_notice(st);
+        entries.insert(0, entry(0, Stamp::new(0, shared.node_id), notice));
     }
     let first_seq = shared.last_seq() + 1;
     for (seq, e) in (first_seq..).zip(entries.iter_mut()) {
@@ -107,11 +114,19 @@ pub(crate) fn push(
             _ => None,
         })
         .collect();
+    counters::as_states(st, &mut entries);
     shared
         .queue
         .push(st.peer.link.epoch, Batch { entries })
-        .map_err(|b| b.entries)?;
+        .map_err(|b| {
+            let mut entries = b.entries;
+            entries.retain(|e| !matches!(e.op, Op::Bound { .. }));
+            entries
+        })?;
     shared.seqs_queued(count);
+    if let Some(coverage) = st.coverage() {
+        st.own_bound.pushed(last_seq, coverage);
+    }
     // Every tombstone shipped (live, resent or in a full sync) becomes
     // collectable once the peer acknowledges the entry that carried it.
     for (db, key, stamp, seq) in tombstones {
@@ -198,7 +213,10 @@ impl ReadRun {
         let reads = reader.read_many(&keys);
         let wall = shared.clock.wall();
         let mut failed = Vec::new();
+        let main = main_state();
+        let mut window = main.increments.get();
         for (key, read) in keys.into_iter().zip(reads) {
+            let sum = window.as_mut().and_then(|w| w.take(db, &key));
             let snap = match read {
                 Read::Value(snap) => Some(snap),
                 Read::Absent => None,
@@ -212,11 +230,21 @@ impl ReadRun {
             }
             let stamp = Stamp::new(shared.clock.tick(wall), shared.node_id);
             st.last_local_stamp = stamp.clock;
+            let before = st.versions.get(db, &key);
             if snap.is_some() {
                 st.versions.record_write(db, &key, stamp);
             } else {
                 st.versions.record_delete(db, &key, stamp, 0);
             }
+            let change = counters::LocalChange {
+                db,
+                key: &key,
+                stamp,
+                sum,
+                before,
+                snap: snap.as_ref(),
+            };
+            counters::local_change(shared, st, change);
             out.push(entry(db, stamp, op_of(key, snap)));
         }
         read_again_later(shared, db, failed);
@@ -319,19 +347,45 @@ fn record_change(
     match *op {
         PendingOp::Key { db, ref key } => {
             server::select_db(reader.ctx(), db);
-            if reader.exists(key) {
+            let before = st.versions.get(db, key);
+            let exists = reader.exists(key);
+            if exists {
                 st.versions.record_write(db, key, stamp);
             } else {
                 st.versions.record_delete(db, key, stamp, 0);
+            }
+            let sum = main_state()
+                .increments
+                .get()
+                .and_then(|mut w| w.take(db, key));
+            if sum.is_some() || st.counters.contains(db, key) {
+                // Shipped later from the backlog, as its state then: the
+                // change is recorded in the table now (a counter's read is
+                // a short string).
+                let snap = match reader.read_one(key) {
+                    Read::Value(snap) => Some(snap),
+                    _ => None,
+                };
+                let change = counters::LocalChange {
+                    db,
+                    key,
+                    stamp,
+                    sum,
+                    before,
+                    snap: snap.as_ref(),
+                };
+                counters::local_change(shared, st, change);
             }
             None
         }
         PendingOp::FlushDb(db) => {
             st.versions.flush(Some(db), stamp);
+            st.counters.flushed(Some(db), stamp);
             Some((db, Op::FlushDb))
         }
         PendingOp::FlushAll => {
             st.versions.flush(None, stamp);
+            st.counters.flushed(None, stamp);
             Some((0, Op::FlushAll))
         }
         PendingOp::SwapDb(a, b, _) => {
@@ -708,7 +762,12 @@ fn send_ack(shared: &Shared, st: &mut Replication) -> bool {
     };
     // The ack's clock is what our stream has covered of our own changes
     // (the peer's watermark of us).
-    let ack = entry(0, Stamp::new(coverage, shared.node_id), Op::Ack { applied });
+    let in_step = st.coverage().is_some();
+    let ack = entry(
+        0,
+        Stamp::new(coverage, shared.node_id),
+        Op::Ack { applied, in_step },
+    );
     let acked = push(shared, st, vec![ack], false).is_ok();
     if !acked {
         st.peer.ack_lost();

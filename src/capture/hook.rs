@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use redis_module::{Context, NotifyEvent};
 
+use crate::capture::increments;
 use crate::capture::state::main_state;
 
 use crate::redis::server;
@@ -59,6 +60,11 @@ pub fn on_keyspace_event(ctx: &Context, class: i32, event: &[u8], key: &[u8]) {
         let main = main_state();
         if !SUPPRESS.load(Ordering::Relaxed) && deleted_by_command(&main, key) {
             if let Some(mut dirty) = main.dirty.get() {
+                if increments::enabled() {
+                    if let Some(mut window) = main.increments.get() {
+                        window.event(db, key, b"del", true);
+                    }
+                }
                 dirty.mark(db, key);
             }
             return;
@@ -81,6 +87,11 @@ pub fn on_keyspace_event(ctx: &Context, class: i32, event: &[u8], key: &[u8]) {
     }
     let dirty = main.dirty.get();
     if let Some(mut dirty) = dirty {
+        if increments::enabled() {
+            if let Some(mut window) = main.increments.get() {
+                window.event(db, key, event, dirty.contains(db, key));
+            }
+        }
         dirty.mark(db, key);
     }
 }
@@ -271,6 +282,12 @@ impl SilentChanges {
 /// the arguments are read at all.
 pub fn on_command(command: &server::FilteredCommand<'_>) {
     use crate::capture::silent::Kind;
+    if increments::enabled() {
+        let counted = increments::may_increment(command.name())
+            && !SUPPRESS.load(Ordering::Relaxed)
+            && !server::is_replica_or_loading();
+        increments::filtered(counted.then(|| command.args()).as_deref());
+    }
     let kind = crate::capture::silent::kind(command.name());
     if matches!(kind, Kind::Other)
         || SUPPRESS.load(Ordering::Relaxed)
@@ -456,6 +473,15 @@ pub fn on_flush_or_swap(event: server::ServerEvent) {
     let Some(mut dirty) = main.dirty.get() else {
         return;
     };
+    if matches!(
+        event,
+        server::ServerEvent::FlushStarting(_) | server::ServerEvent::Swapped(..)
+    ) {
+        // The keys move or go: their increments ship as plain writes.
+        if let Some(mut window) = main.increments.get() {
+            window.clear();
+        }
+    }
     match event {
         server::ServerEvent::FlushStarting(db) => dirty.flushing(db),
         server::ServerEvent::Swapped(a, b) => dirty.swapped(a, b),

@@ -6,10 +6,12 @@
 //! data (RDB aux data, the stamps in the AOF). `state` is the main
 //! thread's state, in one value.
 
+pub(crate) mod counters;
 pub(crate) mod flush;
 pub mod flush_plan;
 pub(crate) mod hook;
 pub mod hotkeys;
+pub mod increments;
 pub mod past_expiry;
 pub(crate) mod persist;
 pub(crate) mod resend;

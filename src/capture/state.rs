@@ -20,6 +20,7 @@ use parking_lot::{ReentrantMutex, ReentrantMutexGuard};
 
 use crate::capture::hook::{ExpiredKey, SilentChanges};
 use crate::capture::hotkeys::HotKeys;
+use crate::capture::increments::IncrementWindow;
 use crate::catchup::replication::Replication;
 use crate::converge::changes::DirtySet;
 use crate::ops::faults::Faults;
@@ -67,6 +68,8 @@ pub struct MainState {
     pub expired: Part<Vec<ExpiredKey>>,
     /// Keys resting after a costly read.
     pub hot: Part<HotKeys>,
+    /// Keys only incremented since the last flush (`merge-counters`).
+    pub increments: Part<IncrementWindow>,
     /// Versions, backlog, syncs and acknowledgements with the peer.
     pub replication: Part<Replication>,
     /// The `RDMASYNC.DEBUG` switches the main thread reads.
@@ -80,6 +83,7 @@ impl Default for MainState {
             silent: Part::new("silent-change record", SilentChanges::default()),
             expired: Part::new("expired-key list", Vec::new()),
             hot: Part::new("hot-key record", HotKeys::default()),
+            increments: Part::new("increment record", IncrementWindow::default()),
             replication: Part::new("convergence state", Replication::default()),
             faults: Part::new("fault switches", Faults::default()),
         }

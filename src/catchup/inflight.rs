@@ -46,7 +46,7 @@ impl SentBatch {
     pub fn record(&mut self, e: &Entry) {
         let (seq, db) = (e.seq, e.db);
         let change = match &e.op {
-            Op::Value { key, .. } | Op::Delete { key } => {
+            Op::Value { key, .. } | Op::Delete { key } | Op::Counter { key, .. } => {
                 let start = self.names.len();
                 self.names.extend_from_slice(key);
                 Change::Key {
@@ -61,6 +61,7 @@ impl SentBatch {
             Op::Functions { .. } => Change::Functions,
             // A sync cut off starts over whole: its sweep marks with it.
             Op::Ack { .. }
+            | Op::Bound { .. }
             | Op::SyncRequest { .. }
             | Op::SweepStart { .. }
             | Op::SweepEnd { .. } => return,
@@ -180,7 +181,14 @@ mod tests {
     fn every_kind_of_change_comes_back_in_order_and_acks_are_skipped() {
         let mut b = SentBatch::new(Instant::now());
         b.record(&at(1, 3, delete("a")));
-        b.record(&at(2, 0, Op::Ack { applied: 9 }));
+        b.record(&at(
+            2,
+            0,
+            Op::Ack {
+                applied: 9,
+                in_step: false,
+            },
+        ));
         b.record(&at(3, 2, Op::FlushDb));
         b.record(&at(4, 0, Op::FlushAll));
         b.record(&at(5, 1, Op::SwapDb { other: 4 }));
@@ -236,7 +244,14 @@ mod tests {
     fn a_batch_of_acks_only_holds_nothing() {
         let mut log = InFlight::default();
         let mut b = SentBatch::new(Instant::now());
-        b.record(&at(7, 0, Op::Ack { applied: 1 }));
+        b.record(&at(
+            7,
+            0,
+            Op::Ack {
+                applied: 1,
+                in_step: false,
+            },
+        ));
         log.push(b);
         assert_eq!(log.len(), 0);
         assert!(log.oldest_sent().is_none());

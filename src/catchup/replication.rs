@@ -5,6 +5,9 @@
 //! unmarks unacknowledged changes in the store, coverage, tombstone
 //! collection) is decided here. Main thread only; no Redis calls here.
 
+use crate::converge::merge::bound::OwnBound;
+use crate::converge::merge::counters::Counters;
+use crate::converge::merge::Seen;
 use std::time::Instant;
 
 use crate::catchup::inflight::SentBatch;
@@ -125,6 +128,13 @@ pub struct Replication {
     pub loading_aof: bool,
     /// The peer's progress (one peer today: a second is a second value).
     pub peer: Peer,
+    /// Counters with merge metadata, and the merge bound (issue 27).
+    pub counters: Counters,
+    /// Which of this node's changes the peer applied, for the bound.
+    pub own_bound: OwnBound,
+    /// The bound the peer sent with the batch being applied (what it had
+    /// seen of keys it held at rest).
+    pub peer_bound: Option<Seen>,
 }
 
 impl Default for Replication {
@@ -154,6 +164,9 @@ impl Replication {
             rewrite_pending: None,
             loading_aof: false,
             peer: Peer::new(backlog_limit),
+            counters: Counters::default(),
+            own_bound: OwnBound::default(),
+            peer_bound: None,
         }
     }
 
@@ -163,6 +176,7 @@ impl Replication {
     /// ends, and the return says so.
     pub fn swap_dbs(&mut self, a: u32, b: u32) -> bool {
         self.versions.swap(a, b);
+        self.counters.swap_dbs(a, b);
         let sweep_ended = self.peer.incoming_sweep.take().is_some();
         if self.unread.is_empty() {
             return sweep_ended;
@@ -193,6 +207,7 @@ impl Replication {
     /// been lost too: the next ack says them again.
     pub fn link_up(&mut self, epoch: u64) -> CatchUp {
         self.peer.link_epoch = epoch;
+        self.own_bound.link_up();
         self.peer.probe.link_up();
         self.peer.incoming_sweep = None;
         self.peer.ack_lost();
@@ -462,6 +477,7 @@ impl Replication {
     pub fn convergence(&self) -> Convergence {
         Convergence {
             versioned_keys: self.versions.len() as u64,
+            merge_counters: self.counters.len() as u64,
             unread_keys: self.unread.len() as u64,
             tombstones: self.versions.tombstones() as u64,
             backlog: self.peer.backlog.len() as u64,
@@ -507,6 +523,7 @@ impl Replication {
     /// a version); data from a master is merged both ways with full syncs.
     pub fn dataset_replaced(&mut self, own_files: bool) {
         self.versions.clear();
+        self.counters.clear();
         self.merge_again();
         if own_files {
             self.peer.snapshot.forgive_full();

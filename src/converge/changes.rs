@@ -132,11 +132,15 @@ impl DirtySet {
         }
         let flush_or_swap = self.has_flush_or_swap();
         batch.entries.iter().any(|e| match &e.op {
-            Op::Value { key, .. } | Op::Delete { key } => flush_or_swap || self.contains(e.db, key),
+            Op::Value { key, .. } | Op::Delete { key } | Op::Counter { key, .. } => {
+                flush_or_swap || self.contains(e.db, key)
+            }
             // A sweep's end deletes keys: a change of theirs is dated first.
             Op::FlushDb | Op::FlushAll | Op::SwapDb { .. } | Op::SweepEnd { .. } => true,
             Op::Functions { .. } => self.functions_pending(),
-            Op::Ack { .. } | Op::SyncRequest { .. } | Op::SweepStart { .. } => false,
+            Op::Ack { .. } | Op::SyncRequest { .. } | Op::SweepStart { .. } | Op::Bound { .. } => {
+                false
+            }
         })
     }
 
@@ -318,7 +322,13 @@ mod tests {
         assert!(d.touched_by(&remote(0, delete("a"))));
         assert!(!d.touched_by(&remote(0, delete("b"))));
         assert!(!d.touched_by(&remote(1, delete("a"))), "another database");
-        assert!(!d.touched_by(&remote(0, Op::Ack { applied: 3 })));
+        assert!(!d.touched_by(&remote(
+            0,
+            Op::Ack {
+                applied: 3,
+                in_step: false
+            }
+        )));
         assert!(!d.touched_by(&remote(
             0,
             Op::SyncRequest {

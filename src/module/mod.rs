@@ -29,6 +29,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         if let Some(mut st) = main_state().replication.get() {
             *st = Replication::new(config.backlog_ops);
             st.tombstone_limit = config.max_tombstones;
+            crate::capture::increments::set_enabled(config.merge_counters);
             crate::capture::hook::set_expired_bound(0);
             st.max_clock_offset_ms = config.max_clock_offset_ms;
         }
@@ -285,7 +286,8 @@ fn debug_reply(ctx: &Context, args: &[RedisString]) -> RedisResult {
         let Some(st) = state.replication.get() else {
             return Err(RedisError::Str("ERR rdmasync internal error (see the log)"));
         };
-        return Ok(RedisValue::BulkString(version_line(&st.versions, db, key)));
+        let line = version_line(&st.versions, db, key) + &counter_line(&st.counters, db, key);
+        return Ok(RedisValue::BulkString(line));
     }
     let Some(mut faults) = state.faults.get() else {
         return Err(RedisError::Str("ERR rdmasync internal error (see the log)"));
@@ -312,6 +314,33 @@ fn version_line(versions: &crate::converge::version::VersionStore, db: u32, key:
         None => "none".to_owned(),
     };
     format!("{version}; floor {} {}", floor.clock, floor.node)
+}
+
+/// The counter state of `key` for `RDMASYNC.DEBUG VERSION`, if it holds
+/// merge metadata: base, its `Seen`, increments, the bound.
+fn counter_line(
+    counters: &crate::converge::merge::counters::Counters,
+    db: u32,
+    key: &[u8],
+) -> String {
+    let bound: Vec<_> = counters.bound().iter().collect();
+    match counters.get(db, key) {
+        None => format!("; no counter state; bound {bound:?}"),
+        Some(c) => {
+            let b = c.base();
+            format!(
+                "; counter base {:?} at {} {} seen {:?}; increments {:?}; bound {bound:?}",
+                b.value,
+                b.stamp.clock,
+                b.stamp.node,
+                b.seen.iter().collect::<Vec<_>>(),
+                c.increments()
+                    .iter()
+                    .map(|(s, d)| (s.clock, s.node, *d))
+                    .collect::<Vec<_>>()
+            )
+        }
+    }
 }
 
 redis_module! {

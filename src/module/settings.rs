@@ -90,6 +90,7 @@ pub static SETTINGS: [Setting; ARG_NAMES.len()] = [
     Setting::new(ARG_NAMES[16]),
     Setting::new(ARG_NAMES[17]),
     Setting::new(ARG_NAMES[18]),
+    Setting::new(ARG_NAMES[19]),
 ];
 
 /// Registers the configs, defaulting to the load arguments; `MODULE LOADEX

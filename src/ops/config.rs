@@ -23,7 +23,7 @@ pub const MAX_HANDSHAKE_TIMEOUT_MS: u64 = 60_000;
 
 /// Every argument that is also a config, in the order `CONFIG GET
 /// rdmasync.*` lists them.
-pub const ARG_NAMES: [&str; 19] = [
+pub const ARG_NAMES: [&str; 20] = [
     "peer",
     "port",
     "listen-port",
@@ -43,6 +43,7 @@ pub const ARG_NAMES: [&str; 19] = [
     "hot-key-rest",
     "max-clock-offset",
     "max-tombstones",
+    "merge-counters",
 ];
 
 /// Default bound of the catch-up backlog, in changes.
@@ -188,6 +189,10 @@ pub struct Config {
     /// acknowledged them; beyond that the oldest are dropped and the peer
     /// gets a full sync that sweeps (deletes what they deleted).
     pub max_tombstones: usize,
+    /// Ship `INCR`, `DECR`, `INCRBY` and `DECRBY` as increments, so that
+    /// those made on both nodes at once all count (issue 27; off by
+    /// default until every path carries counter metadata durably).
+    pub merge_counters: bool,
     /// The shared secret (`secret=` or the contents of `secret-file=`).
     pub secret: Option<Secret>,
     /// Where the secret was read from, if from a file.
@@ -228,6 +233,7 @@ impl Config {
             self.hot_key_rest_ms.to_string(),
             self.max_clock_offset_ms.to_string(),
             self.max_tombstones.to_string(),
+            if self.merge_counters { "yes" } else { "no" }.to_owned(),
         ]
     }
 
@@ -392,6 +398,7 @@ struct Draft {
     hot_key_rest_ms: Option<u64>,
     max_clock_offset_ms: Option<u64>,
     max_tombstones: Option<usize>,
+    merge_counters: Option<bool>,
     secret: Option<Secret>,
     secret_file: Option<(Secret, PathBuf)>,
     handshake_timeout_ms: Option<u64>,
@@ -438,6 +445,7 @@ impl Draft {
                 )?)
             }
             "persist-versions" => self.persist_versions = Some(parse_yes_no(name, value)?),
+            "merge-counters" => self.merge_counters = Some(parse_yes_no(name, value)?),
             // Never echo the value: it is the secret.
             SECRET_ARG => {
                 self.secret =
@@ -507,6 +515,7 @@ impl Draft {
                 .max_clock_offset_ms
                 .unwrap_or(DEFAULT_MAX_CLOCK_OFFSET_MS),
             max_tombstones: self.max_tombstones.unwrap_or(DEFAULT_MAX_TOMBSTONES),
+            merge_counters: self.merge_counters.unwrap_or(false),
             secret,
             secret_file,
             handshake_timeout_ms: self

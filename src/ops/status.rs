@@ -65,6 +65,9 @@ pub struct Stats {
     pub entries_dropped: AtomicU64,
     /// Entries refused because no frame can carry them (key too large).
     pub entries_refused: AtomicU64,
+    /// Writes merged as a whole key where the merge rules would merge them
+    /// per element (issue 27).
+    pub merge_fallbacks: AtomicU64,
     /// Keys that expired or were evicted past the bound of one event-loop
     /// iteration: their versions were not turned into tombstones.
     pub expiries_unrecorded: AtomicU64,
@@ -198,6 +201,8 @@ pub struct Identity {
 pub struct Convergence {
     /// Keys with a recorded version (tombstones included).
     pub versioned_keys: u64,
+    /// Counters holding merge metadata (increments not yet collected).
+    pub merge_counters: u64,
     /// Tombstones held.
     pub tombstones: u64,
     /// Local changes waiting to ship.
@@ -301,6 +306,7 @@ fn traffic_fields(stats: &Stats, queue_depth: usize) -> Vec<(&'static str, Field
         ("read_failures", counter(&stats.read_failures)),
         ("entries_dropped", counter(&stats.entries_dropped)),
         ("entries_refused", counter(&stats.entries_refused)),
+        ("merge_fallbacks", counter(&stats.merge_fallbacks)),
         ("expiries_unrecorded", counter(&stats.expiries_unrecorded)),
         ("tombstones_dropped", counter(&stats.tombstones_dropped)),
         ("keys_swept", counter(&stats.keys_swept)),
@@ -319,6 +325,7 @@ fn traffic_fields(stats: &Stats, queue_depth: usize) -> Vec<(&'static str, Field
 fn convergence_fields(conv: &Convergence) -> Vec<(&'static str, Field)> {
     vec![
         ("versioned_keys", number(conv.versioned_keys)),
+        ("merge_counters", number(conv.merge_counters)),
         ("unread_keys", number(conv.unread_keys)),
         ("tombstones", number(conv.tombstones)),
         ("backlog", number(conv.backlog)),

@@ -14,6 +14,24 @@ pub enum Op {
         /// How `payload` holds the value.
         encoding: Encoding,
     },
+    /// A counter's merge state (`converge::merge::codec`): the key holds
+    /// its value, merged with what the receiver holds; expiring at
+    /// `expiry_ms` when the incoming base wins.
+    Counter {
+        /// Key name.
+        key: Vec<u8>,
+        /// The encoded state.
+        state: Vec<u8>,
+        /// Absolute expiry in Unix milliseconds.
+        expiry_ms: Option<u64>,
+    },
+    /// What the sender had seen of each origin when it read the values
+    /// after this in the batch (its merge bound, encoded): a plain write of
+    /// a key it held at rest had seen exactly this.
+    Bound {
+        /// The encoded `Seen`.
+        seen: Vec<u8>,
+    },
     /// The key no longer exists.
     Delete {
         /// Key name.
@@ -40,6 +58,9 @@ pub enum Op {
     Ack {
         /// Our sequence number of the last entry it applied.
         applied: u64,
+        /// The sender was in step when it sent this: every change of its
+        /// own made before is in its stream before this ack.
+        in_step: bool,
     },
     /// The sender lost state (it restarted or its dataset was replaced), or
     /// answers such a request of ours: send it what it misses, which is
@@ -103,13 +124,16 @@ pub struct Entry {
 impl Entry {
     /// Whether this entry changes data (not a link-level notice).
     pub fn is_data(&self) -> bool {
-        !matches!(self.op, Op::Ack { .. } | Op::SyncRequest { .. })
+        !matches!(
+            self.op,
+            Op::Ack { .. } | Op::SyncRequest { .. } | Op::Bound { .. }
+        )
     }
 
     /// The key, for per-key operations.
     pub fn key(&self) -> Option<&[u8]> {
         match &self.op {
-            Op::Value { key, .. } | Op::Delete { key } => Some(key),
+            Op::Value { key, .. } | Op::Delete { key } | Op::Counter { key, .. } => Some(key),
             _ => None,
         }
     }
@@ -119,6 +143,8 @@ impl Entry {
         match &self.op {
             Op::Value { key, payload, .. } => key.len() + payload.len(),
             Op::Delete { key } => key.len(),
+            Op::Counter { key, state, .. } => key.len() + state.len(),
+            Op::Bound { seen } => seen.len(),
             Op::Functions { payload } => payload.len(),
             Op::SweepStart { .. } => FLOORS_LEN,
             _ => 0,

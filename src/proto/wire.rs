@@ -57,8 +57,10 @@ pub const FLAG_CONTINUATION: u16 = 4;
 pub const FLAG_RAW_STRING: u16 = 8;
 /// A sync request that answers one of the receiver's (no answer back).
 pub const FLAG_ANSWER: u16 = 16;
+/// An ack sent in step (`Op::Ack::in_step`).
+pub const FLAG_IN_STEP: u16 = 32;
 const KNOWN_FLAGS: u16 =
-    FLAG_BATCH_END | FLAG_MORE | FLAG_CONTINUATION | FLAG_RAW_STRING | FLAG_ANSWER;
+    FLAG_BATCH_END | FLAG_MORE | FLAG_CONTINUATION | FLAG_RAW_STRING | FLAG_ANSWER | FLAG_IN_STEP;
 
 /// What a frame carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,6 +86,10 @@ pub enum FrameKind {
     SweepStart = 9,
     /// A sweeping full sync ended (`arg` 1: complete).
     SweepEnd = 10,
+    /// A counter's merge state (the value; its expiry in the header).
+    Counter = 11,
+    /// The sender's merge bound (the value).
+    Bound = 12,
 }
 
 impl FrameKind {
@@ -99,6 +105,8 @@ impl FrameKind {
             8 => Self::Functions,
             9 => Self::SweepStart,
             10 => Self::SweepEnd,
+            11 => Self::Counter,
+            12 => Self::Bound,
             _ => return None,
         })
     }
@@ -359,7 +367,11 @@ fn check_lengths(h: &FrameHeader, len: usize) -> Result<(), WireError> {
     let chunked = h.flags & (FLAG_MORE | FLAG_CONTINUATION) != 0;
     let carries_value = matches!(
         h.kind,
-        FrameKind::Value | FrameKind::Functions | FrameKind::SweepStart
+        FrameKind::Value
+            | FrameKind::Functions
+            | FrameKind::SweepStart
+            | FrameKind::Counter
+            | FrameKind::Bound
     );
     if h.kind == FrameKind::SweepStart && h.value_total_len as usize != FLOORS_LEN {
         return Err(WireError::BadLength("sweep floors of another length"));
@@ -370,7 +382,11 @@ fn check_lengths(h: &FrameHeader, len: usize) -> Result<(), WireError> {
     if h.kind != FrameKind::Value && h.flags & FLAG_RAW_STRING != 0 {
         return Err(WireError::BadLength("only value frames hold raw strings"));
     }
-    if matches!(h.kind, FrameKind::Value | FrameKind::Delete) == (key == 0) {
+    if matches!(
+        h.kind,
+        FrameKind::Value | FrameKind::Delete | FrameKind::Counter
+    ) == (key == 0)
+    {
         return Err(WireError::BadLength("key presence does not match kind"));
     }
     if !chunked && h.value_len != h.value_total_len {
@@ -450,6 +466,15 @@ fn place_op<'a>(op: &'a Op, h: &mut FrameHeader) -> (&'a [u8], &'a [u8]) {
             (FrameKind::Value, key, payload)
         }
         Op::Delete { key } => (FrameKind::Delete, key, &[]),
+        Op::Counter {
+            key,
+            state,
+            expiry_ms,
+        } => {
+            h.expiry_ms = expiry_ms.unwrap_or(0);
+            (FrameKind::Counter, key, state)
+        }
+        Op::Bound { seen } => (FrameKind::Bound, &[], seen),
         Op::Functions { payload } => (FrameKind::Functions, &[], payload),
         Op::FlushDb => (FrameKind::FlushDb, &[], &[]),
         Op::FlushAll => (FrameKind::FlushAll, &[], &[]),
@@ -457,8 +482,11 @@ fn place_op<'a>(op: &'a Op, h: &mut FrameHeader) -> (&'a [u8], &'a [u8]) {
             h.arg = *other;
             (FrameKind::SwapDb, &[], &[])
         }
-        Op::Ack { applied } => {
+        Op::Ack { applied, in_step } => {
             h.expiry_ms = *applied;
+            if *in_step {
+                h.flags |= FLAG_IN_STEP;
+            }
             (FrameKind::Ack, &[], &[])
         }
         Op::SyncRequest {
@@ -675,7 +703,19 @@ mod tests {
             Just(Op::FlushDb),
             Just(Op::FlushAll),
             any::<u32>().prop_map(|other| Op::SwapDb { other }),
-            any::<u64>().prop_map(|applied| Op::Ack { applied }),
+            (any::<u64>(), any::<bool>())
+                .prop_map(|(applied, in_step)| Op::Ack { applied, in_step }),
+            (
+                proptest::collection::vec(any::<u8>(), 1..40),
+                proptest::collection::vec(any::<u8>(), 1..300),
+                proptest::option::of(1u64..u64::MAX),
+            )
+                .prop_map(|(key, state, expiry_ms)| Op::Counter {
+                    key,
+                    state,
+                    expiry_ms
+                }),
+            proptest::collection::vec(any::<u8>(), 0..100).prop_map(|seen| Op::Bound { seen }),
             (any::<u64>(), any::<u64>(), any::<u64>(), any::<bool>()).prop_map(
                 |(received, since, own, answer)| Op::SyncRequest {
                     received,

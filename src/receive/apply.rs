@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use hashbrown::HashSet;
 use redis_module::{CallOptions, CallOptionsBuilder, CallResult, Context};
 
+use super::apply_counter;
 use super::apply_plan::{
     expired_on_arrival, functions_decision, swap_decision, MsetRun, Outcome, TakenRun,
 };
@@ -210,6 +211,7 @@ fn apply_flush(
     if !st.versions.flush_is_new(db, stamp) {
         return Ok(Outcome::Discarded);
     }
+    st.counters.flushed(db, stamp);
     let mut survivors: hashbrown::HashMap<u32, Vec<Box<[u8]>>> = hashbrown::HashMap::new();
     for (d, key) in st.versions.flush(db, stamp) {
         survivors.entry(d).or_default().push(key);
@@ -289,6 +291,7 @@ fn unlink_all_but(
 struct Applier<'c> {
     ctx: &'c Context,
     opts: &'c CallOptions,
+    shared: &'c Shared,
     me: u64,
 }
 
@@ -304,7 +307,10 @@ impl Applier<'_> {
         let (ctx, opts) = (self.ctx, self.opts);
         let stamp = Stamp::new(e.clock, e.origin);
         match &e.op {
-            Op::Ack { applied } => return Ok(note_ack(st, e, *applied)),
+            Op::Ack { applied, in_step } => {
+                return Ok(note_ack(st, e, *applied, *in_step, self.me))
+            }
+            Op::Bound { .. } => return Ok(apply_counter::bound(st, e)),
             Op::SyncRequest {
                 received,
                 since,
@@ -326,8 +332,12 @@ impl Applier<'_> {
             return Err(format!("no database {}", e.db));
         }
         note_carried(st, e);
+        if let Some(merged) = apply_counter::plain(ctx, opts, self.shared, st, e) {
+            return merged;
+        }
         match &e.op {
             Op::Value { .. } => self.value(st, e, mset),
+            Op::Counter { .. } => apply_counter::state(ctx, opts, self.shared, st, e),
             Op::Delete { key } => match decide(ctx, st, self.me, e, key) {
                 Decision::Apply => {
                     run(ctx, opts, "DEL", &[key])?;
@@ -341,6 +351,7 @@ impl Applier<'_> {
             Op::SwapDb { other } => apply_swap(ctx, opts, st, e.db, *other, stamp),
             Op::Functions { payload } => apply_functions(ctx, opts, st, payload, stamp),
             Op::Ack { .. }
+            | Op::Bound { .. }
             | Op::SyncRequest { .. }
             | Op::SweepStart { .. }
             | Op::SweepEnd { .. } => Ok(Outcome::Notice),
@@ -451,7 +462,9 @@ fn note_carried(st: &mut Replication, e: &Entry) {
         return;
     };
     match &e.op {
-        Op::Value { key, .. } | Op::Delete { key } => sweep.carried(e.db, key),
+        Op::Value { key, .. } | Op::Delete { key } | Op::Counter { key, .. } => {
+            sweep.carried(e.db, key)
+        }
         Op::SwapDb { .. } => {
             st.peer.incoming_sweep = None;
             crate::capture::flush::log_sweep_abandoned("a SWAPDB arrived during the sync");
@@ -495,7 +508,7 @@ fn record_value(st: &mut Replication, db: u32, key: &[u8], stamp: Stamp, expiry_
 
 /// The peer's ack: received (acks are not acknowledged), and unless the
 /// fault switch drops acks, what it acknowledges and covers.
-fn note_ack(st: &mut Replication, e: &Entry, applied: u64) -> Outcome {
+fn note_ack(st: &mut Replication, e: &Entry, applied: u64, in_step: bool, me: u64) -> Outcome {
     st.peer.received(e.seq);
     let dropped = main_state().faults.get().is_some_and(|f| f.acks_dropped());
     if !dropped {
@@ -511,6 +524,7 @@ fn note_ack(st: &mut Replication, e: &Entry, applied: u64) -> Outcome {
             let cap = st.peer_coverage_cap.unwrap_or(u64::MAX);
             st.versions.record_covered(e.origin, e.clock.min(cap));
         }
+        apply_counter::bound_moved(st, me, e.origin, applied, in_step);
     }
     Outcome::Notice
 }
@@ -615,6 +629,7 @@ fn apply_batch(ctx: &Context, shared: &Shared, batch: &Batch) {
     st.versions
         .warm(batch.entries.iter().filter_map(|e| Some((e.db, e.key()?))));
     let tally = apply_entries(ctx, &opts, shared, &mut st, batch);
+    st.peer_bound = None;
     // The peer's stamps go into this node's AOF in the batch's transaction.
     crate::capture::persist::propagate_stamps(ctx, shared, &mut st.versions);
     drop(st);
@@ -665,6 +680,7 @@ fn apply_entries(
     let applier = Applier {
         ctx,
         opts,
+        shared,
         me: shared.node_id,
     };
     let mut tally = Tally::default();
@@ -673,7 +689,8 @@ fn apply_entries(
     let oldest = batch.entries.iter().map(|e| e.clock).min().unwrap_or(0);
     for e in &batch.entries {
         tally.newest = tally.newest.max(e.clock);
-        if !mset.admits(e) {
+        let merged_key = e.key().is_some_and(|k| st.counters.contains(e.db, k));
+        if !mset.admits(e) || merged_key {
             // Writes stay in batch order: the run goes first.
             if let Err((keys, msg)) = write_run(&mut mset, ctx, opts, st) {
                 tally.failed += keys;

@@ -79,12 +79,19 @@ fn entry_from(header: &FrameHeader, key: Vec<u8>, value: Vec<u8>) -> Entry {
             },
         },
         FrameKind::Delete => Op::Delete { key },
+        FrameKind::Counter => Op::Counter {
+            key,
+            state: value,
+            expiry_ms: (header.expiry_ms != 0).then_some(header.expiry_ms),
+        },
+        FrameKind::Bound => Op::Bound { seen: value },
         FrameKind::Functions => Op::Functions { payload: value },
         FrameKind::FlushDb => Op::FlushDb,
         FrameKind::FlushAll => Op::FlushAll,
         FrameKind::SwapDb => Op::SwapDb { other: header.arg },
         FrameKind::Ack => Op::Ack {
             applied: header.expiry_ms,
+            in_step: header.flags & crate::proto::wire::FLAG_IN_STEP != 0,
         },
         FrameKind::SyncRequest => Op::SyncRequest {
             received: header.expiry_ms,
@@ -103,7 +110,7 @@ fn entry_from(header: &FrameHeader, key: Vec<u8>, value: Vec<u8>) -> Entry {
     };
     let db = if matches!(
         header.kind,
-        FrameKind::SyncRequest | FrameKind::SweepStart | FrameKind::SweepEnd
+        FrameKind::SyncRequest | FrameKind::SweepStart | FrameKind::SweepEnd | FrameKind::Bound
     ) {
         0
     } else {
@@ -520,7 +527,14 @@ mod tests {
         };
         let batch = Batch {
             entries: vec![
-                notice(1, 1 << 40, Op::Ack { applied: 99 }),
+                notice(
+                    1,
+                    1 << 40,
+                    Op::Ack {
+                        applied: 99,
+                        in_step: false,
+                    },
+                ),
                 notice(
                     2,
                     5 << 30,

@@ -6,8 +6,10 @@
 //! still conflict with (an increment, or a set whose `Seen` matters). At
 //! rest the key is a plain string; its state is rebuilt from its value and
 //! its version when it is written again ([`Local`]): the base is the value
-//! at the key's version, having seen nothing beyond the bound (everything
-//! a site had seen of a key at rest is at or below it).
+//! at the key's version, having seen exactly the bound. Everything a site
+//! applied of a key at rest is at or below the bound, and the bound holds
+//! only what it applied; another site whose bound lags may still list
+//! some of those increments, which such a base must not count again.
 //!
 //! The bound is what every site has applied (see `merge`): this node's
 //! own changes up to what an in-step ack of the peer covered, the peer's
@@ -144,14 +146,10 @@ impl Counters {
                 _ if was == 0 => None,
                 _ => Some(was),
             };
-            let stamp = before.map_or(Stamp::ZERO, KeyVersion::stamp);
-            Counter::from_parts(
-                Base {
-                    stamp,
-                    value,
-                    seen: Seen::new(),
-                },
-                [],
+            rest(
+                before.map_or(Stamp::ZERO, KeyVersion::stamp),
+                value,
+                &self.bound,
             )
         });
         c.increment(stamp, sum, &self.bound);
@@ -204,8 +202,8 @@ impl Counters {
         let (mut c, type_changed) = match self.table.remove(&k) {
             Some(c) => (c, false),
             None => match local() {
-                Local::Absent(v) => (rest(v, None), false),
-                Local::Integer(x, v) => (rest(v, Some(x)), false),
+                Local::Absent(v) => (rest(v, None, &self.bound), false),
+                Local::Integer(x, v) => (rest(v, Some(x), &self.bound), false),
                 Local::Other(v) if incoming.newest() > v => (Counter::at_rest(None), true),
                 Local::Other(_) => return Merged::Discarded,
             },
@@ -281,20 +279,42 @@ impl Counters {
         self.table.clear();
     }
 
-    /// Forgets the keys of `db` (it was flushed).
-    pub fn clear_db(&mut self, db: u32) {
-        self.table.retain(|(d, _), _| *d != db);
+    /// `SWAPDB a b`: the keys move with their databases.
+    pub fn swap_dbs(&mut self, a: u32, b: u32) {
+        if self.table.is_empty() {
+            return;
+        }
+        self.table = std::mem::take(&mut self.table)
+            .into_iter()
+            .map(|((db, key), c)| {
+                let db = if db == a {
+                    b
+                } else if db == b {
+                    a
+                } else {
+                    db
+                };
+                ((db, key), c)
+            })
+            .collect();
+    }
+
+    /// A flush of `db` (`None`: all) stamped `stamp`: the keys it removed
+    /// are forgotten; those written after it stay.
+    pub fn flushed(&mut self, db: Option<u32>, stamp: Stamp) {
+        self.table
+            .retain(|(d, _), c| db.is_some_and(|f| f != *d) || c.newest() > stamp);
     }
 }
 
-/// The state of a key at rest: its value at its version, nothing seen
-/// beyond the bound.
-fn rest(version: Stamp, value: Option<i128>) -> Counter {
+/// The state of a key at rest: its value at its version, having seen the
+/// bound.
+fn rest(version: Stamp, value: Option<i128>, bound: &Seen) -> Counter {
     Counter::from_parts(
         Base {
             stamp: version,
             value,
-            seen: Seen::new(),
+            seen: bound.clone(),
         },
         [],
     )
@@ -333,7 +353,15 @@ mod tests {
     fn integers_are_what_incr_accepts() {
         assert_eq!(integer_of(b"-12"), Some(-12));
         assert_eq!(integer_of(b"9223372036854775807"), Some(i64::MAX.into()));
-        for bad in [&b"007"[..], b"+1", b" 1", b"1.0", b"", b"-0", b"9223372036854775808"] {
+        for bad in [
+            &b"007"[..],
+            b"+1",
+            b" 1",
+            b"1.0",
+            b"",
+            b"-0",
+            b"9223372036854775808",
+        ] {
             assert_eq!(integer_of(bad), None, "{bad:?}");
         }
     }
@@ -406,7 +434,34 @@ mod tests {
             Merged::Discarded
         );
         let m = a.remote_state(0, b"k", &state, || Local::Other(s(4, A)));
-        assert!(matches!(m, Merged::Value { value: Some(3), type_changed: true, .. }));
+        assert!(matches!(
+            m,
+            Merged::Value {
+                value: Some(3),
+                type_changed: true,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_base_rebuilt_at_rest_does_not_count_again_what_a_lagging_site_still_lists() {
+        // B's increment reached A, whose bound passed it; B's bound has not.
+        let (mut a, mut b) = (Counters::default(), Counters::default());
+        let v0 = Some(KeyVersion::Live(s(1, A)));
+        assert!(b.local_increment(0, b"k", s(5, B), 3, 13, v0));
+        let from_b = b.get(0, b"k").cloned().unwrap();
+        let on_a = a.remote_state(0, b"k", &from_b, || Local::Integer(10, s(1, A)));
+        assert_eq!(value(on_a), Some(13));
+        a.raise_bound(B, 5);
+        a.raise_bound(A, 5);
+        a.collect();
+        assert!(a.is_empty(), "at rest on A");
+        // A increments again: its state is rebuilt at its version (5, B).
+        assert!(a.local_increment(0, b"k", s(7, A), 1, 14, Some(KeyVersion::Live(s(5, B)))));
+        let from_a = a.get(0, b"k").cloned().unwrap();
+        let on_b = b.remote_state(0, b"k", &from_a, || unreachable!());
+        assert_eq!(value(on_b), Some(14), "B's increment counted once");
     }
 
     #[test]

@@ -16,6 +16,7 @@
 //! the bound it is given: every site applied every change at or below it,
 //! and every change still to arrive was made by a site that had.
 
+pub mod bound;
 pub mod codec;
 pub mod collection;
 pub mod counter;

@@ -1,0 +1,110 @@
+//! Local writes of counters as the flush records them, and the counter
+//! state every path that reads a key (flush, backlog, full sync) ships in
+//! place of its plain value while the key has merge metadata (issue 27).
+
+use crate::catchup::replication::Replication;
+use crate::converge::merge::codec;
+use crate::converge::merge::counters::integer_of;
+use crate::converge::version::{KeyVersion, Stamp};
+use crate::ops::status::Stats;
+use crate::proto::entry::{Encoding, Entry, Op};
+use crate::redis::snapshot::Snapshot;
+use crate::shared::Shared;
+
+/// What a read found of a key, as a counter sees it.
+fn integer_read(snap: Option<&Snapshot>) -> Result<Option<i128>, ()> {
+    match snap {
+        None => Ok(None),
+        Some(s) if s.encoding == Encoding::RawString => integer_of(&s.payload).map(Some).ok_or(()),
+        Some(_) => Err(()),
+    }
+}
+
+/// A local change of a key as the flush stamps it.
+pub struct LocalChange<'a> {
+    /// Database.
+    pub db: u32,
+    /// Key.
+    pub key: &'a [u8],
+    /// Its stamp.
+    pub stamp: Stamp,
+    /// The sum of its increments, when the flush found it only
+    /// incremented (with `merge-counters`).
+    pub sum: Option<i128>,
+    /// Its version before the change.
+    pub before: Option<KeyVersion>,
+    /// What the key holds now (`None`: absent).
+    pub snap: Option<&'a Snapshot>,
+}
+
+/// Records a local change in the counter table.
+pub fn local_change(shared: &Shared, st: &mut Replication, change: LocalChange<'_>) {
+    let LocalChange {
+        db,
+        key,
+        stamp,
+        sum,
+        before,
+        snap,
+    } = change;
+    let now = integer_read(snap);
+    match (sum, now) {
+        (Some(sum), Ok(Some(after))) => {
+            if !st
+                .counters
+                .local_increment(db, key, stamp, sum, after, before)
+            {
+                fallback(
+                    shared,
+                    "an increment whose value disagreed with the counter's state",
+                );
+            }
+        }
+        (_, now) => {
+            let held = st.counters.local_write(db, key, stamp, now);
+            if !held && now.is_err() && sum.is_some() {
+                fallback(shared, "an increment of a key that is not a counter");
+            }
+        }
+    }
+}
+
+/// Every value or delete in `entries` of a key with merge metadata ships
+/// as the key's counter state instead (whichever path read it: a flush,
+/// the backlog, a full sync); the others stay plain.
+pub fn as_states(st: &Replication, entries: &mut [Entry]) {
+    if st.counters.is_empty() {
+        return;
+    }
+    for e in entries.iter_mut() {
+        let (key, expiry_ms) = match &mut e.op {
+            Op::Value { key, expiry_ms, .. } => (key, *expiry_ms),
+            Op::Delete { key } => (key, None),
+            _ => continue,
+        };
+        if let Some(c) = st.counters.get(e.db, key) {
+            let state = codec::encode_counter(c);
+            let key = std::mem::take(key);
+            e.op = Op::Counter {
+                key,
+                state,
+                expiry_ms,
+            };
+        }
+    }
+}
+
+/// The notice a batch with keys in it opens with: this node's merge bound,
+/// which is all it had seen of a key it held at rest.
+pub fn bound_notice(st: &Replication) -> Op {
+    Op::Bound {
+        seen: codec::encode_seen(st.counters.bound()),
+    }
+}
+
+/// A write that merges as a whole key instead of per element (`why`, for
+/// the debug log): counted in STATUS.
+pub fn fallback(shared: &Shared, why: &str) {
+    Stats::add(&shared.stats.merge_fallbacks, 1);
+    redis_module::logging::log_debug(format!("rdmasync: merge: {why}: merged as a whole key"));
+}

@@ -1,0 +1,75 @@
+//! How this node learns the part of the merge bound that is its own:
+//! which of its own changes the peer has applied, told by the peer's acks.
+//!
+//! Each batch pushed while this node is in step records its coverage (its
+//! own changes stamped at or below it are in the stream up to the batch's
+//! last sequence number). An ack of that number applied them all; only an
+//! ack the peer sent in step counts, since a peer catching up may still
+//! send changes it made before it applied ours (from its backlog, after
+//! the ack), which the bound's rule forbids.
+
+use std::collections::VecDeque;
+
+/// Coverage recorded per pushed batch, waiting for the peer's ack.
+#[derive(Debug, Default)]
+pub struct OwnBound {
+    pushed: VecDeque<(u64, u64)>,
+}
+
+/// At most this many batches wait (older ones are dropped: the bound then
+/// rises later, never wrongly).
+const MAX_WAITING: usize = 4096;
+
+impl OwnBound {
+    /// A batch whose last sequence number is `seq` went out in step with
+    /// coverage `clock`.
+    pub fn pushed(&mut self, seq: u64, clock: u64) {
+        if self.pushed.back().is_some_and(|&(_, c)| c >= clock) {
+            return;
+        }
+        if self.pushed.len() >= MAX_WAITING {
+            self.pushed.pop_front();
+        }
+        self.pushed.push_back((seq, clock));
+    }
+
+    /// The peer acknowledged everything up to `applied`; `in_step` as its
+    /// ack said. Returns the clock up to which the peer applied every
+    /// change of ours, when that moved.
+    pub fn acked(&mut self, applied: u64, in_step: bool) -> Option<u64> {
+        let mut covered = None;
+        while let Some(&(seq, clock)) = self.pushed.front() {
+            if seq > applied {
+                break;
+            }
+            covered = Some(clock);
+            self.pushed.pop_front();
+        }
+        // Out of step, the coverage is dropped, not kept for a later ack:
+        // a later in-step ack covers a later batch anyway.
+        covered.filter(|_| in_step)
+    }
+
+    /// A new link: what was pushed may be lost with the old one.
+    pub fn link_up(&mut self) {
+        self.pushed.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_in_step_ack_of_the_batch_raises_the_bound() {
+        let mut b = OwnBound::default();
+        b.pushed(3, 100);
+        b.pushed(7, 150);
+        assert_eq!(b.acked(2, true), None);
+        assert_eq!(b.acked(5, true), Some(100));
+        assert_eq!(b.acked(9, false), None, "a peer catching up");
+        b.pushed(12, 200);
+        b.link_up();
+        assert_eq!(b.acked(20, true), None, "pushed on a link that went down");
+    }
+}

@@ -1,0 +1,194 @@
+//! The peer's counter states, and its plain writes of keys this node holds
+//! as counters with metadata, merged (issue 27) and written as the value
+//! that results.
+
+use redis_module::{CallOptions, CallResult, Context};
+
+use super::apply_plan::Outcome;
+use crate::capture::counters::fallback;
+use crate::catchup::replication::Replication;
+use crate::converge::merge::codec;
+use crate::converge::merge::counters::{integer_of, Local, Merged, Plain, PlainOutcome};
+use crate::converge::version::{KeyVersion, Stamp, GC_AT_NEXT_ACK};
+use crate::proto::entry::{Encoding, Entry, Op};
+use crate::redis::snapshot::{Read, Reader};
+use crate::shared::Shared;
+
+/// Writes the counter's merged value: `SET` of the integer (with the
+/// incoming expiry when its base won, else keeping the TTL held), or
+/// `DEL` when the counter is absent.
+fn write(
+    ctx: &Context,
+    opts: &CallOptions,
+    key: &[u8],
+    value: Option<i128>,
+    expiry: Option<Option<u64>>,
+) -> Result<(), String> {
+    let Some(value) = value else {
+        return call(ctx, opts, "DEL", &[key]);
+    };
+    let text = value.to_string();
+    match expiry {
+        None => call(ctx, opts, "SET", &[key, text.as_bytes(), b"KEEPTTL"]),
+        Some(None) => call(ctx, opts, "SET", &[key, text.as_bytes()]),
+        Some(Some(at)) => {
+            let at = at.to_string();
+            call(
+                ctx,
+                opts,
+                "SET",
+                &[key, text.as_bytes(), b"PXAT", at.as_bytes()],
+            )
+        }
+    }
+}
+
+fn call(ctx: &Context, opts: &CallOptions, cmd: &str, args: &[&[u8]]) -> Result<(), String> {
+    match ctx.call_ext::<_, CallResult>(cmd, opts, args) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(format!("{cmd}: {}", e.to_utf8_string().unwrap_or_default())),
+    }
+}
+
+/// What this node holds of `key` (the table does not hold it).
+fn local(ctx: &Context, st: &Replication, db: u32, key: &[u8]) -> Local {
+    let version = st.versions.get(db, key);
+    let stamp = version.map_or(Stamp::ZERO, KeyVersion::stamp);
+    match Reader::new(ctx).read_one(key) {
+        Read::Absent => Local::Absent(stamp),
+        Read::Value(s) if s.encoding == Encoding::RawString => match integer_of(&s.payload) {
+            Some(v) => Local::Integer(v, stamp),
+            None => Local::Other(stamp),
+        },
+        Read::Value(_) | Read::Failed => Local::Other(stamp),
+    }
+}
+
+/// Writes what a merge gave and records the key's version.
+fn settle(
+    ctx: &Context,
+    opts: &CallOptions,
+    st: &mut Replication,
+    db: u32,
+    key: &[u8],
+    merged: Merged,
+    expiry_ms: Option<u64>,
+) -> Result<Outcome, String> {
+    let Merged::Value {
+        value,
+        base_won,
+        version,
+        ..
+    } = merged
+    else {
+        return Ok(Outcome::Discarded);
+    };
+    write(ctx, opts, key, value, base_won.then_some(expiry_ms))?;
+    if value.is_some() {
+        st.versions.record_write(db, key, version);
+    } else {
+        st.versions.record_delete(db, key, version, GC_AT_NEXT_ACK);
+    }
+    Ok(Outcome::Applied)
+}
+
+/// The peer's counter state (`Op::Counter`).
+pub(super) fn state(
+    ctx: &Context,
+    opts: &CallOptions,
+    shared: &Shared,
+    st: &mut Replication,
+    e: &Entry,
+) -> Result<Outcome, String> {
+    let Op::Counter {
+        key,
+        state,
+        expiry_ms,
+    } = &e.op
+    else {
+        return Ok(Outcome::Notice);
+    };
+    let incoming = codec::decode_counter(state).map_err(|err| err.to_string())?;
+    // Read only when the table does not hold the key (else unused).
+    let held = if st.counters.contains(e.db, key) {
+        Local::Absent(Stamp::ZERO)
+    } else {
+        local(ctx, st, e.db, key)
+    };
+    let merged = st.counters.remote_state(e.db, key, &incoming, || held);
+    if let Merged::Value {
+        type_changed: true, ..
+    }
+    | Merged::Discarded = merged
+    {
+        fallback(shared, "a counter against another type");
+    }
+    settle(ctx, opts, st, e.db, key, merged, *expiry_ms)
+}
+
+/// The peer's plain value or delete of a key: merged when the table holds
+/// the key (`None` otherwise, or when it falls back to last writer wins:
+/// the caller applies it as any key).
+pub(super) fn plain(
+    ctx: &Context,
+    opts: &CallOptions,
+    shared: &Shared,
+    st: &mut Replication,
+    e: &Entry,
+) -> Option<Result<Outcome, String>> {
+    let (key, plain, expiry_ms) = match &e.op {
+        Op::Value {
+            key,
+            payload,
+            expiry_ms,
+            encoding,
+        } => {
+            let int = (*encoding == Encoding::RawString)
+                .then(|| integer_of(payload))
+                .flatten();
+            (key, int.map_or(Plain::Other, Plain::Integer), *expiry_ms)
+        }
+        Op::Delete { key } => (key, Plain::Deleted, None),
+        _ => return None,
+    };
+    if !st.counters.contains(e.db, key) {
+        return None;
+    }
+    let stamp = Stamp::new(e.clock, e.origin);
+    let seen = st.peer_bound.clone();
+    match st
+        .counters
+        .remote_plain(e.db, key, stamp, plain, seen.as_ref())
+    {
+        PlainOutcome::NotHeld => None,
+        PlainOutcome::WholeKey => {
+            fallback(shared, "a write of another type over a counter");
+            None
+        }
+        PlainOutcome::Merged(merged) => Some(settle(ctx, opts, st, e.db, key, merged, expiry_ms)),
+    }
+}
+
+/// The peer's bound notice (`Op::Bound`): kept for the plain writes after
+/// it in its batch.
+pub(super) fn bound(st: &mut Replication, e: &Entry) -> Outcome {
+    if let Op::Bound { seen } = &e.op {
+        st.peer_bound = codec::decode_seen(seen).ok();
+    }
+    st.peer.received(e.seq);
+    Outcome::Notice
+}
+
+/// The peer acknowledged our changes up to `applied` (`in_step` as it
+/// said) and covered its own up to `covered`: the bound rises, and
+/// counters whose metadata it passed rest.
+pub(super) fn bound_moved(st: &mut Replication, me: u64, peer: u64, applied: u64, in_step: bool) {
+    if let Some(clock) = st.own_bound.acked(applied, in_step) {
+        st.counters.raise_bound(me, clock);
+    }
+    let covered = st.versions.covered(peer);
+    st.counters.raise_bound(peer, covered);
+    if !st.counters.is_empty() {
+        st.counters.collect();
+    }
+}
