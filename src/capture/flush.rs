@@ -346,36 +346,7 @@ fn record_change(
 ) -> Option<(u32, Op)> {
     match *op {
         PendingOp::Key { db, ref key } => {
-            server::select_db(reader.ctx(), db);
-            let before = st.versions.get(db, key);
-            let exists = reader.exists(key);
-            if exists {
-                st.versions.record_write(db, key, stamp);
-            } else {
-                st.versions.record_delete(db, key, stamp, 0);
-            }
-            let sum = main_state()
-                .increments
-                .get()
-                .and_then(|mut w| w.take(db, key));
-            if sum.is_some() || st.counters.contains(db, key) {
-                // Shipped later from the backlog, as its state then: the
-                // change is recorded in the table now (a counter's read is
-                // a short string).
-                let snap = match reader.read_one(key) {
-                    Read::Value(snap) => Some(snap),
-                    _ => None,
-                };
-                let change = counters::LocalChange {
-                    db,
-                    key,
-                    stamp,
-                    sum,
-                    before,
-                    snap: snap.as_ref(),
-                };
-                counters::local_change(shared, st, change);
-            }
+            record_key_change(reader, shared, st, db, key, stamp);
             None
         }
         PendingOp::FlushDb(db) => {
@@ -396,6 +367,48 @@ fn record_change(
         }
         PendingOp::Functions => changed_functions(reader, shared, st, stamp)
             .map(|payload| (0, Op::Functions { payload })),
+    }
+}
+
+/// The version of a changed key shipped later from the backlog (read then,
+/// as it is then); a counter's change is recorded in its table now.
+fn record_key_change(
+    reader: &Reader,
+    shared: &Shared,
+    st: &mut Replication,
+    db: u32,
+    key: &[u8],
+    stamp: Stamp,
+) {
+    server::select_db(reader.ctx(), db);
+    let before = st.versions.get(db, key);
+    let exists = reader.exists(key);
+    if exists {
+        st.versions.record_write(db, key, stamp);
+    } else {
+        st.versions.record_delete(db, key, stamp, 0);
+    }
+    let sum = main_state()
+        .increments
+        .get()
+        .and_then(|mut w| w.take(db, key));
+    if sum.is_some() || st.counters.contains(db, key) {
+        // Shipped later from the backlog, as its state then: the
+        // change is recorded in the table now (a counter's read is
+        // a short string).
+        let snap = match reader.read_one(key) {
+            Read::Value(snap) => Some(snap),
+            _ => None,
+        };
+        let change = counters::LocalChange {
+            db,
+            key,
+            stamp,
+            sum,
+            before,
+            snap: snap.as_ref(),
+        };
+        counters::local_change(shared, st, change);
     }
 }
 

@@ -482,12 +482,27 @@ fn place_op<'a>(op: &'a Op, h: &mut FrameHeader) -> (&'a [u8], &'a [u8]) {
             h.arg = *other;
             (FrameKind::SwapDb, &[], &[])
         }
+        Op::Ack { .. } | Op::SyncRequest { .. } => (place_notice(op, h), &[], &[]),
+        Op::SweepStart { floors } => (FrameKind::SweepStart, &[], floors.as_bytes()),
+        Op::SweepEnd { complete } => {
+            h.arg = u32::from(*complete);
+            (FrameKind::SweepEnd, &[], &[])
+        }
+    };
+    h.kind = kind;
+    (key, value)
+}
+
+/// Sets the header fields of an ack or sync request (their values travel
+/// in the header); returns its kind.
+fn place_notice(op: &Op, h: &mut FrameHeader) -> FrameKind {
+    match op {
         Op::Ack { applied, in_step } => {
             h.expiry_ms = *applied;
             if *in_step {
                 h.flags |= FLAG_IN_STEP;
             }
-            (FrameKind::Ack, &[], &[])
+            FrameKind::Ack
         }
         Op::SyncRequest {
             received,
@@ -504,16 +519,10 @@ fn place_op<'a>(op: &'a Op, h: &mut FrameHeader) -> (&'a [u8], &'a [u8]) {
             if *answer {
                 h.flags |= FLAG_ANSWER;
             }
-            (FrameKind::SyncRequest, &[], &[])
+            FrameKind::SyncRequest
         }
-        Op::SweepStart { floors } => (FrameKind::SweepStart, &[], floors.as_bytes()),
-        Op::SweepEnd { complete } => {
-            h.arg = u32::from(*complete);
-            (FrameKind::SweepEnd, &[], &[])
-        }
-    };
-    h.kind = kind;
-    (key, value)
+        _ => FrameKind::Ack,
+    }
 }
 
 /// One frame of an entry split to fit `max_frame` bytes.
