@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{wait_until, Node, Pair};
+use common::{heal, wait_until, Node, Pair};
 use redis::Commands;
 
 const SETTLE: Duration = Duration::from_secs(30);
@@ -122,24 +122,6 @@ fn the_newer_write_wins_on_both_nodes() {
         pair.a.status(),
         pair.b.status()
     );
-}
-
-/// Points both nodes back at each other and waits for the link.
-fn heal(pair: &Pair) {
-    for (n, peer) in [(&pair.a, &pair.b), (&pair.b, &pair.a)] {
-        let port = peer
-            .args
-            .iter()
-            .find_map(|a| a.strip_prefix("listen-port="))
-            .unwrap();
-        let _: () = redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("rdmasync.port")
-            .arg(port)
-            .query(&mut n.conn())
-            .unwrap();
-    }
-    pair.wait_linked();
 }
 
 fn cut(pair: &Pair) {

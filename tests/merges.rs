@@ -241,25 +241,125 @@ fn counter_scenario(name: &str, update: fn(usize) -> redis::Cmd, read: fn(&mut C
 #[test]
 fn incr_of_one_counter_on_both_nodes_counts_every_increment() {
     let pair = started_merging_counters();
-    let incr = |i: usize| match i % 4 {
+    at_once_or_explain(&pair, incr_family, incr_family, okay, "c");
+    // Per side: 250 x (1 + 3 - 1 + 2).
+    let want = 2 * (UPDATES as i64 / 4) * 5;
+    let lost = lost_on_both(&pair, |c| (want - get_counter(c)).unsigned_abs() as usize);
+    report("INCR family on one counter", lost / 2, 2 * UPDATES);
+    merged_and_collected(&pair);
+}
+
+/// Update `i` of the INCR family: +1, +3, -1, +2 in turn (+5 a cycle).
+fn incr_family(i: usize) -> redis::Cmd {
+    match i % 4 {
         0 => cmd(&["INCR", "c"]),
         1 => cmd(&["INCRBY", "c", "3"]),
         2 => cmd(&["DECR", "c"]),
         _ => cmd(&["DECRBY", "c", "-2"]),
-    };
-    at_once_or_explain(&pair, incr, incr, okay, "c");
-    // Per side: 250 x (1 + 3 - 1 + 2).
+    }
+}
+
+fn get_counter(c: &mut Connection) -> i64 {
+    redis::cmd("GET").arg("c").query(c).unwrap()
+}
+
+#[test]
+fn increments_made_on_both_nodes_while_the_link_is_cut_all_count() {
+    let pair = started_merging_counters();
+    common::cut(&pair);
+    // Each side writes alone; their changes wait in the backlog.
+    thread::scope(|s| {
+        s.spawn(|| write_all(&pair.a, incr_family, okay));
+        s.spawn(|| write_all(&pair.b, incr_family, okay));
+    });
+    assert!(pair.a.stat("merge_counters") == 1 && pair.b.stat("merge_counters") == 1);
+    common::heal(&pair);
+    pair.wait_converged(Duration::from_secs(30));
     let want = 2 * (UPDATES as i64 / 4) * 5;
-    let get = |c: &mut Connection| -> i64 { redis::cmd("GET").arg("c").query(c).unwrap() };
-    eprintln!(
-        "a={} b={} a:{:?} b:{:?}",
-        get(&mut pair.a.conn()),
-        get(&mut pair.b.conn()),
-        pair.a.status(),
-        pair.b.status()
-    );
-    let lost = lost_on_both(&pair, |c| (want - get(c)).unsigned_abs() as usize);
-    report("INCR family on one counter", lost / 2, 2 * UPDATES);
+    let lost = lost_on_both(&pair, |c| (want - get_counter(c)).unsigned_abs() as usize);
+    report("INCR family across a link cut", lost / 2, 2 * UPDATES);
+    merged_and_collected(&pair);
+}
+
+#[test]
+fn increments_through_failed_writes_and_lost_batches_all_count() {
+    // Both nodes increment while each sender now and then fails a write
+    // (the link drops) or loses a batch (the peer sees the gap): the
+    // backlog resends counter states, never a value read as a new set.
+    let pair = started_merging_counters();
+    thread::scope(|s| {
+        for (node, name) in [(&pair.a, "a"), (&pair.b, "b")] {
+            s.spawn(move || {
+                let mut c = node.conn();
+                for round in 0..40 {
+                    if round % 7 == 3 {
+                        node.debug(&["FAIL-NEXT-POST"]);
+                    }
+                    if round % 11 == 5 {
+                        node.debug(&["DROP-NEXT-BATCH"]);
+                    }
+                    for i in 0..25 {
+                        let r: Value = incr_family(i).query(&mut c).unwrap();
+                        assert!(okay(&r), "{name}: {r:?}");
+                    }
+                }
+            });
+        }
+    });
+    pair.wait_converged(Duration::from_secs(30));
+    // Per side: 40 rounds of 25 updates, 6 full cycles of 5 and 1 more.
+    let want = 2 * 40 * (6 * 5 + 1);
+    let lost = lost_on_both(&pair, |c| (want - get_counter(c)).unsigned_abs() as usize);
+    report("INCR family through failed writes", lost / 2, 2 * UPDATES);
+    merged_and_collected(&pair);
+}
+
+#[test]
+fn a_delete_removes_only_the_increments_it_had_seen() {
+    // B increments while A now and then reads and deletes the counter in
+    // one transaction: each delete removes what it read, and only that;
+    // every increment no delete had seen is in the result.
+    let pair = started_merging_counters();
+    let seen_by_deletes = thread::scope(|s| {
+        let b = s.spawn(|| {
+            // Paced, so that the deletes fall among the increments.
+            let mut c = pair.b.conn();
+            for _ in 0..UPDATES / PIPELINE {
+                let mut p = redis::pipe();
+                for _ in 0..PIPELINE {
+                    p.cmd("INCR").arg("c");
+                }
+                let replies: Vec<i64> = p.query(&mut c).unwrap();
+                assert_eq!(replies.len(), PIPELINE);
+                thread::sleep(Duration::from_millis(1));
+            }
+        });
+        let a = s.spawn(|| {
+            let mut c = pair.a.conn();
+            let mut seen = 0;
+            for _ in 0..40 {
+                thread::sleep(Duration::from_millis(2));
+                let (read, _): (Option<i64>, i64) = redis::pipe()
+                    .atomic()
+                    .get("c")
+                    .del("c")
+                    .query(&mut c)
+                    .unwrap();
+                seen += read.unwrap_or(0);
+            }
+            seen
+        });
+        b.join().unwrap();
+        a.join().unwrap()
+    });
+    pair.wait_converged(Duration::from_secs(30));
+    let want = UPDATES as i64 - seen_by_deletes;
+    let lost = lost_on_both(&pair, |c| {
+        let v: Option<i64> = redis::cmd("GET").arg("c").query(c).unwrap();
+        (want - v.unwrap_or(0)).unsigned_abs() as usize
+    });
+    eprintln!("deletes saw {seen_by_deletes} of {UPDATES} increments");
+    report("DEL against concurrent INCR", lost / 2, UPDATES);
     merged_and_collected(&pair);
 }
 

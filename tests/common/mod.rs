@@ -565,3 +565,21 @@ pub fn cut(pair: &Pair) {
         "the link stayed up"
     );
 }
+
+/// Points both nodes back at each other and waits for the link.
+pub fn heal(pair: &Pair) {
+    for (n, peer) in [(&pair.a, &pair.b), (&pair.b, &pair.a)] {
+        let port = peer
+            .args
+            .iter()
+            .find_map(|a| a.strip_prefix("listen-port="))
+            .unwrap();
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("rdmasync.port")
+            .arg(port)
+            .query(&mut n.conn())
+            .unwrap();
+    }
+    pair.wait_linked();
+}
