@@ -66,43 +66,43 @@ fn at_once(
     pair.wait_converged(Duration::from_secs(30));
 }
 
-/// [`at_once`], naming on failure what each node holds of `key` (value,
-/// version, counter state).
-fn at_once_or_explain(
-    pair: &Pair,
-    a: impl Fn(usize) -> redis::Cmd + Send + 'static,
-    b: impl Fn(usize) -> redis::Cmd + Send + 'static,
-    ok: fn(&Value) -> bool,
-    key: &str,
-) {
-    let converged =
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| at_once(pair, a, b, ok)));
-    if let Err(why) = converged {
-        for (name, node) in [("a", &pair.a), ("b", &pair.b)] {
-            let mut c = node.conn();
-            let value: Option<String> = redis::cmd("GET").arg(key).query(&mut c).ok();
-            let state: String = redis::cmd("RDMASYNC.DEBUG")
-                .arg("VERSION")
-                .arg(key)
-                .query(&mut c)
-                .unwrap_or_default();
-            let st = node.status();
-            let figures: Vec<String> = [
-                "merge_fallbacks",
-                "merge_counters",
-                "reconnects",
-                "entries_duplicate",
-                "conflicts_discarded",
-                "apply_errors",
-                "partial_syncs",
-                "full_syncs",
-            ]
-            .iter()
-            .map(|f| format!("{f}={}", st[*f]))
-            .collect();
-            eprintln!("{name}: {key}={value:?} {state}; {}", figures.join(" "));
+/// Runs `f`; if it panics, names first what each node holds of `key`
+/// (value, version, counter state, merge figures).
+fn or_explain<T>(pair: &Pair, key: &str, f: impl FnOnce() -> T) -> T {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(v) => v,
+        Err(why) => {
+            explain(pair, key);
+            std::panic::resume_unwind(why)
         }
-        std::panic::resume_unwind(why);
+    }
+}
+
+fn explain(pair: &Pair, key: &str) {
+    for (name, node) in [("a", &pair.a), ("b", &pair.b)] {
+        let mut c = node.conn();
+        let value: Option<String> = redis::cmd("GET").arg(key).query(&mut c).ok();
+        let state: String = redis::cmd("RDMASYNC.DEBUG")
+            .arg("VERSION")
+            .arg(key)
+            .query(&mut c)
+            .unwrap_or_default();
+        let st = node.status();
+        let figures: Vec<String> = [
+            "merge_fallbacks",
+            "merge_counters",
+            "reconnects",
+            "entries_duplicate",
+            "conflicts_discarded",
+            "apply_errors",
+            "partial_syncs",
+            "full_syncs",
+            "since_syncs",
+        ]
+        .iter()
+        .map(|f| format!("{f}={}", st[*f]))
+        .collect();
+        eprintln!("{name}: {key}={value:?} {state}; {}", figures.join(" "));
     }
 }
 
@@ -241,7 +241,9 @@ fn counter_scenario(name: &str, update: fn(usize) -> redis::Cmd, read: fn(&mut C
 #[test]
 fn incr_of_one_counter_on_both_nodes_counts_every_increment() {
     let pair = started_merging_counters();
-    at_once_or_explain(&pair, incr_family, incr_family, okay, "c");
+    or_explain(&pair, "c", || {
+        at_once(&pair, incr_family, incr_family, okay)
+    });
     // Per side: 250 x (1 + 3 - 1 + 2).
     let want = 2 * (UPDATES as i64 / 4) * 5;
     let lost = lost_on_both(&pair, |c| (want - get_counter(c)).unsigned_abs() as usize);
@@ -361,6 +363,61 @@ fn a_delete_removes_only_the_increments_it_had_seen() {
     eprintln!("deletes saw {seen_by_deletes} of {UPDATES} increments");
     report("DEL against concurrent INCR", lost / 2, UPDATES);
     merged_and_collected(&pair);
+}
+
+/// A pair merging counters whose servers write an AOF, fsynced always.
+fn merging_counters_with_aof() -> Pair {
+    let (pa, pb) = (common::free_port(), common::free_port());
+    let (ia, ib) = (common::test_ip(), common::test_ip_b());
+    let aof = ["--appendonly", "yes", "--appendfsync", "always"].map(String::from);
+    let on = ["merge-counters=yes"];
+    let mut a_args = aof.to_vec();
+    a_args.extend(common::module_args_at(&ia, pa, &ib, pb, &on));
+    let mut b_args = aof.to_vec();
+    b_args.extend(common::module_args_at(&ib, pb, &ia, pa, &on));
+    let pair = Pair {
+        a: Node::start("a", a_args),
+        b: Node::start("b", b_args),
+    };
+    pair.wait_in_step();
+    pair
+}
+
+#[test]
+fn increments_survive_a_kill_of_one_node_with_aof() {
+    // A and B increment at once; A is killed at once after its last
+    // acknowledged increment (its states unacknowledged, some unsent) and
+    // starts again from its AOF, which holds its counter metadata: every
+    // acknowledged increment counts once, none twice.
+    let mut pair = merging_counters_with_aof();
+    at_once(&pair, incr_family, incr_family, okay);
+    if std::env::var_os("MERGES_EXPLAIN").is_some() {
+        explain(&pair, "c");
+    }
+    common::cut(&pair);
+    for node in [&pair.a, &pair.b] {
+        let mut c = node.conn();
+        for i in 0..UPDATES {
+            let r: Value = incr_family(i).query(&mut c).unwrap();
+            assert!(okay(&r), "{r:?}");
+        }
+    }
+    assert!(pair.a.stat("merge_counters") == 1);
+    pair.a.restart();
+    assert_eq!(
+        pair.a.stat("merge_counters"),
+        1,
+        "the counter's metadata did not come back from the AOF"
+    );
+    if std::env::var_os("MERGES_EXPLAIN").is_some() {
+        explain(&pair, "c");
+    }
+    common::heal(&pair);
+    or_explain(&pair, "c", || pair.wait_converged(Duration::from_secs(30)));
+    let want = 4 * (UPDATES as i64 / 4) * 5;
+    let lost = lost_on_both(&pair, |c| (want - get_counter(c)).unsigned_abs() as usize);
+    report("INCR family across a kill with AOF", lost / 2, 4 * UPDATES);
+    or_explain(&pair, "c", || merged_and_collected(&pair));
 }
 
 #[test]

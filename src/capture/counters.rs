@@ -48,9 +48,11 @@ pub fn local_change(shared: &Shared, st: &mut Replication, change: LocalChange<'
         snap,
     } = change;
     let now = integer_read(snap);
+    let held_before = st.versions.counters.contains(db, key);
     match (sum, now) {
         (Some(sum), Ok(Some(after))) => {
             if !st
+                .versions
                 .counters
                 .local_increment(db, key, stamp, sum, after, before)
             {
@@ -61,11 +63,14 @@ pub fn local_change(shared: &Shared, st: &mut Replication, change: LocalChange<'
             }
         }
         (_, now) => {
-            let held = st.counters.local_write(db, key, stamp, now);
+            let held = st.versions.counters.local_write(db, key, stamp, now);
             if !held && now.is_err() && sum.is_some() {
                 fallback(shared, "an increment of a key that is not a counter");
             }
         }
+    }
+    if held_before || st.versions.counters.contains(db, key) {
+        st.versions.journal_counter(db, key);
     }
 }
 
@@ -73,7 +78,7 @@ pub fn local_change(shared: &Shared, st: &mut Replication, change: LocalChange<'
 /// as the key's counter state instead (whichever path read it: a flush,
 /// the backlog, a full sync); the others stay plain.
 pub fn as_states(st: &Replication, entries: &mut [Entry]) {
-    if st.counters.is_empty() {
+    if st.versions.counters.is_empty() {
         return;
     }
     for e in entries.iter_mut() {
@@ -82,7 +87,7 @@ pub fn as_states(st: &Replication, entries: &mut [Entry]) {
             Op::Delete { key } => (key, None),
             _ => continue,
         };
-        if let Some(c) = st.counters.get(e.db, key) {
+        if let Some(c) = st.versions.counters.get(e.db, key) {
             let state = codec::encode_counter(c);
             let key = std::mem::take(key);
             e.op = Op::Counter {
@@ -98,8 +103,31 @@ pub fn as_states(st: &Replication, entries: &mut [Entry]) {
 /// which is all it had seen of a key it held at rest.
 pub fn bound_notice(st: &Replication) -> Op {
     Op::Bound {
-        seen: codec::encode_seen(st.counters.bound()),
+        seen: codec::encode_seen(st.versions.counters.bound()),
     }
+}
+
+/// In step, with counter metadata not yet collected and nothing of ours
+/// waiting for the peer's ack: sends the bound notice alone, which the
+/// peer acknowledges (with its own coverage), so that the bound moves and
+/// the metadata is collected on an idle link too. At once when our own
+/// changes lag in the bound; otherwise now and then (the peer's coverage
+/// may have come while this node could not take it, and it is not sent
+/// again until it moves).
+pub fn probe(shared: &Shared, st: &mut Replication) {
+    let Some(coverage) = st.coverage() else {
+        return;
+    };
+    let counters = &st.versions.counters;
+    if counters.live_len() == 0 || !st.own_bound.is_idle() {
+        return;
+    }
+    let urgent = counters.bound().clock(shared.node_id) < coverage;
+    if !st.own_bound.probe_due(std::time::Instant::now(), urgent) {
+        return;
+    }
+    let notice = crate::capture::flush::entry(0, Stamp::new(0, shared.node_id), bound_notice(st));
+    let _ = crate::capture::flush::push(shared, st, vec![notice], false);
 }
 
 /// A write that merges as a whole key instead of per element (`why`, for

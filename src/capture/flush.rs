@@ -107,14 +107,12 @@ pub(crate) fn push(
             sent.record(e);
         }
     }
-    let tombstones: Vec<(u32, Vec<u8>, Stamp, u64)> = entries
-        .iter()
-        .filter_map(|e| match &e.op {
-            Op::Delete { key } => Some((e.db, key.clone(), Stamp::new(e.clock, e.origin), e.seq)),
-            _ => None,
-        })
-        .collect();
+    let tombstones = tombstones_of(&entries);
     counters::as_states(st, &mut entries);
+    // An ack alone is never acknowledged: only what the peer applies is.
+    let acknowledged = entries
+        .iter()
+        .any(|e| e.is_data() || matches!(e.op, Op::Bound { .. }));
     shared
         .queue
         .push(st.peer.link.epoch, Batch { entries })
@@ -124,7 +122,7 @@ pub(crate) fn push(
             entries
         })?;
     shared.seqs_queued(count);
-    if let Some(coverage) = st.coverage() {
+    if let Some(coverage) = st.coverage().filter(|_| acknowledged) {
         st.own_bound.pushed(last_seq, coverage);
     }
     // Every tombstone shipped (live, resent or in a full sync) becomes
@@ -137,6 +135,17 @@ pub(crate) fn push(
         None => st.peer.pushed(last_seq),
     }
     Ok(last_seq)
+}
+
+/// The deletes among `entries`: `(db, key, stamp, seq)`.
+fn tombstones_of(entries: &[Entry]) -> Vec<(u32, Vec<u8>, Stamp, u64)> {
+    entries
+        .iter()
+        .filter_map(|e| match &e.op {
+            Op::Delete { key } => Some((e.db, key.clone(), Stamp::new(e.clock, e.origin), e.seq)),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Takes out of `entries` those no frame of at most `max_frame` bytes (the
@@ -351,12 +360,10 @@ fn record_change(
         }
         PendingOp::FlushDb(db) => {
             st.versions.flush(Some(db), stamp);
-            st.counters.flushed(Some(db), stamp);
             Some((db, Op::FlushDb))
         }
         PendingOp::FlushAll => {
             st.versions.flush(None, stamp);
-            st.counters.flushed(None, stamp);
             Some((0, Op::FlushAll))
         }
         PendingOp::SwapDb(a, b, _) => {
@@ -392,7 +399,7 @@ fn record_key_change(
         .increments
         .get()
         .and_then(|mut w| w.take(db, key));
-    if sum.is_some() || st.counters.contains(db, key) {
+    if sum.is_some() || st.versions.counters.contains(db, key) {
         // Shipped later from the backlog, as its state then: the
         // change is recorded in the table now (a counter's read is
         // a short string).
@@ -755,6 +762,7 @@ fn catch_up_and_ack(ctx: &Context, reader: &Reader, shared: &Shared, st: &mut Re
         st.last_local_stamp = shared.clock.now();
     }
     let acked = send_ack(shared, st);
+    counters::probe(shared, st);
     st.collect_tombstones(acked);
     if st.coverage().is_some_and(|c| c > st.peer.coverage_sent()) {
         // An ack held by the interval: come back for it even if idle.

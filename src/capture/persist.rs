@@ -59,6 +59,13 @@ pub fn encode(store: &VersionStore) -> Vec<Vec<u8>> {
             KeyVersion::Deleted { stamp, .. } => add(TAG_TOMBSTONE, db, stamp, key),
         }
     }
+    for (node, clock) in store.counters.bound().iter() {
+        add(journal::TAG_MERGE_BOUND, 0, Stamp::new(clock, node), &[]);
+    }
+    for (db, key, state) in store.counters.states() {
+        let bytes = crate::converge::merge::journaled::record_key(key, Some(state));
+        add(journal::TAG_COUNTER, db, Stamp::ZERO, &bytes);
+    }
     // Last: a build that does not know the record stops at it, with every
     // key record read.
     if let Some(dropped) = store.dropped() {

@@ -49,7 +49,7 @@ pub fn retry_unread(reader: &Reader, shared: &Shared, st: &mut Replication) {
     }
     if let Err(entries) = push(shared, st, entries, true) {
         for e in entries {
-            if let Op::Value { key, .. } = e.op {
+            if let Op::Value { key, .. } | Op::Counter { key, .. } = e.op {
                 st.unread
                     .insert((e.db, key.into()), Stamp::new(e.clock, e.origin));
             }
@@ -97,7 +97,7 @@ fn key_entry(
 ) -> Option<Entry> {
     let me = shared.node_id;
     match st.versions.get(db, &key)? {
-        KeyVersion::Live(stamp) if stamp.node == me || st.counters.contains(db, &key) => {
+        KeyVersion::Live(stamp) if stamp.node == me || st.versions.counters.contains(db, &key) => {
             server::select_db(reader.ctx(), db);
             let snap = match reader.read_one(&key) {
                 Read::Value(snap) => Some(snap),
@@ -116,7 +116,9 @@ fn key_entry(
             let op = op_of(key, snap);
             Some(entry(db, stamp, op))
         }
-        KeyVersion::Deleted { stamp, .. } if stamp.node == me || st.counters.contains(db, &key) => {
+        KeyVersion::Deleted { stamp, .. }
+            if stamp.node == me || st.versions.counters.contains(db, &key) =>
+        {
             Some(entry(db, stamp, Op::Delete { key }))
         }
         _ => None,

@@ -366,9 +366,12 @@ impl FullSync {
         for (_, key) in &owned[start..end] {
             // Written again since (that change ships by itself, or came
             // from the peer): only versions this sync still ships.
+            let counter = |_: Stamp| versions.counters.changed_after(db, key, |s| self.wanted(s));
             match versions.get(db, key) {
-                Some(KeyVersion::Live(s)) if self.wanted(s) => live.push((key.to_vec(), s)),
-                Some(KeyVersion::Deleted { stamp, .. }) if self.wanted(stamp) => {
+                Some(KeyVersion::Live(s)) if self.wanted(s) || counter(s) => {
+                    live.push((key.to_vec(), s))
+                }
+                Some(KeyVersion::Deleted { stamp, .. }) if self.wanted(stamp) || counter(stamp) => {
                     out.push((db, stamp, Op::Delete { key: key.to_vec() }));
                 }
                 _ => {}

@@ -6,7 +6,6 @@
 //! collection) is decided here. Main thread only; no Redis calls here.
 
 use crate::converge::merge::bound::OwnBound;
-use crate::converge::merge::counters::Counters;
 use crate::converge::merge::Seen;
 use std::time::Instant;
 
@@ -128,8 +127,6 @@ pub struct Replication {
     pub loading_aof: bool,
     /// The peer's progress (one peer today: a second is a second value).
     pub peer: Peer,
-    /// Counters with merge metadata, and the merge bound (issue 27).
-    pub counters: Counters,
     /// Which of this node's changes the peer applied, for the bound.
     pub own_bound: OwnBound,
     /// The bound the peer sent with the batch being applied (what it had
@@ -164,7 +161,6 @@ impl Replication {
             rewrite_pending: None,
             loading_aof: false,
             peer: Peer::new(backlog_limit),
-            counters: Counters::default(),
             own_bound: OwnBound::default(),
             peer_bound: None,
         }
@@ -176,7 +172,6 @@ impl Replication {
     /// ends, and the return says so.
     pub fn swap_dbs(&mut self, a: u32, b: u32) -> bool {
         self.versions.swap(a, b);
-        self.counters.swap_dbs(a, b);
         let sweep_ended = self.peer.incoming_sweep.take().is_some();
         if self.unread.is_empty() {
             return sweep_ended;
@@ -471,13 +466,15 @@ impl Replication {
                 .is_some_and(|c| c > self.peer.coverage_sent())
             || self.collection_due()
             || !self.unread.is_empty()
+            // Counter metadata waits for the bound (a probe may be due).
+            || (self.versions.counters.live_len() != 0 && self.own_bound.is_idle())
     }
 
     /// The figures of `RDMASYNC.STATUS`.
     pub fn convergence(&self) -> Convergence {
         Convergence {
             versioned_keys: self.versions.len() as u64,
-            merge_counters: self.counters.len() as u64,
+            merge_counters: self.versions.counters.live_len() as u64,
             unread_keys: self.unread.len() as u64,
             tombstones: self.versions.tombstones() as u64,
             backlog: self.peer.backlog.len() as u64,
@@ -523,7 +520,6 @@ impl Replication {
     /// a version); data from a master is merged both ways with full syncs.
     pub fn dataset_replaced(&mut self, own_files: bool) {
         self.versions.clear();
-        self.counters.clear();
         self.merge_again();
         if own_files {
             self.peer.snapshot.forgive_full();

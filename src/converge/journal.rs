@@ -58,6 +58,10 @@ pub const TAG_FUNCTIONS: u8 = 15;
 /// The node dropped its own tombstones over `max-tombstones` up to
 /// `stamp` (the newest; no key): its next full sync sweeps.
 pub const TAG_DROPPED: u8 = 16;
+/// A counter's merge state (`merge::journaled`; no stamp).
+pub const TAG_COUNTER: u8 = 17;
+/// The merge bound's clock of `stamp.node` is `stamp.clock` (no key).
+pub const TAG_MERGE_BOUND: u8 = 18;
 
 /// One decoded record, borrowing its key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -215,6 +219,8 @@ pub(crate) fn apply_record(store: &mut VersionStore, r: &Record<'_>) -> bool {
         TAG_COVERED => store.record_covered(r.stamp.node, r.stamp.clock),
         TAG_COLLECTED => store.record_collected(r.stamp),
         TAG_DROPPED => store.record_dropped(r.stamp),
+        TAG_COUNTER => return store.replay_counter(r.db, r.key),
+        TAG_MERGE_BOUND => store.counters.raise_bound(r.stamp.node, r.stamp.clock),
         TAG_FUNCTIONS => match <[u8; 8]>::try_from(r.key) {
             Ok(digest) => store.record_functions(r.stamp, u64::from_le_bytes(digest)),
             Err(_) => return false,

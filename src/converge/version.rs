@@ -125,6 +125,9 @@ pub struct VersionStore {
     /// of their last change and the CRC64 their `FUNCTION DUMP` payload carried
     /// then (a load whose libraries differ from it changed them unstamped).
     functions: Option<FunctionsVersion>,
+    /// Counters with merge metadata and the merge bound (issue 27):
+    /// journaled and persisted with the versions (`merge::journaled`).
+    pub counters: crate::converge::merge::counters::Counters,
 }
 
 /// The version of the function libraries.
@@ -179,7 +182,7 @@ impl VersionStore {
         self.journal = was;
     }
 
-    fn journal_record(&mut self, tag: u8, db: u32, stamp: Stamp, key: &[u8]) {
+    pub(crate) fn journal_record(&mut self, tag: u8, db: u32, stamp: Stamp, key: &[u8]) {
         if let Some(out) = self.journal.as_mut() {
             crate::converge::journal::put_record(out, tag, db, stamp, key);
         }
@@ -352,6 +355,9 @@ impl VersionStore {
         if let Some(KeyVersion::Live(stamp)) = self.get(db, key) {
             self.record_delete(db, key, stamp, gc_after.max(1));
         }
+        if self.counters.forget(db, key) {
+            self.journal_counter(db, key);
+        }
     }
 
     /// The verdict on a remote entry for `key` stamped `remote`.
@@ -399,6 +405,7 @@ impl VersionStore {
             None => self.journal_record(crate::converge::journal::TAG_FLUSH_ALL, 0, stamp, &[]),
         }
         self.raise_floor(db, stamp);
+        self.counters.flushed(db, stamp);
         self.forget_unstamped_before_flush(db);
         // This flush's own stamp arrived: it is no longer pending.
         match db {
@@ -439,6 +446,7 @@ impl VersionStore {
             Stamp::ZERO,
             &b.to_le_bytes(),
         );
+        self.counters.swap_dbs(a, b);
         let va = self.dbs.remove(&a);
         let vb = self.dbs.remove(&b);
         if let Some(v) = va {
@@ -718,7 +726,9 @@ impl VersionStore {
         };
         let mut out: Vec<(u32, Box<[u8]>)> = self
             .records()
-            .filter(|(_, _, v)| wanted(v.stamp()))
+            .filter(|(db, key, v)| {
+                wanted(v.stamp()) || self.counters.changed_after(*db, key, wanted)
+            })
             .map(|(db, key, _)| (db, Box::from(key)))
             .collect();
         out.sort_unstable_by_key(|(db, _)| *db);

@@ -286,7 +286,14 @@ fn debug_reply(ctx: &Context, args: &[RedisString]) -> RedisResult {
         let Some(st) = state.replication.get() else {
             return Err(RedisError::Str("ERR rdmasync internal error (see the log)"));
         };
-        let line = version_line(&st.versions, db, key) + &counter_line(&st.counters, db, key);
+        let line = version_line(&st.versions, db, key)
+            + &counter_line(&st.versions.counters, db, key)
+            + &format!(
+                "; coverage {:?}; waiting acks {}; accepts coverage {}",
+                st.coverage(),
+                !st.own_bound.is_idle(),
+                st.peer.accepts_coverage()
+            );
         return Ok(RedisValue::BulkString(line));
     }
     let Some(mut faults) = state.faults.get() else {

@@ -211,7 +211,6 @@ fn apply_flush(
     if !st.versions.flush_is_new(db, stamp) {
         return Ok(Outcome::Discarded);
     }
-    st.counters.flushed(db, stamp);
     let mut survivors: hashbrown::HashMap<u32, Vec<Box<[u8]>>> = hashbrown::HashMap::new();
     for (d, key) in st.versions.flush(db, stamp) {
         survivors.entry(d).or_default().push(key);
@@ -689,7 +688,9 @@ fn apply_entries(
     let oldest = batch.entries.iter().map(|e| e.clock).min().unwrap_or(0);
     for e in &batch.entries {
         tally.newest = tally.newest.max(e.clock);
-        let merged_key = e.key().is_some_and(|k| st.counters.contains(e.db, k));
+        let merged_key = e
+            .key()
+            .is_some_and(|k| st.versions.counters.contains(e.db, k));
         if !mset.admits(e) || merged_key {
             // Writes stay in batch order: the run goes first.
             if let Err((keys, msg)) = write_run(&mut mset, ctx, opts, st) {

@@ -83,6 +83,7 @@ fn settle(
     else {
         return Ok(Outcome::Discarded);
     };
+    st.versions.journal_counter(db, key);
     write(ctx, opts, key, value, base_won.then_some(expiry_ms))?;
     if value.is_some() {
         st.versions.record_write(db, key, version);
@@ -110,12 +111,15 @@ pub(super) fn state(
     };
     let incoming = codec::decode_counter(state).map_err(|err| err.to_string())?;
     // Read only when the table does not hold the key (else unused).
-    let held = if st.counters.contains(e.db, key) {
+    let held = if st.versions.counters.contains(e.db, key) {
         Local::Absent(Stamp::ZERO)
     } else {
         local(ctx, st, e.db, key)
     };
-    let merged = st.counters.remote_state(e.db, key, &incoming, || held);
+    let merged = st
+        .versions
+        .counters
+        .remote_state(e.db, key, &incoming, || held);
     if let Merged::Value {
         type_changed: true, ..
     }
@@ -151,17 +155,19 @@ pub(super) fn plain(
         Op::Delete { key } => (key, Plain::Deleted, None),
         _ => return None,
     };
-    if !st.counters.contains(e.db, key) {
+    if !st.versions.counters.contains(e.db, key) {
         return None;
     }
     let stamp = Stamp::new(e.clock, e.origin);
     let seen = st.peer_bound.clone();
     match st
+        .versions
         .counters
         .remote_plain(e.db, key, stamp, plain, seen.as_ref())
     {
         PlainOutcome::NotHeld => None,
         PlainOutcome::WholeKey => {
+            st.versions.journal_counter(e.db, key);
             fallback(shared, "a write of another type over a counter");
             None
         }
@@ -170,12 +176,13 @@ pub(super) fn plain(
 }
 
 /// The peer's bound notice (`Op::Bound`): kept for the plain writes after
-/// it in its batch.
+/// it in its batch, and acknowledged (a notice alone is the peer's probe
+/// for the ack that moves its bound, see `capture::counters::probe`).
 pub(super) fn bound(st: &mut Replication, e: &Entry) -> Outcome {
     if let Op::Bound { seen } = &e.op {
         st.peer_bound = codec::decode_seen(seen).ok();
     }
-    st.peer.received(e.seq);
+    st.peer.applied(e.seq);
     Outcome::Notice
 }
 
@@ -184,11 +191,9 @@ pub(super) fn bound(st: &mut Replication, e: &Entry) -> Outcome {
 /// counters whose metadata it passed rest.
 pub(super) fn bound_moved(st: &mut Replication, me: u64, peer: u64, applied: u64, in_step: bool) {
     if let Some(clock) = st.own_bound.acked(applied, in_step) {
-        st.counters.raise_bound(me, clock);
+        st.versions.raise_merge_bound(me, clock);
     }
     let covered = st.versions.covered(peer);
-    st.counters.raise_bound(peer, covered);
-    if !st.counters.is_empty() {
-        st.counters.collect();
-    }
+    st.versions.raise_merge_bound(peer, covered);
+    st.versions.collect_counters();
 }

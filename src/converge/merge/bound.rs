@@ -14,7 +14,12 @@ use std::collections::VecDeque;
 #[derive(Debug, Default)]
 pub struct OwnBound {
     pushed: VecDeque<(u64, u64)>,
+    /// When a probe last went out (see `capture::counters::probe`).
+    last_probe: Option<std::time::Instant>,
 }
+
+/// Between probes sent only to learn the peer's coverage again.
+pub const PROBE_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// At most this many batches wait (older ones are dropped: the bound then
 /// rises later, never wrongly).
@@ -25,6 +30,7 @@ impl OwnBound {
     /// coverage `clock`.
     pub fn pushed(&mut self, seq: u64, clock: u64) {
         if self.pushed.back().is_some_and(|&(_, c)| c >= clock) {
+            // An ack of a later batch covers this one too.
             return;
         }
         if self.pushed.len() >= MAX_WAITING {
@@ -48,6 +54,24 @@ impl OwnBound {
         // Out of step, the coverage is dropped, not kept for a later ack:
         // a later in-step ack covers a later batch anyway.
         covered.filter(|_| in_step)
+    }
+
+    /// Nothing waits for the peer's ack.
+    pub fn is_idle(&self) -> bool {
+        self.pushed.is_empty()
+    }
+
+    /// Whether a probe may go out at `now` (`urgent`: our own bound lags;
+    /// otherwise at most one per [`PROBE_INTERVAL`]); records it.
+    pub fn probe_due(&mut self, now: std::time::Instant, urgent: bool) -> bool {
+        let due = urgent
+            || self
+                .last_probe
+                .is_none_or(|at| now.saturating_duration_since(at) >= PROBE_INTERVAL);
+        if due {
+            self.last_probe = Some(now);
+        }
+        due
     }
 
     /// A new link: what was pushed may be lost with the old one.

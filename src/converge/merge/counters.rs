@@ -2,14 +2,20 @@
 //! decisions that change them: a local increment or other write, the
 //! peer's counter state, the peer's plain write of such a key, collection.
 //!
-//! A key is in the table only while its state holds something a site may
-//! still conflict with (an increment, or a set whose `Seen` matters). At
-//! rest the key is a plain string; its state is rebuilt from its value and
-//! its version when it is written again ([`Local`]): the base is the value
-//! at the key's version, having seen exactly the bound. Everything a site
-//! applied of a key at rest is at or below the bound, and the bound holds
-//! only what it applied; another site whose bound lags may still list
-//! some of those increments, which such a base must not count again.
+//! A key enters the table when it is first incremented (or the peer's
+//! counter state for it arrives) and stays while it holds a counter, also
+//! at rest (metadata collected): its base's stamp is then the stamp of
+//! the last set every site applied, the same on every site, which the
+//! key's version (its newest change, often an increment) is not. A base
+//! rebuilt at the version instead was a set back-dated to it, which
+//! another site could take over its own base and so count again, or
+//! drop, increments (the restart test found both).
+//!
+//! A key the table does not hold is a plain string; its state is built
+//! from its value and its version when it first counts ([`Local`]): its
+//! last write was a set (its version), having seen exactly the bound.
+//! Everything a site applied of a key at rest is at or below the bound,
+//! and the bound holds only what it applied.
 //!
 //! The bound is what every site has applied (see `merge`): this node's
 //! own changes up to what an in-step ack of the peer covered, the peer's
@@ -79,22 +85,53 @@ pub enum PlainOutcome {
 
 type Key = (u32, Box<[u8]>);
 
-/// The counters with metadata, and the bound.
-#[derive(Debug, Default)]
+/// The counters, and the bound.
+#[derive(Debug, Default, Clone)]
 pub struct Counters {
     table: HashMap<Key, Counter>,
+    /// The keys whose state holds metadata (what collection visits).
+    live: hashbrown::HashSet<Key>,
     bound: Seen,
 }
 
 impl Counters {
-    /// Keys with metadata.
-    pub fn len(&self) -> usize {
+    /// Keys whose state holds metadata (not at rest).
+    pub fn live_len(&self) -> usize {
+        self.live.len()
+    }
+
+    /// No key is held (at rest or not).
+    pub fn is_empty(&self) -> bool {
+        self.table.is_empty()
+    }
+
+    /// Keys held, at rest or not.
+    pub fn held(&self) -> usize {
         self.table.len()
     }
 
-    /// None.
-    pub fn is_empty(&self) -> bool {
-        self.table.is_empty()
+    /// Holds `c` for `k`.
+    fn put(&mut self, k: Key, c: Counter) {
+        if c.metadata_len() == 0 {
+            self.live.remove(&k);
+        } else {
+            self.live.insert(k.clone());
+        }
+        self.table.insert(k, c);
+    }
+
+    /// Takes `k`'s state out.
+    fn take(&mut self, k: &Key) -> Option<Counter> {
+        if self.table.is_empty() {
+            return None;
+        }
+        self.live.remove(k);
+        self.table.remove(k)
+    }
+
+    /// Forgets `key` (it expired or was evicted: gone here by itself).
+    pub fn forget(&mut self, db: u32, key: &[u8]) -> bool {
+        self.take(&(db, Box::from(key))).is_some()
     }
 
     /// The bound (what every site has applied).
@@ -107,12 +144,22 @@ impl Counters {
         self.bound.raise(node, clock);
     }
 
-    /// The state of `key`, if it has metadata.
+    /// The state of `key`, if it is held.
     pub fn get(&self, db: u32, key: &[u8]) -> Option<&Counter> {
         self.table.get(&(db, Box::from(key)))
     }
 
-    /// Whether `key` has metadata.
+    /// Whether `key`'s state holds a change (its base or an increment)
+    /// `wanted` picks: a key whose version is another node's may still
+    /// carry increments of this node a peer misses.
+    pub fn changed_after(&self, db: u32, key: &[u8], wanted: impl Fn(Stamp) -> bool) -> bool {
+        self.contains(db, key)
+            && self.get(db, key).is_some_and(|c| {
+                wanted(c.base().stamp) || c.increments().iter().any(|&(s, _)| wanted(s))
+            })
+    }
+
+    /// Whether `key` is held (as a counter, at rest or not).
     pub fn contains(&self, db: u32, key: &[u8]) -> bool {
         !self.table.is_empty() && self.get(db, key).is_some()
     }
@@ -139,7 +186,7 @@ impl Counters {
         before: Option<KeyVersion>,
     ) -> bool {
         let k: Key = (db, Box::from(key));
-        let mut c = self.table.remove(&k).unwrap_or_else(|| {
+        let mut c = self.take(&k).unwrap_or_else(|| {
             let was = after.saturating_sub(sum);
             let value = match before {
                 Some(KeyVersion::Live(_)) => Some(was),
@@ -158,7 +205,7 @@ impl Counters {
             let seen = self.seen_of(Some(&c));
             c.set(stamp, Some(after), seen);
         }
-        self.table.insert(k, c);
+        self.put(k, c);
         agrees
     }
 
@@ -177,7 +224,7 @@ impl Counters {
             return false;
         }
         let k: Key = (db, Box::from(key));
-        let Some(mut c) = self.table.remove(&k) else {
+        let Some(mut c) = self.take(&k) else {
             return false;
         };
         let Ok(value) = value else {
@@ -185,7 +232,7 @@ impl Counters {
         };
         let seen = self.seen_of(Some(&c));
         c.set(stamp, value, seen);
-        self.table.insert(k, c);
+        self.put(k, c);
         true
     }
 
@@ -199,7 +246,7 @@ impl Counters {
         local: impl FnOnce() -> Local,
     ) -> Merged {
         let k: Key = (db, Box::from(key));
-        let (mut c, type_changed) = match self.table.remove(&k) {
+        let (mut c, type_changed) = match self.take(&k) {
             Some(c) => (c, false),
             None => match local() {
                 Local::Absent(v) => (rest(v, None, &self.bound), false),
@@ -234,7 +281,7 @@ impl Counters {
             return PlainOutcome::NotHeld;
         }
         let k: Key = (db, Box::from(key));
-        let Some(mut c) = self.table.remove(&k) else {
+        let Some(mut c) = self.take(&k) else {
             return PlainOutcome::NotHeld;
         };
         let value = match (plain, seen) {
@@ -254,29 +301,54 @@ impl Counters {
         })
     }
 
-    /// Collects every state at the bound; keys left without metadata rest.
-    pub fn collect(&mut self) {
-        let bound = &self.bound;
-        self.table.retain(|_, c| {
+    /// Collects every state with metadata at the bound; returns the keys
+    /// that came to rest.
+    pub fn collect(&mut self) -> Vec<(u32, Box<[u8]>)> {
+        let (table, bound) = (&mut self.table, &self.bound);
+        let mut rested = Vec::new();
+        self.live.retain(|k| {
+            let Some(c) = table.get_mut(k) else {
+                return false;
+            };
             c.collect(bound);
-            c.metadata_len() != 0
+            let live = c.metadata_len() != 0;
+            if !live {
+                rested.push(k.clone());
+            }
+            live
         });
+        rested
     }
 
-    /// Collects `c` and keeps it if metadata is left; its value and
-    /// newest stamp (taken first: collection folds increments away).
+    /// Puts back a key's state as a load found it (`None`: not held).
+    pub fn restore(&mut self, db: u32, key: &[u8], state: Option<Counter>) {
+        let k: Key = (db, Box::from(key));
+        match state {
+            Some(c) => self.put(k, c),
+            None => {
+                self.take(&k);
+            }
+        }
+    }
+
+    /// Every key's state, for persistence.
+    pub fn states(&self) -> impl Iterator<Item = (u32, &[u8], &Counter)> {
+        self.table.iter().map(|((db, k), c)| (*db, &k[..], c))
+    }
+
+    /// Collects `c` and holds it; its value and newest stamp (taken
+    /// first: collection folds increments away).
     fn keep(&mut self, k: Key, mut c: Counter) -> (Option<i128>, Stamp) {
         let (value, newest) = (c.value(), c.newest());
         c.collect(&self.bound);
-        if c.metadata_len() != 0 {
-            self.table.insert(k, c);
-        }
+        self.put(k, c);
         (value, newest)
     }
 
     /// Forgets every key (the dataset was replaced or flushed).
     pub fn clear(&mut self) {
         self.table.clear();
+        self.live.clear();
     }
 
     /// `SWAPDB a b`: the keys move with their databases.
@@ -284,18 +356,23 @@ impl Counters {
         if self.table.is_empty() {
             return;
         }
+        let moved = |(db, key): Key| {
+            let db = if db == a {
+                b
+            } else if db == b {
+                a
+            } else {
+                db
+            };
+            (db, key)
+        };
         self.table = std::mem::take(&mut self.table)
             .into_iter()
-            .map(|((db, key), c)| {
-                let db = if db == a {
-                    b
-                } else if db == b {
-                    a
-                } else {
-                    db
-                };
-                ((db, key), c)
-            })
+            .map(|(k, c)| (moved(k), c))
+            .collect();
+        self.live = std::mem::take(&mut self.live)
+            .into_iter()
+            .map(moved)
             .collect();
     }
 
@@ -304,6 +381,8 @@ impl Counters {
     pub fn flushed(&mut self, db: Option<u32>, stamp: Stamp) {
         self.table
             .retain(|(d, _), c| db.is_some_and(|f| f != *d) || c.newest() > stamp);
+        let table = &self.table;
+        self.live.retain(|k| table.contains_key(k));
     }
 }
 
@@ -456,7 +535,7 @@ mod tests {
         a.raise_bound(B, 5);
         a.raise_bound(A, 5);
         a.collect();
-        assert!(a.is_empty(), "at rest on A");
+        assert_eq!(a.live_len(), 0, "at rest on A");
         // A increments again: its state is rebuilt at its version (5, B).
         assert!(a.local_increment(0, b"k", s(7, A), 1, 14, Some(KeyVersion::Live(s(5, B)))));
         let from_a = a.get(0, b"k").cloned().unwrap();
@@ -469,10 +548,10 @@ mod tests {
         let mut a = Counters::default();
         assert!(a.local_increment(0, b"k", s(5, A), 1, 11, Some(KeyVersion::Live(s(1, A)))));
         a.collect();
-        assert_eq!(a.len(), 1, "not yet acknowledged");
+        assert_eq!(a.live_len(), 1, "not yet acknowledged");
         a.raise_bound(A, 5);
         a.collect();
-        assert!(a.is_empty());
+        assert_eq!((a.live_len(), a.held()), (0, 1), "held at rest");
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub mod collection;
 pub mod counter;
 pub mod counters;
 pub mod element;
+pub mod journaled;
 pub mod register;
 pub mod seen;
 
