@@ -365,6 +365,47 @@ fn a_delete_removes_only_the_increments_it_had_seen() {
     merged_and_collected(&pair);
 }
 
+#[test]
+fn increments_in_transactions_ship_as_sets_that_keep_the_other_side_s_increments() {
+    // Inside MULTI the filter sees an increment when it is queued, not when
+    // it runs: A's ship as sets of the value A holds (counted in
+    // merge_fallbacks), which still keep every increment of B's they had
+    // not seen. Only two such sets at once would lose one another.
+    let pair = started_merging_counters();
+    thread::scope(|s| {
+        s.spawn(|| {
+            let mut c = pair.a.conn();
+            for _ in 0..UPDATES / 2 {
+                let (x, y): (i64, i64) = redis::pipe()
+                    .atomic()
+                    .cmd("INCR")
+                    .arg("c")
+                    .cmd("INCRBY")
+                    .arg("c")
+                    .arg(2)
+                    .query(&mut c)
+                    .unwrap();
+                assert_eq!(y, x + 2);
+            }
+        });
+        s.spawn(|| write_all(&pair.b, |_| cmd(&["INCR", "c"]), integer));
+    });
+    or_explain(&pair, "c", || pair.wait_converged(Duration::from_secs(30)));
+    let want = (UPDATES as i64 / 2) * 3 + UPDATES as i64;
+    let lost = lost_on_both(&pair, |c| (want - get_counter(c)).unsigned_abs() as usize);
+    report(
+        "INCR in MULTI on A against INCR on B",
+        lost / 2,
+        2 * UPDATES,
+    );
+    assert!(
+        pair.a.stat("merge_fallbacks") >= UPDATES as u64,
+        "A's increments in transactions were not counted as fallbacks: {:?}",
+        pair.a.status()
+    );
+    assert_eq!(pair.b.stat("merge_fallbacks"), 0, "{:?}", pair.b.status());
+}
+
 /// A pair merging counters whose servers write an AOF, fsynced always.
 fn merging_counters_with_aof() -> Pair {
     let (pa, pb) = (common::free_port(), common::free_port());

@@ -62,7 +62,7 @@ pub fn on_keyspace_event(ctx: &Context, class: i32, event: &[u8], key: &[u8]) {
             if let Some(mut dirty) = main.dirty.get() {
                 if increments::enabled() {
                     if let Some(mut window) = main.increments.get() {
-                        window.event(db, key, b"del", true);
+                        let _ = window.event(db, key, b"del", true);
                     }
                 }
                 dirty.mark(db, key);
@@ -88,8 +88,14 @@ pub fn on_keyspace_event(ctx: &Context, class: i32, event: &[u8], key: &[u8]) {
     let dirty = main.dirty.get();
     if let Some(mut dirty) = dirty {
         if increments::enabled() {
-            if let Some(mut window) = main.increments.get() {
-                window.event(db, key, event, dirty.contains(db, key));
+            let unpaired = main
+                .increments
+                .get()
+                .is_some_and(|mut w| w.event(db, key, event, dirty.contains(db, key)));
+            if unpaired {
+                crate::shared::with_shared(|s| {
+                    crate::ops::status::Stats::add(&s.stats.merge_fallbacks, 1)
+                });
             }
         }
         dirty.mark(db, key);

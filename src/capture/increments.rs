@@ -93,9 +93,13 @@ pub struct IncrementWindow {
 impl IncrementWindow {
     /// A write event on `key` of `db`, before the dirty set marks it
     /// (`already_dirty`: it was changed before in this window, or rests).
-    pub fn event(&mut self, db: u32, key: &[u8], event: &[u8], already_dirty: bool) {
-        let delta = if event == b"incrby" { claim(key) } else { None };
+    /// Returns whether it was an increment whose delta the filter did not
+    /// note (in a transaction or script): it ships as a set, counted.
+    pub fn event(&mut self, db: u32, key: &[u8], event: &[u8], already_dirty: bool) -> bool {
+        let incrby = event == b"incrby";
+        let delta = if incrby { claim(key) } else { None };
         self.record(db, key, delta, already_dirty);
+        incrby && delta.is_none()
     }
 
     /// [`Self::event`] with the claimed delta (`None`: not an increment).
