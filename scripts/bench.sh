@@ -32,7 +32,10 @@
 #                the lag of the module-before pair too, in the same rounds
 # Environment: BENCH_PORT (default 26400: ports BENCH_PORT+1..+14 are used),
 #   BG_RATE (background writes/s for the loaded lag run, default 50000),
-#   BENCH_TESTS / BENCH_PIPELINES (the write-path tests and pipelines, default all).
+#   BENCH_TESTS / BENCH_PIPELINES (the write-path tests and pipelines, default all;
+#   `incr` increments one hot counter, not in the default set),
+#   BENCH_MODULE_ARGS (extra module arguments of the measured pair, e.g.
+#   merge-counters=yes; not given to the --before pair).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -103,8 +106,9 @@ done
 srv() { local port=$1; shift; mkdir -p "$W/$port"
   redis-server --port "$port" --bind 127.0.0.1 --dir "$W/$port" --save '' "${PERSIST[@]}" \
     --daemonize yes --pidfile "$W/$port.pid" --logfile "$W/$port.log" "$@"; }
-srv $PA --loadmodule "$SO" peer=127.0.0.1 port=$LB listen-port=$LA transport=tcp
-srv $PB --loadmodule "$SO" peer=127.0.0.1 port=$LA listen-port=$LB transport=tcp
+read -r -a MODULE_EXTRA <<< "${BENCH_MODULE_ARGS:-}"
+srv $PA --loadmodule "$SO" peer=127.0.0.1 port=$LB listen-port=$LA transport=tcp "${MODULE_EXTRA[@]}"
+srv $PB --loadmodule "$SO" peer=127.0.0.1 port=$LA listen-port=$LB transport=tcp "${MODULE_EXTRA[@]}"
 srv $PP
 srv $PM
 srv $PR --replicaof 127.0.0.1 $PM
@@ -182,6 +186,7 @@ bench_one() { # port test pipeline
   case $2 in
     hset-keys) args=(hset "h:__rand_int__" "f:__rand_int__" v) ;;
     lpush-keys) args=(lpush "l:__rand_int__" v) ;;
+    incr) args=(incr counter) ;;
   esac
   redis-benchmark -p "$1" -c 50 -n "$n" -P "$3" -r 100000 --csv "${args[@]}" | tail -1 | awk -F'"' '{ print $4 }'
 }
