@@ -1,10 +1,30 @@
 //! Any bytes given to the frame decoder: an error or a frame whose fields are
 //! consistent with the bytes, never a panic. Inputs whose header is valid also
 //! get their checksum fixed up, so the paths behind the CRC are explored too.
+//! A counter state or merge bound in a frame's value is decoded too: an
+//! error or a state that survives a round trip.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rdmasync::proto::wire::{self, Peeked};
+use rdmasync::converge::merge::codec;
+use rdmasync::proto::wire::{self, FrameKind, Peeked};
+
+/// The merge state a counter or bound frame carries decodes or fails.
+fn check_merge_state(kind: FrameKind, value: &[u8]) {
+    match kind {
+        FrameKind::Counter => {
+            if let Ok(c) = codec::decode_counter(value) {
+                assert_eq!(codec::decode_counter(&codec::encode_counter(&c)), Ok(c));
+            }
+        }
+        FrameKind::Bound => {
+            if let Ok(s) = codec::decode_seen(value) {
+                assert_eq!(codec::decode_seen(&codec::encode_seen(&s)), Ok(s));
+            }
+        }
+        _ => {}
+    }
+}
 
 fn check(data: &[u8]) {
     if let Ok(frame) = wire::decode_frame(data) {
@@ -17,6 +37,7 @@ fn check(data: &[u8]) {
         assert_eq!(n, frame.len);
         let body = wire::HEADER_LEN + frame.key.len() + frame.value.len() + wire::TRAILER_LEN;
         assert_eq!(&out[..body], &data[..body]);
+        check_merge_state(frame.header.kind, frame.value);
     }
 }
 
