@@ -18,7 +18,8 @@
 //!   apply queue, as a backed-up queue would;
 //! - `CLOCK-SKEW <ms>`: this node's wall clock reads `ms` off (negative:
 //!   behind), as a node with a wrong clock would; 0 reads it right again;
-//! - `VERSION <key>`: the version this node holds of the key in the
+//! - `VERSION <key>`: the version (and counter state, merge bound and
+//!   coverage) this node holds of the key in the
 //!   selected database (`live <clock> <node>`, `deleted <clock> <node>`,
 //!   or `none`), and the database's floor, for a test that must say why
 //!   a key differs;
