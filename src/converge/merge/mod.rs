@@ -21,6 +21,8 @@ pub mod codec;
 pub mod collection;
 pub mod counter;
 pub mod counters;
+#[cfg(test)]
+mod counters_sim;
 pub mod element;
 pub mod journaled;
 pub mod register;
