@@ -82,7 +82,7 @@ fn step() -> impl Strategy<Value = Step> {
 struct World {
     sites: [Site; 2],
     /// `links[i]`: from site `i` to the other, in order.
-    links: [VecDeque<Message>; 2],
+    links: [VecDeque<(Message, u64)>; 2],
     /// What each site received, for duplicates.
     delivered: [Vec<Message>; 2],
     history: Vec<Made>,
@@ -127,9 +127,12 @@ impl World {
         }
     }
 
+    /// Ships the key, with the sender's coverage of its own changes (all
+    /// of them are in its stream up to here).
     fn ship(&mut self, i: usize) {
         let m = self.shipment(i);
-        self.links[i].push_back(m);
+        let coverage = self.sites[i].clock;
+        self.links[i].push_back((m, coverage));
     }
 
     fn increment(&mut self, i: usize, delta: i128) {
@@ -223,19 +226,14 @@ impl World {
     }
 
     fn deliver(&mut self, from: usize) {
-        let Some(m) = self.links[from].pop_front() else {
+        let Some((m, coverage)) = self.links[from].pop_front() else {
             return;
         };
         let to = 1 - from;
         self.apply(to, &m);
-        // What the sender shipped so far is applied, in order.
+        // What the sender had made when it sent this is applied, in order.
         let from_node = self.sites[from].node;
-        let newest = match &m {
-            Message::State(c, _) => c.newest().clock,
-            Message::Plain(stamp, ..) => stamp.clock,
-            Message::Ack(..) => 0,
-        };
-        self.sites[to].applied.raise(from_node, newest);
+        self.sites[to].applied.raise(from_node, coverage);
         self.delivered[to].push(m);
     }
 
@@ -245,7 +243,8 @@ impl World {
         let s = &self.sites[i];
         let other = self.sites[1 - i].node;
         let m = Message::Ack(s.applied.clock(other), s.applied.clock(s.node));
-        self.links[i].push_back(m);
+        let coverage = s.clock;
+        self.links[i].push_back((m, coverage));
     }
 
     /// The links drop what was in flight; each site sends its key again.
