@@ -6,9 +6,10 @@
 //! ```text
 //! off size field
 //!   0  4   magic "RSYN" (0x4e595352 little-endian)
-//!   4  1   version (1)
+//!   4  1   version (5)
 //!   5  1   kind (1 value, 2 delete, 3 flushdb, 4 flushall, 5 swapdb,
-//!            6 ack, 7 sync request)
+//!            6 ack, 7 sync request, 8 functions, 9 sweep start, 10 sweep
+//!            end, 11 counter state, 12 merge bound)
 //!   6  2   flags (1 batch end, 2 more chunks follow, 4 continuation chunk,
 //!            8 raw string: the value is a string's bytes, not a DUMP payload)
 //!   8  4   frame_len (whole frame, padding included)
@@ -34,7 +35,7 @@ pub const FRAME_MAGIC: u32 = u32::from_le_bytes(*b"RSYN");
 /// Magic of a padding marker.
 pub const PAD_MAGIC: u32 = u32::from_le_bytes(*b"RSPD");
 /// Protocol version written in every frame.
-pub const VERSION: u8 = 4;
+pub const VERSION: u8 = 5;
 /// Bytes of the fixed header.
 pub const HEADER_LEN: usize = 64;
 /// Bytes of the CRC trailer.
