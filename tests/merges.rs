@@ -406,6 +406,26 @@ fn increments_in_transactions_ship_as_sets_that_keep_the_other_side_s_increments
     assert_eq!(pair.b.stat("merge_fallbacks"), 0, "{:?}", pair.b.status());
 }
 
+#[test]
+fn increments_in_scripts_on_both_nodes_all_count() {
+    // The command filter sees the calls a script makes: they ship as
+    // increments, as the client's own INCR does.
+    let pair = started_merging_counters();
+    let script = |_: usize| {
+        cmd(&[
+            "EVAL",
+            "redis.call('INCR', KEYS[1]); return redis.call('INCRBY', KEYS[1], 2)",
+            "1",
+            "c",
+        ])
+    };
+    or_explain(&pair, "c", || at_once(&pair, script, script, integer));
+    let want = 2 * UPDATES as i64 * 3;
+    let lost = lost_on_both(&pair, |c| (want - get_counter(c)).unsigned_abs() as usize);
+    report("INCR in scripts on both nodes", lost / 2, 2 * UPDATES);
+    or_explain(&pair, "c", || merged_and_collected(&pair));
+}
+
 /// A pair merging counters whose servers write an AOF, fsynced always.
 fn merging_counters_with_aof() -> Pair {
     let (pa, pb) = (common::free_port(), common::free_port());

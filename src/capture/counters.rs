@@ -47,8 +47,12 @@ pub fn local_change(shared: &Shared, st: &mut Replication, change: LocalChange<'
         before,
         snap,
     } = change;
-    let now = integer_read(snap);
     let held_before = st.versions.counters.contains(db, key);
+    if sum.is_none() && !held_before {
+        // A plain write of a key that is not a counter: nothing to record.
+        return;
+    }
+    let now = integer_read(snap);
     match (sum, now) {
         (Some(sum), Ok(Some(after))) => {
             if !st
@@ -58,7 +62,8 @@ pub fn local_change(shared: &Shared, st: &mut Replication, change: LocalChange<'
             {
                 fallback(
                     shared,
-                    "an increment whose value disagreed with the counter's state",
+                    "an increment taken as a set (its value disagreed with the counter's \
+                     state, or too many increments wait for the peer)",
                 );
             }
         }
@@ -77,7 +82,7 @@ pub fn local_change(shared: &Shared, st: &mut Replication, change: LocalChange<'
 /// Every value or delete in `entries` of a key with merge metadata ships
 /// as the key's counter state instead (whichever path read it: a flush,
 /// the backlog, a full sync); the others stay plain.
-pub fn as_states(st: &Replication, entries: &mut [Entry]) {
+pub fn as_states(st: &mut Replication, entries: &mut [Entry]) {
     if st.versions.counters.is_empty() {
         return;
     }
@@ -89,6 +94,7 @@ pub fn as_states(st: &Replication, entries: &mut [Entry]) {
         };
         if let Some(c) = st.versions.counters.get(e.db, key) {
             let state = codec::encode_counter(c);
+            st.versions.counters.sent(e.db, key);
             let key = std::mem::take(key);
             e.op = Op::Counter {
                 key,

@@ -239,7 +239,8 @@ impl ReadRun {
             }
             let stamp = Stamp::new(shared.clock.tick(wall), shared.node_id);
             st.last_local_stamp = stamp.clock;
-            let before = st.versions.get(db, &key);
+            // Only a counter's first increment needs it (its base).
+            let before = sum.and_then(|_| st.versions.get(db, &key));
             if snap.is_some() {
                 st.versions.record_write(db, &key, stamp);
             } else {

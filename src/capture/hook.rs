@@ -85,21 +85,27 @@ pub fn on_keyspace_event(ctx: &Context, class: i32, event: &[u8], key: &[u8]) {
             silent.take_past_expiry(key, std::time::Instant::now());
         }
     }
-    let dirty = main.dirty.get();
-    if let Some(mut dirty) = dirty {
-        if increments::enabled() {
-            let unpaired = main
-                .increments
-                .get()
-                .is_some_and(|mut w| w.event(db, key, event, dirty.contains(db, key)));
-            if unpaired {
-                crate::shared::with_shared(|s| {
-                    crate::ops::status::Stats::add(&s.stats.merge_fallbacks, 1)
-                });
-            }
+    mark_written(&main, db, key, event);
+}
+
+/// A local write of `key`: dirty, and (`merge-counters`) an increment or
+/// not for the flush (an increment the filter did not note is counted).
+fn mark_written(main: &crate::capture::state::MainState, db: u32, key: &[u8], event: &[u8]) {
+    let Some(mut dirty) = main.dirty.get() else {
+        return;
+    };
+    if increments::enabled() {
+        let unpaired = main
+            .increments
+            .get()
+            .is_some_and(|mut w| w.event(db, key, event, dirty.contains(db, key)));
+        if unpaired {
+            crate::shared::with_shared(|s| {
+                crate::ops::status::Stats::add(&s.stats.merge_fallbacks, 1)
+            });
         }
-        dirty.mark(db, key);
     }
+    dirty.mark(db, key);
 }
 
 /// An expired or evicted key: its last version becomes a tombstone at the

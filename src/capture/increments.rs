@@ -6,7 +6,7 @@
 //! keyspace event `incrby` that the command raises once it took effect
 //! claims that note. A note no event claims (a failed command, one queued
 //! in `MULTI`) is dropped by the next filtered command. An event with no
-//! note (a transaction, a script whose calls the filter does not see), or
+//! note (a transaction: its commands pass the filter when queued), or
 //! any other write of the key since the last flush, makes the key's change
 //! a plain write: a set of the value it holds, which still keeps every
 //! increment made elsewhere that it had not seen.

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use crate::capture::flush::{count_read_failures, entry, op_of, pending_of, push};
-use crate::catchup::fullsync::Shipment;
+use crate::catchup::fullsync::{FullSync, Shipment};
 use crate::catchup::replication::Replication;
 use crate::catchup::snapshot::SyncKind;
 use crate::converge::changes::PendingOp;
@@ -164,6 +164,18 @@ pub fn drain_backlog(reader: &Reader, shared: &Shared, st: &mut Replication, dea
     }
 }
 
+/// Keys the sync's last step could not read wait to be read again, at
+/// their versions.
+fn keep_unread(shared: &Shared, st: &mut Replication, sync: &mut FullSync) {
+    let unread = sync.take_unread();
+    if !unread.is_empty() {
+        count_read_failures(shared, unread.len());
+    }
+    for (db, key, stamp) in unread {
+        st.unread.insert((db, key.into()), stamp);
+    }
+}
+
 /// Advances the full sync for at most the rest of the slice.
 pub fn advance_full_sync(
     reader: &Reader,
@@ -176,6 +188,8 @@ pub fn advance_full_sync(
     let Some(mut running) = running.flatten() else {
         return;
     };
+    // Its pushes are not in step (the merge bound must not rise on them).
+    st.sync_taken_out = true;
     let sync = &mut running.sync;
     while !shared.queue.is_full() && Instant::now() < deadline && !sync.is_done() {
         if !st.unread.is_empty() {
@@ -188,13 +202,7 @@ pub fn advance_full_sync(
             .into_iter()
             .map(|(db, stamp, op)| entry(db, stamp, op))
             .collect();
-        let unread = sync.take_unread();
-        if !unread.is_empty() {
-            count_read_failures(shared, unread.len());
-        }
-        for (db, key, stamp) in unread {
-            st.unread.insert((db, key.into()), stamp);
-        }
+        keep_unread(shared, st, sync);
         let refused = || shared.stats.entries_refused.load(Ordering::Relaxed);
         let before = refused();
         let pushed = push(shared, st, entries, false);
@@ -204,6 +212,7 @@ pub fn advance_full_sync(
         }
         let Ok(last_seq) = pushed else {
             // Cannot happen after `is_full` said no (single producer); start over.
+            st.sync_taken_out = false;
             st.peer.snapshot.owe(SyncKind::Full);
             return;
         };
@@ -220,6 +229,7 @@ pub fn advance_full_sync(
             sync.started.elapsed().as_millis()
         ));
     }
+    st.sync_taken_out = false;
     st.peer.snapshot.resume(running);
     if done {
         st.peer.full_sync_sent(last_seq);

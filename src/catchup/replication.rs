@@ -132,6 +132,9 @@ pub struct Replication {
     /// The bound the peer sent with the batch being applied (what it had
     /// seen of keys it held at rest).
     pub peer_bound: Option<Seen>,
+    /// A sync is taken out of `peer.snapshot` to hand out entries: not in
+    /// step, though the snapshot looks idle meanwhile.
+    pub sync_taken_out: bool,
 }
 
 impl Default for Replication {
@@ -163,6 +166,7 @@ impl Replication {
             peer: Peer::new(backlog_limit),
             own_bound: OwnBound::default(),
             peer_bound: None,
+            sync_taken_out: false,
         }
     }
 
@@ -295,6 +299,7 @@ impl Replication {
             && self.peer.backlog.is_empty()
             && self.unread.is_empty()
             && !self.peer.snapshot.is_running()
+            && !self.sync_taken_out
             && self.peer.snapshot.owed().is_none()
             && self.peer.pending_request.is_none();
         let cap = self.own_coverage_cap.unwrap_or(u64::MAX);

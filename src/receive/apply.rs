@@ -685,7 +685,13 @@ fn apply_entries(
     let mut tally = Tally::default();
     let mut mset = MsetRun::new();
     // A failed MSET run holds entries of this batch: none newer is held.
-    let oldest = batch.entries.iter().map(|e| e.clock).min().unwrap_or(0);
+    let oldest = batch
+        .entries
+        .iter()
+        .filter(|e| e.is_data())
+        .map(|e| e.clock)
+        .min()
+        .unwrap_or(0);
     for e in &batch.entries {
         tally.newest = tally.newest.max(e.clock);
         let merged_key = e

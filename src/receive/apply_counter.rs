@@ -10,7 +10,9 @@ use crate::catchup::replication::Replication;
 use crate::converge::merge::codec;
 use crate::converge::merge::counters::{integer_of, Local, Merged, Plain, PlainOutcome};
 use crate::converge::version::{KeyVersion, Stamp, GC_AT_NEXT_ACK};
+use crate::ops::status::unix_ms;
 use crate::proto::entry::{Encoding, Entry, Op};
+use crate::redis::server;
 use crate::redis::snapshot::{Read, Reader};
 use crate::shared::Shared;
 
@@ -83,8 +85,28 @@ fn settle(
     else {
         return Ok(Outcome::Discarded);
     };
+    // Never lower the key's version (collection folds increments away).
+    let version = st
+        .versions
+        .get(db, key)
+        .map_or(version, |v| v.stamp().max(version));
+    let absent_here = !server::key_info(ctx, key).exists();
+    let expiry = if base_won || absent_here {
+        Some(expiry_ms)
+    } else {
+        None
+    };
+    if value.is_some() && expiry.flatten().is_some_and(|at| at <= unix_ms()) {
+        // Expired on arrival: gone here as on its origin, by itself.
+        if !absent_here {
+            call(ctx, opts, "DEL", &[key])?;
+        }
+        st.versions.record_delete(db, key, version, GC_AT_NEXT_ACK);
+        st.versions.expired(db, key, GC_AT_NEXT_ACK);
+        return Ok(Outcome::Applied);
+    }
     st.versions.journal_counter(db, key);
-    write(ctx, opts, key, value, base_won.then_some(expiry_ms))?;
+    write(ctx, opts, key, value, expiry)?;
     if value.is_some() {
         st.versions.record_write(db, key, version);
     } else {
@@ -167,8 +189,18 @@ pub(super) fn plain(
     {
         PlainOutcome::NotHeld => None,
         PlainOutcome::WholeKey => {
-            st.versions.journal_counter(e.db, key);
             fallback(shared, "a write of another type over a counter");
+            let held = st
+                .versions
+                .get(e.db, key)
+                .map_or(Stamp::ZERO, KeyVersion::stamp);
+            if stamp <= held {
+                // Older than the counter: it stays as it is.
+                return Some(Ok(Outcome::Discarded));
+            }
+            // It wins as any write of the key does (applied by the caller).
+            st.versions.counters.forget(e.db, key);
+            st.versions.journal_counter(e.db, key);
             None
         }
         PlainOutcome::Merged(merged) => Some(settle(ctx, opts, st, e.db, key, merged, expiry_ms)),

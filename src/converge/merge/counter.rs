@@ -163,6 +163,35 @@ impl Counter {
             .map_or(self.base.stamp, |&(s, _)| s.max(self.base.stamp))
     }
 
+    /// Folds the increments of `node` stamped after `after` (and after the
+    /// base) into the newest of them: one increment of the sum, at that
+    /// stamp. Only for increments no other site has been sent and no base
+    /// has seen (the caller's `after` says what left this site): nothing
+    /// elsewhere can tell them apart.
+    pub fn coalesce(&mut self, node: u64, after: Stamp) {
+        let after = after.max(self.base.stamp);
+        let fold = |s: &Stamp| s.node == node && *s > after;
+        if self.increments.iter().filter(|(s, _)| fold(s)).count() < 2 {
+            return;
+        }
+        let sum = self
+            .increments
+            .iter()
+            .filter(|(s, _)| fold(s))
+            .fold(0i128, |a, &(_, d)| a.saturating_add(d));
+        let newest = self
+            .increments
+            .iter()
+            .filter(|(s, _)| fold(s))
+            .map(|&(s, _)| s)
+            .max()
+            .unwrap_or(after);
+        self.increments.retain(|(s, _)| !fold(s));
+        if let Err(i) = self.increments.binary_search_by_key(&newest, |&(s, _)| s) {
+            self.increments.insert(i, (newest, sum));
+        }
+    }
+
     /// Metadata entries held beyond the key's version (increments and the
     /// base's `Seen`).
     pub fn metadata_len(&self) -> usize {
@@ -208,6 +237,30 @@ mod tests {
         assert_eq!(c.value(), None);
         c.increment(Stamp::new(6, 2), 2, &NONE);
         assert_eq!(c.value(), Some(2));
+    }
+
+    #[test]
+    fn unsent_increments_after_the_base_fold_into_one() {
+        let mut c = Counter::at_rest(Some(10));
+        c.increment(Stamp::new(3, 1), 1, &NONE);
+        c.increment(Stamp::new(4, 2), 5, &NONE);
+        c.set(Stamp::new(5, 1), Some(20), seen(&[(1, 3)]));
+        for clock in 6..9 {
+            c.increment(Stamp::new(clock, 1), 2, &NONE);
+        }
+        let before = c.value();
+        c.coalesce(1, Stamp::new(6, 1));
+        assert_eq!(c.value(), before);
+        assert_eq!(
+            c.increments(),
+            &[
+                (Stamp::new(3, 1), 1),
+                (Stamp::new(4, 2), 5),
+                (Stamp::new(6, 1), 2),
+                (Stamp::new(8, 1), 4)
+            ],
+            "the increment sent (6) and those before the base stay"
+        );
     }
 
     #[test]

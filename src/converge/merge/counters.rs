@@ -78,17 +78,30 @@ pub enum PlainOutcome {
     NotHeld,
     /// Merged as a set or delete.
     Merged(Merged),
-    /// Another type, or no `Seen` came with it: the table forgets the key
-    /// and last writer wins (counted as a fallback).
+    /// Another type, or no `Seen` came with it: last writer wins (counted
+    /// as a fallback); the table still holds the key, to be forgotten if
+    /// the write wins.
     WholeKey,
 }
 
 type Key = (u32, Box<[u8]>);
 
+/// Increments a counter lists at most while the bound cannot rise (the
+/// peer catching up for long: each state shipped, none acknowledged in
+/// step); past it a local increment is taken as a set of the value it left
+/// (which keeps every increment made elsewhere that it had not seen), so
+/// that a state, and each journal record of it, stays bounded. Increments
+/// not yet sent fold into one instead ([`Counter::coalesce`]).
+pub const MAX_LISTED: usize = 1024;
+
 /// The counters, and the bound.
 #[derive(Debug, Default, Clone)]
 pub struct Counters {
     table: HashMap<Key, Counter>,
+    /// Per key, the newest of its stamps a state this node pushed held
+    /// (none: nothing since the key entered the table here; a state a load
+    /// restored counts as sent whole).
+    sent: HashMap<Key, Stamp>,
     /// The keys whose state holds metadata (what collection visits).
     live: hashbrown::HashSet<Key>,
     bound: Seen,
@@ -129,9 +142,28 @@ impl Counters {
         self.table.remove(k)
     }
 
+    /// Forgets `k` for good (not put back).
+    fn drop_key(&mut self, k: &Key) {
+        self.take(k);
+        self.sent.remove(k);
+    }
+
+    /// A state of `key` is being pushed to the peer: what it holds now has
+    /// left this node.
+    pub fn sent(&mut self, db: u32, key: &[u8]) {
+        let k: Key = (db, Box::from(key));
+        if let Some(c) = self.table.get(&k) {
+            let newest = c.newest();
+            self.sent.insert(k, newest);
+        }
+    }
+
     /// Forgets `key` (it expired or was evicted: gone here by itself).
     pub fn forget(&mut self, db: u32, key: &[u8]) -> bool {
-        self.take(&(db, Box::from(key))).is_some()
+        let k: Key = (db, Box::from(key));
+        let held = self.table.contains_key(&k);
+        self.drop_key(&k);
+        held
     }
 
     /// The bound (what every site has applied).
@@ -174,8 +206,9 @@ impl Counters {
 
     /// A local flush in which `key` was only incremented, by `sum` in all,
     /// stamped `stamp`, leaving it at `after`. `before` is its version
-    /// before. Returns `false` when the state here did not give `after`
-    /// (then the write is taken as a set of `after`; counted by the caller).
+    /// before. Returns `false` when the state here did not give `after`, or
+    /// lists [`MAX_LISTED`] increments already (then the write is taken as
+    /// a set of `after`; counted by the caller).
     pub fn local_increment(
         &mut self,
         db: u32,
@@ -199,8 +232,13 @@ impl Counters {
                 &self.bound,
             )
         });
-        c.increment(stamp, sum, &self.bound);
-        let agrees = c.value() == Some(after);
+        let crowded = c.increments().len() >= MAX_LISTED;
+        if !crowded {
+            c.increment(stamp, sum, &self.bound);
+            let sent = self.sent.get(&k).copied().unwrap_or(Stamp::ZERO);
+            c.coalesce(stamp.node, sent);
+        }
+        let agrees = !crowded && c.value() == Some(after);
         if !agrees {
             let seen = self.seen_of(Some(&c));
             c.set(stamp, Some(after), seen);
@@ -281,13 +319,17 @@ impl Counters {
             return PlainOutcome::NotHeld;
         }
         let k: Key = (db, Box::from(key));
-        let Some(mut c) = self.take(&k) else {
+        if !self.table.contains_key(&k) {
             return PlainOutcome::NotHeld;
-        };
+        }
         let value = match (plain, seen) {
             (Plain::Integer(x), Some(_)) => Some(x),
             (Plain::Deleted, Some(_)) => None,
+            // Held until last writer wins has decided (`forget` if it won).
             _ => return PlainOutcome::WholeKey,
+        };
+        let Some(mut c) = self.take(&k) else {
+            return PlainOutcome::NotHeld;
         };
         let held_base = c.base().stamp;
         c.set(stamp, value, seen.cloned().unwrap_or_default());
@@ -317,6 +359,15 @@ impl Counters {
             }
             live
         });
+        // A deleted counter at rest is a plain absent key: its tombstone
+        // holds the delete's stamp (nothing came after it), the same on
+        // every site.
+        for k in &rested {
+            if self.table.get(k).is_some_and(|c| c.value().is_none()) {
+                self.table.remove(k);
+                self.sent.remove(k);
+            }
+        }
         rested
     }
 
@@ -324,10 +375,11 @@ impl Counters {
     pub fn restore(&mut self, db: u32, key: &[u8], state: Option<Counter>) {
         let k: Key = (db, Box::from(key));
         match state {
-            Some(c) => self.put(k, c),
-            None => {
-                self.take(&k);
+            Some(c) => {
+                self.sent.insert(k.clone(), c.newest());
+                self.put(k, c);
             }
+            None => self.drop_key(&k),
         }
     }
 
@@ -349,6 +401,7 @@ impl Counters {
     pub fn clear(&mut self) {
         self.table.clear();
         self.live.clear();
+        self.sent.clear();
     }
 
     /// `SWAPDB a b`: the keys move with their databases.
@@ -374,6 +427,10 @@ impl Counters {
             .into_iter()
             .map(moved)
             .collect();
+        self.sent = std::mem::take(&mut self.sent)
+            .into_iter()
+            .map(|(k, s)| (moved(k), s))
+            .collect();
     }
 
     /// A flush of `db` (`None`: all) stamped `stamp`: the keys it removed
@@ -383,6 +440,7 @@ impl Counters {
             .retain(|(d, _), c| db.is_some_and(|f| f != *d) || c.newest() > stamp);
         let table = &self.table;
         self.live.retain(|k| table.contains_key(k));
+        self.sent.retain(|k, _| table.contains_key(k));
     }
 }
 
@@ -503,7 +561,7 @@ mod tests {
         assert!(b.local_increment(0, b"k", s(5, B), 3, 13, None));
         let out = b.remote_plain(0, b"k", s(6, A), Plain::Other, Some(&Seen::new()));
         assert_eq!(out, PlainOutcome::WholeKey);
-        assert!(!b.contains(0, b"k"));
+        assert!(b.contains(0, b"k"), "held until last writer wins decides");
         let mut a = Counters::default();
         let mut c = Counters::default();
         assert!(c.local_increment(0, b"k", s(5, B), 3, 13, None));

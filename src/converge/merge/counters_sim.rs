@@ -131,6 +131,9 @@ impl World {
     /// of them are in its stream up to here).
     fn ship(&mut self, i: usize) {
         let m = self.shipment(i);
+        if matches!(m, Message::State(..)) {
+            self.sites[i].counters.sent(0, KEY);
+        }
         let coverage = self.sites[i].clock;
         self.links[i].push_back((m, coverage));
     }
