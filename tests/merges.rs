@@ -426,6 +426,25 @@ fn increments_in_scripts_on_both_nodes_all_count() {
     or_explain(&pair, "c", || merged_and_collected(&pair));
 }
 
+#[test]
+fn flushes_on_one_node_against_increments_on_the_other_converge() {
+    // A counter state older than a flush the receiver applied is stale, as
+    // any older write is: both nodes end with the same counter.
+    let pair = started_merging_counters();
+    thread::scope(|s| {
+        s.spawn(|| write_all(&pair.b, |_| cmd(&["INCR", "c"]), integer));
+        s.spawn(|| {
+            let mut c = pair.a.conn();
+            for _ in 0..20 {
+                thread::sleep(Duration::from_millis(2));
+                let _: () = redis::cmd("FLUSHDB").query(&mut c).unwrap();
+            }
+        });
+    });
+    or_explain(&pair, "c", || pair.wait_converged(Duration::from_secs(30)));
+    or_explain(&pair, "c", || merged_and_collected(&pair));
+}
+
 /// A pair merging counters whose servers write an AOF, fsynced always.
 fn merging_counters_with_aof() -> Pair {
     let (pa, pb) = (common::free_port(), common::free_port());

@@ -132,6 +132,10 @@ pub(super) fn state(
         return Ok(Outcome::Notice);
     };
     let incoming = codec::decode_counter(state).map_err(|err| err.to_string())?;
+    if incoming.newest() <= st.versions.floor(e.db) {
+        // All of it older than a flush of the database held here.
+        return Ok(Outcome::Discarded);
+    }
     // Read only when the table does not hold the key (else unused).
     let held = if st.versions.counters.contains(e.db, key) {
         Local::Absent(Stamp::ZERO)
