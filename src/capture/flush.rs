@@ -361,10 +361,13 @@ fn record_change(
         }
         PendingOp::FlushDb(db) => {
             st.versions.flush(Some(db), stamp);
+            // Nothing here is newer than a flush made here.
+            let _ = st.versions.counters.take_trimmed();
             Some((db, Op::FlushDb))
         }
         PendingOp::FlushAll => {
             st.versions.flush(None, stamp);
+            let _ = st.versions.counters.take_trimmed();
             Some((0, Op::FlushAll))
         }
         PendingOp::SwapDb(a, b, _) => {

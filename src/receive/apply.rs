@@ -228,6 +228,7 @@ fn apply_flush(
         let keep = survivors.remove(&d).unwrap_or_default();
         flush_keeping(ctx, opts, &reader, &keep)?;
     }
+    apply_counter::rewrite_trimmed(ctx, opts, st)?;
     Ok(Outcome::Applied)
 }
 

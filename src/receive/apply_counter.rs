@@ -115,6 +115,24 @@ fn settle(
     Ok(Outcome::Applied)
 }
 
+/// Writes again the values of counters a flush trimmed (kept because
+/// written after it, their parts before it removed).
+pub(super) fn rewrite_trimmed(
+    ctx: &Context,
+    opts: &CallOptions,
+    st: &mut Replication,
+) -> Result<(), String> {
+    for (db, key) in st.versions.counters.take_trimmed() {
+        let Some(value) = st.versions.counters.get(db, &key).map(|c| c.value()) else {
+            continue;
+        };
+        server::select_db(ctx, db);
+        st.versions.journal_counter(db, &key);
+        write(ctx, opts, &key, value, None)?;
+    }
+    Ok(())
+}
+
 /// The peer's counter state (`Op::Counter`).
 pub(super) fn state(
     ctx: &Context,
@@ -131,11 +149,14 @@ pub(super) fn state(
     else {
         return Ok(Outcome::Notice);
     };
-    let incoming = codec::decode_counter(state).map_err(|err| err.to_string())?;
-    if incoming.newest() <= st.versions.floor(e.db) {
+    let mut incoming = codec::decode_counter(state).map_err(|err| err.to_string())?;
+    let floor = st.versions.floor(e.db);
+    if incoming.newest() <= floor {
         // All of it older than a flush of the database held here.
         return Ok(Outcome::Discarded);
     }
+    // What a flush held here removed is not taken back in.
+    incoming.trim(floor);
     // Read only when the table does not hold the key (else unused).
     let held = if st.versions.counters.contains(e.db, key) {
         Local::Absent(Stamp::ZERO)

@@ -192,6 +192,22 @@ impl Counter {
         }
     }
 
+    /// A flush stamped `floor` removed everything at or below it: a base
+    /// that old becomes an absent key at the floor (the same on every
+    /// site), and older increments go. Whether anything changed.
+    pub fn trim(&mut self, floor: Stamp) -> bool {
+        let before = (self.base.stamp, self.increments.len());
+        if self.base.stamp <= floor {
+            self.base = Base {
+                stamp: floor,
+                value: None,
+                seen: Seen::new(),
+            };
+        }
+        self.increments.retain(|&(s, _)| s > floor);
+        before != (self.base.stamp, self.increments.len())
+    }
+
     /// Metadata entries held beyond the key's version (increments and the
     /// base's `Seen`).
     pub fn metadata_len(&self) -> usize {
@@ -237,6 +253,21 @@ mod tests {
         assert_eq!(c.value(), None);
         c.increment(Stamp::new(6, 2), 2, &NONE);
         assert_eq!(c.value(), Some(2));
+    }
+
+    #[test]
+    fn a_flush_trims_what_it_removed_to_the_same_base_everywhere() {
+        let mut c = Counter::at_rest(Some(70));
+        c.increment(Stamp::new(5, 2), 10, &NONE);
+        c.increment(Stamp::new(9, 2), 3, &NONE);
+        assert!(c.trim(Stamp::new(7, 1)));
+        assert_eq!(
+            c.value(),
+            Some(3),
+            "the base and the increment before it go"
+        );
+        assert_eq!(c.base().stamp, Stamp::new(7, 1));
+        assert!(!c.trim(Stamp::new(7, 1)));
     }
 
     #[test]

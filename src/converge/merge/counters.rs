@@ -104,6 +104,8 @@ pub struct Counters {
     sent: HashMap<Key, Stamp>,
     /// The keys whose state holds metadata (what collection visits).
     live: hashbrown::HashSet<Key>,
+    /// Keys a flush trimmed whose value must be written again.
+    trimmed: Vec<Key>,
     bound: Seen,
 }
 
@@ -397,6 +399,11 @@ impl Counters {
         (value, newest)
     }
 
+    /// Takes the keys a flush trimmed (their values to write again).
+    pub fn take_trimmed(&mut self) -> Vec<(u32, Box<[u8]>)> {
+        std::mem::take(&mut self.trimmed)
+    }
+
     /// Forgets every key (the dataset was replaced or flushed).
     pub fn clear(&mut self) {
         self.table.clear();
@@ -434,10 +441,19 @@ impl Counters {
     }
 
     /// A flush of `db` (`None`: all) stamped `stamp`: the keys it removed
-    /// are forgotten; those written after it stay.
+    /// are forgotten; those written after it stay, trimmed of what the
+    /// flush removed (their values must be written again: see
+    /// [`Self::trimmed`]).
     pub fn flushed(&mut self, db: Option<u32>, stamp: Stamp) {
         self.table
             .retain(|(d, _), c| db.is_some_and(|f| f != *d) || c.newest() > stamp);
+        let mut trimmed = Vec::new();
+        for (k, c) in self.table.iter_mut() {
+            if db.is_none_or(|f| f == k.0) && c.trim(stamp) {
+                trimmed.push(k.clone());
+            }
+        }
+        self.trimmed.extend(trimmed);
         let table = &self.table;
         self.live.retain(|k| table.contains_key(k));
         self.sent.retain(|k, _| table.contains_key(k));
