@@ -4,11 +4,13 @@
 //! table: per field, member, counter, push; TTL and delete against
 //! concurrent adds).
 //!
-//! The data path still merges whole keys (last writer wins), which loses
-//! about half of such updates: these tests are ignored until per-element
-//! merges ship (`src/converge/merge` holds the rules, not yet wired).
-//! `cargo nextest run --run-ignored only --test merges` prints what each
-//! scenario loses today.
+//! Counters merge with `merge-counters=yes` (INCR, INCRBY, DECR, DECRBY):
+//! their tests run, also across a link cut, failed writes, a kill with
+//! AOF, deletes, transactions, scripts and flushes. Hashes, sets, sorted
+//! sets and lists still merge whole keys (last writer wins), which loses
+//! about half of such updates: those tests are ignored until their merges
+//! ship. `cargo nextest run --run-ignored only --test merges` prints what
+//! each of them loses today.
 
 mod common;
 
