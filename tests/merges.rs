@@ -151,6 +151,14 @@ fn started_merging_counters() -> Pair {
     pair
 }
 
+/// Counter `c` holds `want` on both nodes (`of` updates were acknowledged),
+/// no write fell back and its metadata was collected.
+fn counted_and_collected(pair: &Pair, scenario: &str, want: i64, of: usize) {
+    let lost = lost_on_both(pair, |c| (want - get_counter(c)).unsigned_abs() as usize);
+    report(scenario, lost / 2, of);
+    or_explain(pair, "c", || merged_and_collected(pair));
+}
+
 /// No write fell back to whole-key last writer wins, and every counter's
 /// metadata was collected once the pair settled.
 fn merged_and_collected(pair: &Pair) {
@@ -248,9 +256,7 @@ fn incr_of_one_counter_on_both_nodes_counts_every_increment() {
     });
     // Per side: 250 x (1 + 3 - 1 + 2).
     let want = 2 * (UPDATES as i64 / 4) * 5;
-    let lost = lost_on_both(&pair, |c| (want - get_counter(c)).unsigned_abs() as usize);
-    report("INCR family on one counter", lost / 2, 2 * UPDATES);
-    merged_and_collected(&pair);
+    counted_and_collected(&pair, "INCR family on one counter", want, 2 * UPDATES);
 }
 
 /// Update `i` of the INCR family: +1, +3, -1, +2 in turn (+5 a cycle).
@@ -280,9 +286,7 @@ fn increments_made_on_both_nodes_while_the_link_is_cut_all_count() {
     common::heal(&pair);
     pair.wait_converged(Duration::from_secs(30));
     let want = 2 * (UPDATES as i64 / 4) * 5;
-    let lost = lost_on_both(&pair, |c| (want - get_counter(c)).unsigned_abs() as usize);
-    report("INCR family across a link cut", lost / 2, 2 * UPDATES);
-    merged_and_collected(&pair);
+    counted_and_collected(&pair, "INCR family across a link cut", want, 2 * UPDATES);
 }
 
 #[test]
@@ -313,9 +317,12 @@ fn increments_through_failed_writes_and_lost_batches_all_count() {
     pair.wait_converged(Duration::from_secs(30));
     // Per side: 40 rounds of 25 updates, 6 full cycles of 5 and 1 more.
     let want = 2 * 40 * (6 * 5 + 1);
-    let lost = lost_on_both(&pair, |c| (want - get_counter(c)).unsigned_abs() as usize);
-    report("INCR family through failed writes", lost / 2, 2 * UPDATES);
-    or_explain(&pair, "c", || merged_and_collected(&pair));
+    counted_and_collected(
+        &pair,
+        "INCR family through failed writes",
+        want,
+        2 * UPDATES,
+    );
 }
 
 #[test]
@@ -423,9 +430,7 @@ fn increments_in_scripts_on_both_nodes_all_count() {
     };
     or_explain(&pair, "c", || at_once(&pair, script, script, integer));
     let want = 2 * UPDATES as i64 * 3;
-    let lost = lost_on_both(&pair, |c| (want - get_counter(c)).unsigned_abs() as usize);
-    report("INCR in scripts on both nodes", lost / 2, 2 * UPDATES);
-    or_explain(&pair, "c", || merged_and_collected(&pair));
+    counted_and_collected(&pair, "INCR in scripts on both nodes", want, 2 * UPDATES);
 }
 
 #[test]
@@ -503,9 +508,12 @@ fn increments_survive_a_kill_of_one_node_with_aof() {
     common::heal(&pair);
     or_explain(&pair, "c", || pair.wait_converged(Duration::from_secs(30)));
     let want = 4 * (UPDATES as i64 / 4) * 5;
-    let lost = lost_on_both(&pair, |c| (want - get_counter(c)).unsigned_abs() as usize);
-    report("INCR family across a kill with AOF", lost / 2, 4 * UPDATES);
-    or_explain(&pair, "c", || merged_and_collected(&pair));
+    counted_and_collected(
+        &pair,
+        "INCR family across a kill with AOF",
+        want,
+        4 * UPDATES,
+    );
 }
 
 #[test]

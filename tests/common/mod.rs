@@ -574,12 +574,7 @@ pub fn heal(pair: &Pair) {
             .iter()
             .find_map(|a| a.strip_prefix("listen-port="))
             .unwrap();
-        let _: () = redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("rdmasync.port")
-            .arg(port)
-            .query(&mut n.conn())
-            .unwrap();
+        n.set_peer_port(port);
     }
     pair.wait_linked();
 }

@@ -170,26 +170,18 @@ impl Counter {
     /// elsewhere can tell them apart.
     pub fn coalesce(&mut self, node: u64, after: Stamp) {
         let after = after.max(self.base.stamp);
-        let fold = |s: &Stamp| s.node == node && *s > after;
-        if self.increments.iter().filter(|(s, _)| fold(s)).count() < 2 {
+        let (folded, mut kept): (Vec<_>, Vec<_>) = self
+            .increments
+            .iter()
+            .partition(|(s, _)| s.node == node && *s > after);
+        // Sorted by stamp: the last one folded is the newest.
+        let Some(&(newest, _)) = folded.last().filter(|_| folded.len() >= 2) else {
             return;
-        }
-        let sum = self
-            .increments
-            .iter()
-            .filter(|(s, _)| fold(s))
-            .fold(0i128, |a, &(_, d)| a.saturating_add(d));
-        let newest = self
-            .increments
-            .iter()
-            .filter(|(s, _)| fold(s))
-            .map(|&(s, _)| s)
-            .max()
-            .unwrap_or(after);
-        self.increments.retain(|(s, _)| !fold(s));
-        if let Err(i) = self.increments.binary_search_by_key(&newest, |&(s, _)| s) {
-            self.increments.insert(i, (newest, sum));
-        }
+        };
+        let sum = folded.iter().fold(0i128, |a, &(_, d)| a.saturating_add(d));
+        let at = kept.partition_point(|&(s, _)| s < newest);
+        kept.insert(at, (newest, sum));
+        self.increments = kept;
     }
 
     /// A flush stamped `floor` removed everything at or below it: a base
