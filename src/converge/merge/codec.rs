@@ -69,19 +69,19 @@ pub fn encode_counter(counter: &Counter) -> Vec<u8> {
     out
 }
 
-fn put_stamp(out: &mut Vec<u8>, stamp: Stamp) {
+pub(super) fn put_stamp(out: &mut Vec<u8>, stamp: Stamp) {
     out.extend_from_slice(&stamp.clock.to_le_bytes());
     out.extend_from_slice(&stamp.node.to_le_bytes());
 }
 
 /// Reads fields off a byte slice, front to back.
-struct Cursor<'a> {
-    bytes: &'a [u8],
-    at: usize,
+pub(super) struct Cursor<'a> {
+    pub(super) bytes: &'a [u8],
+    pub(super) at: usize,
 }
 
 impl<'a> Cursor<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
+    pub(super) fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
         let end = self.at.checked_add(n).filter(|&e| e <= self.bytes.len());
         let end = end.ok_or(DecodeError::Truncated(self.at))?;
         let out = &self.bytes[self.at..end];
@@ -89,28 +89,28 @@ impl<'a> Cursor<'a> {
         Ok(out)
     }
 
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], DecodeError> {
+    pub(super) fn array<const N: usize>(&mut self) -> Result<[u8; N], DecodeError> {
         let mut out = [0u8; N];
         out.copy_from_slice(self.take(N)?);
         Ok(out)
     }
 
-    fn u64(&mut self) -> Result<u64, DecodeError> {
+    pub(super) fn u64(&mut self) -> Result<u64, DecodeError> {
         Ok(u64::from_le_bytes(self.array()?))
     }
 
-    fn i128(&mut self) -> Result<i128, DecodeError> {
+    pub(super) fn i128(&mut self) -> Result<i128, DecodeError> {
         Ok(i128::from_le_bytes(self.array()?))
     }
 
-    fn stamp(&mut self) -> Result<Stamp, DecodeError> {
+    pub(super) fn stamp(&mut self) -> Result<Stamp, DecodeError> {
         let clock = self.u64()?;
         Ok(Stamp::new(clock, self.u64()?))
     }
 
     /// A count of items of `item_len` bytes each, checked against what is
     /// left.
-    fn count(&mut self, width: usize, item_len: usize) -> Result<usize, DecodeError> {
+    pub(super) fn count(&mut self, width: usize, item_len: usize) -> Result<usize, DecodeError> {
         let at = self.at;
         let raw = self.take(width)?;
         let mut b = [0u8; 8];
@@ -123,7 +123,7 @@ impl<'a> Cursor<'a> {
         Ok(n)
     }
 
-    fn seen(&mut self) -> Result<Seen, DecodeError> {
+    pub(super) fn seen(&mut self) -> Result<Seen, DecodeError> {
         let n = self.count(2, 16)?;
         let mut pairs = Vec::with_capacity(n);
         for _ in 0..n {
@@ -133,7 +133,7 @@ impl<'a> Cursor<'a> {
         Ok(pairs.into_iter().collect())
     }
 
-    fn end(&self) -> Result<(), DecodeError> {
+    pub(super) fn end(&self) -> Result<(), DecodeError> {
         match self.bytes.len() - self.at {
             0 => Ok(()),
             n => Err(DecodeError::Trailing(n)),

@@ -56,6 +56,29 @@ impl<V: Clone + PartialEq> Element<V> {
         }
     }
 
+    /// An element from its parts as they travel: each origin's newest write
+    /// (any order, one per origin kept) and what its removals had seen.
+    pub fn from_parts(writes: Vec<(Stamp, V)>, removed: Seen) -> Self {
+        let mut element = Self {
+            removed,
+            ..Self::default()
+        };
+        for (stamp, value) in writes {
+            element.write(stamp, value, &Seen::new());
+        }
+        element
+    }
+
+    /// Each origin's newest write held, by node.
+    pub fn writes(&self) -> &[(Stamp, V)] {
+        &self.writes
+    }
+
+    /// What removals of this element had seen.
+    pub fn removed(&self) -> &Seen {
+        &self.removed
+    }
+
     /// A write of `value` stamped `stamp`. Below `bound` it is a write every
     /// site already applied (a resend or an old state): ignored.
     pub fn write(&mut self, stamp: Stamp, value: V, bound: &Seen) {

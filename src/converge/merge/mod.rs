@@ -24,6 +24,10 @@ pub mod counters;
 #[cfg(test)]
 mod counters_sim;
 pub mod element;
+pub mod hash_codec;
+pub mod hashes;
+#[cfg(test)]
+mod hashes_sim;
 pub mod journaled;
 pub mod register;
 pub mod seen;

@@ -1,0 +1,209 @@
+//! How a hash's merge state and a bound notice travel: pure encode and
+//! decode, little-endian (`codec` for `Seen` and stamps).
+//!
+//! ```text
+//! HashState: u8 flags (1: a whole write), [u64 clock, u64 node: its stamp],
+//!            Seen removed,
+//!            u32 count, then count x (bytes field, bytes value): the whole
+//!              write's fields
+//!            u32 count, then count x (bytes field, Element)
+//! Element:   u16 count, then count x (u64 clock, u64 node, bytes value),
+//!            Seen removed
+//! bytes:     u32 length, then the bytes
+//! Notice:    Seen bound, then (optional) Seen applied
+//! ```
+//!
+//! Decoding takes bytes from the network: every length is checked against
+//! what is left before anything is allocated, and nothing may follow.
+
+use crate::converge::merge::codec::{put_seen, put_stamp, Cursor, DecodeError};
+use crate::converge::merge::element::Element;
+use crate::converge::merge::hashes::{Bytes, HashState};
+use crate::converge::merge::seen::Seen;
+
+fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+    out.extend_from_slice(bytes);
+}
+
+fn put_element(out: &mut Vec<u8>, element: &Element<Bytes>) {
+    let writes = element.writes();
+    out.extend_from_slice(&(writes.len() as u16).to_le_bytes());
+    for (stamp, value) in writes {
+        put_stamp(out, *stamp);
+        put_bytes(out, value);
+    }
+    put_seen(out, element.removed());
+}
+
+/// A hash's state as it travels.
+pub fn encode_hash(state: &HashState) -> Vec<u8> {
+    let payload: usize = state
+        .base_fields
+        .iter()
+        .map(|(f, v)| 8 + f.len() + v.len())
+        .sum();
+    let mut out = Vec::with_capacity(64 + payload + 64 * state.elements.len());
+    out.push(u8::from(state.base.is_some()));
+    if let Some(base) = state.base {
+        put_stamp(&mut out, base);
+    }
+    put_seen(&mut out, &state.removed);
+    out.extend_from_slice(&(state.base_fields.len() as u32).to_le_bytes());
+    for (field, value) in &state.base_fields {
+        put_bytes(&mut out, field);
+        put_bytes(&mut out, value);
+    }
+    out.extend_from_slice(&(state.elements.len() as u32).to_le_bytes());
+    for (field, element) in &state.elements {
+        put_bytes(&mut out, field);
+        put_element(&mut out, element);
+    }
+    out
+}
+
+impl Cursor<'_> {
+    fn bytes(&mut self) -> Result<Bytes, DecodeError> {
+        let n = self.count(4, 1)?;
+        Ok(self.take(n)?.to_vec())
+    }
+
+    fn element(&mut self) -> Result<Element<Bytes>, DecodeError> {
+        let n = self.count(2, 20)?;
+        let mut writes = Vec::with_capacity(n);
+        for _ in 0..n {
+            let stamp = self.stamp()?;
+            writes.push((stamp, self.bytes()?));
+        }
+        Ok(Element::from_parts(writes, self.seen()?))
+    }
+}
+
+/// A hash's state from its bytes.
+pub fn decode_hash(bytes: &[u8]) -> Result<HashState, DecodeError> {
+    let mut c = Cursor { bytes, at: 0 };
+    let at = c.at;
+    let [flags] = c.array()?;
+    let base = match flags {
+        0 => None,
+        1 => Some(c.stamp()?),
+        tag => return Err(DecodeError::BadTag { tag, at }),
+    };
+    let removed = c.seen()?;
+    let n = c.count(4, 8)?;
+    let mut base_fields = Vec::with_capacity(n);
+    for _ in 0..n {
+        let field = c.bytes()?;
+        base_fields.push((field, c.bytes()?));
+    }
+    let n = c.count(4, 8)?;
+    let mut elements = Vec::with_capacity(n);
+    for _ in 0..n {
+        let field = c.bytes()?;
+        elements.push((field, c.element()?));
+    }
+    c.end()?;
+    Ok(HashState {
+        base,
+        removed,
+        base_fields,
+        elements,
+    })
+}
+
+/// A bound notice: the sender's merge bound, and what it had applied when
+/// it read the keys of the batch.
+pub fn encode_notice(bound: &Seen, applied: &Seen) -> Vec<u8> {
+    let mut out = Vec::new();
+    put_seen(&mut out, bound);
+    put_seen(&mut out, applied);
+    out
+}
+
+/// A bound notice from its bytes (`applied` is `None` when the sender
+/// sent only its bound).
+pub fn decode_notice(bytes: &[u8]) -> Result<(Seen, Option<Seen>), DecodeError> {
+    let mut c = Cursor { bytes, at: 0 };
+    let bound = c.seen()?;
+    if c.at == bytes.len() {
+        return Ok((bound, None));
+    }
+    let applied = c.seen()?;
+    c.end()?;
+    Ok((bound, Some(applied)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::converge::version::Stamp;
+    use proptest::prelude::*;
+
+    fn seen() -> impl Strategy<Value = Seen> {
+        proptest::collection::vec((1u64..4, 1u64..100), 0..4).prop_map(|p| p.into_iter().collect())
+    }
+
+    fn bytes() -> impl Strategy<Value = Bytes> {
+        proptest::collection::vec(any::<u8>(), 0..6)
+    }
+
+    fn element() -> impl Strategy<Value = Element<Bytes>> {
+        let writes = proptest::collection::vec(((1u64..100, 1u64..4), bytes()), 0..3);
+        (writes, seen()).prop_map(|(w, s)| {
+            let w = w
+                .into_iter()
+                .map(|((c, n), v)| (Stamp::new(c, n), v))
+                .collect();
+            Element::from_parts(w, s)
+        })
+    }
+
+    fn state() -> impl Strategy<Value = HashState> {
+        let base = proptest::option::of((1u64..100, 1u64..4).prop_map(|(c, n)| Stamp::new(c, n)));
+        let fields = proptest::collection::vec((bytes(), bytes()), 0..4);
+        let elements = proptest::collection::vec((bytes(), element()), 0..4);
+        (base, seen(), fields, elements).prop_map(|(base, removed, base_fields, elements)| {
+            HashState {
+                base,
+                removed,
+                base_fields,
+                elements,
+            }
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn a_hash_state_round_trips(s in state()) {
+            prop_assert_eq!(decode_hash(&encode_hash(&s)).unwrap(), s);
+        }
+
+        #[test]
+        fn any_bytes_decode_or_fail_without_panic(b in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = decode_hash(&b);
+            let _ = decode_notice(&b);
+        }
+
+        #[test]
+        fn a_truncated_state_is_refused(s in state(), cut in 1usize..8) {
+            let bytes = encode_hash(&s);
+            let cut = cut.min(bytes.len());
+            prop_assert!(decode_hash(&bytes[..bytes.len() - cut]).is_err());
+        }
+    }
+
+    #[test]
+    fn a_notice_with_and_without_what_was_applied() {
+        let bound: Seen = [(1, 5)].into_iter().collect();
+        let applied: Seen = [(1, 9), (2, 4)].into_iter().collect();
+        let both = encode_notice(&bound, &applied);
+        assert_eq!(
+            decode_notice(&both).unwrap(),
+            (bound.clone(), Some(applied))
+        );
+        let old = crate::converge::merge::codec::encode_seen(&bound);
+        assert_eq!(decode_notice(&old).unwrap(), (bound, None));
+        let huge = [0xff, 0xff, 0, 0];
+        assert!(decode_notice(&huge).is_err());
+    }
+}

@@ -1,0 +1,504 @@
+//! The hashes of one node that carry merge metadata, and the decisions
+//! that change them (issue 27, with `merge-hashes`): a local change of
+//! some fields, a local write of the whole key, the peer's state, and
+//! collection.
+//!
+//! A hash's value lives in the server; the table keeps only what may
+//! still conflict:
+//! - `base`: the stamp of the last whole write of the key (a rewrite:
+//!   `RESTORE`, a transaction, `EXPIRE`...) while some site may not have
+//!   it. Every field without metadata of its own was written at it.
+//!   Without a base, such fields are at rest: every site holds them.
+//! - `fields`: fields changed since (each an [`Element`]: each origin's
+//!   newest write, and what removals of it had seen).
+//! - `removed`: what removals of the whole key (DEL, a rewrite) had seen.
+//!
+//! A removal carries what its site had applied (its own changes and the
+//! peer's up to its watermark), so a field written concurrently on
+//! another site survives it (observed-remove), and per field the newest
+//! write wins. A key leaves the table once collected (every change at or
+//! below the bound, see `merge`); a key the table does not hold is at
+//! rest.
+//!
+//! Two sites: a site's write of a field replaces what it had seen of the
+//! field rather than keeping each origin's older write (a removal that
+//! covers a write also covers what that write's site had seen).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use hashbrown::HashMap;
+
+use crate::converge::merge::element::{Collected, Element};
+use crate::converge::merge::seen::Seen;
+use crate::converge::version::Stamp;
+
+/// A field's name or value.
+pub type Bytes = Vec<u8>;
+
+/// A hash's merge state as it travels: a change of some fields (a delta)
+/// or a whole write, with the key's removals.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HashState {
+    /// A whole write: its stamp; `base_fields` are every field it wrote.
+    pub base: Option<Stamp>,
+    /// What removals of the whole key had seen.
+    pub removed: Seen,
+    /// The fields written by the whole write.
+    pub base_fields: Vec<(Bytes, Bytes)>,
+    /// Fields with metadata of their own.
+    pub elements: Vec<(Bytes, Element<Bytes>)>,
+}
+
+impl HashState {
+    /// The newest stamp in the state (`Stamp::ZERO` for none).
+    pub fn newest(&self) -> Stamp {
+        let writes = self
+            .elements
+            .iter()
+            .flat_map(|(_, e)| e.writes().iter().map(|(s, _)| *s));
+        writes.chain(self.base).max().unwrap_or(Stamp::ZERO)
+    }
+}
+
+/// What this node holds of a hash, as the decisions read it.
+pub trait LocalHash {
+    /// The value of field `name`, `None` when absent.
+    fn field(&self, name: &[u8]) -> Option<Bytes>;
+    /// Every field and value.
+    fn fields(&self) -> Vec<(Bytes, Bytes)>;
+    /// How many fields.
+    fn field_count(&self) -> usize;
+}
+
+/// What the server must do to hold the merged value.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Writes {
+    /// Delete the key first (every field without metadata went).
+    pub clear: bool,
+    /// Fields to set.
+    pub set: Vec<(Bytes, Bytes)>,
+    /// Fields to delete (after `clear`, none).
+    pub del: Vec<Bytes>,
+    /// The incoming whole write is the newest: its expiry is the key's.
+    pub expiry_from_incoming: bool,
+}
+
+impl Writes {
+    /// Whether nothing changes.
+    pub fn is_empty(&self) -> bool {
+        !self.clear && self.set.is_empty() && self.del.is_empty()
+    }
+}
+
+/// A whole write of a key as a local read found it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Whole {
+    /// A hash with these fields.
+    Hash(Vec<(Bytes, Bytes)>),
+    /// The key is absent.
+    Absent,
+    /// The key holds another type.
+    Other,
+}
+
+/// The merge metadata of one hash.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Held {
+    base: Option<Stamp>,
+    removed: Seen,
+    fields: BTreeMap<Bytes, Element<Bytes>>,
+    /// The newest whole write's stamp: the key's expiry is the one it
+    /// carried.
+    expiry_of: Option<Stamp>,
+}
+
+impl Held {
+    /// Everything the writes held here cover.
+    fn observed(&self) -> Seen {
+        let mut seen = self.removed.clone();
+        for element in self.fields.values() {
+            seen.join(&element.observed());
+        }
+        if let Some(base) = self.base {
+            seen.observe(base);
+        }
+        seen
+    }
+
+    /// The element of field `name`: its metadata, or one built from what
+    /// the server holds (written at the base, or at rest).
+    fn element(
+        &mut self,
+        name: &[u8],
+        local: &impl LocalHash,
+        cleared: bool,
+    ) -> &mut Element<Bytes> {
+        if !self.fields.contains_key(name) {
+            let held = if cleared { None } else { local.field(name) };
+            let element = match (held, self.base) {
+                (None, _) => Element::default(),
+                (Some(v), Some(base)) => Element::from_parts(vec![(base, v)], Seen::new()),
+                (Some(v), None) => Element::at_rest(v),
+            };
+            self.fields.insert(name.to_vec(), element);
+        }
+        self.fields.entry(name.to_vec()).or_default()
+    }
+
+    /// Every field without metadata becomes an element (before a second
+    /// whole write that keeps them).
+    fn make_explicit(&mut self, local: &impl LocalHash) {
+        for (name, value) in local.fields() {
+            if !self.fields.contains_key(&name) {
+                let element = match self.base {
+                    Some(base) => Element::from_parts(vec![(base, value)], Seen::new()),
+                    None => Element::at_rest(value),
+                };
+                self.fields.insert(name, element);
+            }
+        }
+        self.base = None;
+    }
+
+    /// The peer's state merged in: what the server must write.
+    fn merge(&mut self, incoming: &HashState, bound: &Seen, local: &impl LocalHash) -> Writes {
+        let mut w = Writes::default();
+        let mut touched = BTreeSet::new();
+        if !self.removed.dominates(&incoming.removed) {
+            let unlisted_go = match self.base {
+                Some(base) => incoming.removed.covers(base),
+                None => incoming.removed.dominates(bound),
+            };
+            self.removed.join(&incoming.removed);
+            if unlisted_go {
+                // What rests here, it had seen (see `Element::remove`).
+                self.fields.values_mut().for_each(Element::forget_rest);
+            }
+            if unlisted_go && (self.base.is_some() || local.field_count() > 0) {
+                w.clear = true;
+                self.base = None;
+            }
+            touched.extend(self.fields.keys().cloned());
+        }
+        self.merge_whole(incoming, bound, local, &mut w, &mut touched);
+        for (name, theirs) in &incoming.elements {
+            self.element(name, local, w.clear).merge(theirs, bound);
+            touched.insert(name.clone());
+        }
+        self.settle(touched, local, &mut w);
+        w
+    }
+
+    /// The incoming whole write's fields, unless every site had it or a
+    /// removal here had seen it.
+    fn merge_whole(
+        &mut self,
+        incoming: &HashState,
+        bound: &Seen,
+        local: &impl LocalHash,
+        w: &mut Writes,
+        touched: &mut BTreeSet<Bytes>,
+    ) {
+        let Some(at) = incoming.base else {
+            return;
+        };
+        if bound.covers(at) || self.removed.covers(at) || self.base == Some(at) {
+            return;
+        }
+        if self.expiry_of.is_none_or(|e| e < at) {
+            self.expiry_of = Some(at);
+            w.expiry_from_incoming = true;
+        }
+        let own: BTreeSet<&[u8]> = incoming
+            .elements
+            .iter()
+            .map(|(n, _)| n.as_slice())
+            .collect();
+        let empty = w.clear || (self.base.is_none() && local.field_count() == 0);
+        if !empty {
+            self.make_explicit(local);
+        } else {
+            self.base = Some(at);
+        }
+        for (name, value) in &incoming.base_fields {
+            if empty && !own.contains(name.as_slice()) && !self.fields.contains_key(name) {
+                w.set.push((name.clone(), value.clone()));
+                continue;
+            }
+            let element = self.element(name, local, w.clear);
+            element.write(at, value.clone(), bound);
+            touched.insert(name.clone());
+        }
+    }
+
+    /// Writes the merged value of each touched field that differs from what
+    /// the server holds.
+    fn settle(&mut self, touched: BTreeSet<Bytes>, local: &impl LocalHash, w: &mut Writes) {
+        for name in touched {
+            let Some(element) = self.fields.get(&name) else {
+                continue;
+            };
+            let merged = element.value(&self.removed).map(|(_, v)| v.clone());
+            let held = if w.clear { None } else { local.field(&name) };
+            if merged == held {
+                continue;
+            }
+            match merged {
+                Some(v) => w.set.push((name, v)),
+                None => w.del.push(name),
+            }
+        }
+    }
+
+    /// Drops what no site can conflict with any more; whether anything is
+    /// left.
+    fn collect(&mut self, bound: &Seen) -> bool {
+        if self.base.is_some_and(|b| bound.covers(b)) {
+            self.base = None;
+        }
+        if self.expiry_of.is_some_and(|e| bound.covers(e)) {
+            self.expiry_of = None;
+        }
+        let removed = &self.removed;
+        let base = self.base;
+        self.fields
+            .retain(|_, element| match element.collect(removed, bound) {
+                Collected::Kept => true,
+                // At rest only once no base says otherwise.
+                Collected::Rest => base.is_some(),
+                Collected::Gone => false,
+            });
+        let still_covers = self
+            .fields
+            .values()
+            .any(|e| e.holds_write_covered_by(&self.removed));
+        if bound.dominates(&self.removed) && !still_covers {
+            self.removed = Seen::new();
+        }
+        self.base.is_some() || !self.fields.is_empty() || !self.removed.is_empty()
+    }
+
+    /// This state as it travels whole: the base's fields read from `local`.
+    fn whole(&self, local: &impl LocalHash) -> HashState {
+        let base_fields = match self.base {
+            Some(_) => local
+                .fields()
+                .into_iter()
+                .filter(|(n, _)| !self.fields.contains_key(n))
+                .collect(),
+            None => Vec::new(),
+        };
+        HashState {
+            base: self.base,
+            removed: self.removed.clone(),
+            base_fields,
+            elements: self
+                .fields
+                .iter()
+                .map(|(n, e)| (n.clone(), e.clone()))
+                .collect(),
+        }
+    }
+}
+
+/// The hashes with merge metadata, by database and key.
+#[derive(Debug, Default)]
+pub struct Hashes {
+    keys: HashMap<(u32, Bytes), Held>,
+}
+
+impl Hashes {
+    /// Hashes with metadata.
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Whether none has metadata.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// Whether `key` of `db` has metadata.
+    pub fn contains(&self, db: u32, key: &[u8]) -> bool {
+        !self.keys.is_empty() && self.keys.contains_key(&(db, key.to_vec()))
+    }
+
+    /// The metadata of `key`, if any.
+    pub fn get(&self, db: u32, key: &[u8]) -> Option<&Held> {
+        self.keys.get(&(db, key.to_vec()))
+    }
+
+    /// Forgets `key` (a write of another type won); whether it was held.
+    pub fn forget(&mut self, db: u32, key: &[u8]) -> bool {
+        self.keys.remove(&(db, key.to_vec())).is_some()
+    }
+
+    /// A local change of some fields stamped `stamp` (`changes`: each
+    /// field's value after it, `None` when removed). `applied` is what this
+    /// node had applied before it; `created`: the key was absent before,
+    /// so everything applied of it was removed. Returns the delta to ship.
+    pub fn local_fields(
+        &mut self,
+        (db, key): (u32, &[u8]),
+        stamp: Stamp,
+        changes: Vec<(Bytes, Option<Bytes>)>,
+        applied: &Seen,
+        created: bool,
+    ) -> HashState {
+        let held = self.keys.entry((db, key.to_vec())).or_default();
+        if created {
+            held.removed.join(applied);
+            held.fields.clear();
+            held.base = None;
+        }
+        let mut elements = Vec::with_capacity(changes.len());
+        for (name, now) in changes {
+            let base = held.base;
+            let element = held.fields.entry(name.clone()).or_default();
+            let mut fresh = Element::default();
+            match now {
+                Some(value) => fresh.write(stamp, value, &Seen::new()),
+                None => {
+                    let mut seen = applied.clone();
+                    seen.join(&element.observed());
+                    seen.join(element.removed());
+                    if let Some(base) = base {
+                        seen.observe(base);
+                    }
+                    seen.observe(stamp);
+                    fresh.remove(&seen, &Seen::new());
+                }
+            }
+            *element = fresh;
+            elements.push((name, element.clone()));
+        }
+        HashState {
+            base: None,
+            removed: held.removed.clone(),
+            base_fields: Vec::new(),
+            elements,
+        }
+    }
+
+    /// A local write of the whole key stamped `stamp` (`applied`: what this
+    /// node had applied before it). Returns the state to ship; `None` when
+    /// the key now holds another type (it ships plain, and leaves the
+    /// table) or was absent and not held (a plain delete says it all).
+    pub fn local_whole(
+        &mut self,
+        (db, key): (u32, &[u8]),
+        stamp: Stamp,
+        now: Whole,
+        applied: &Seen,
+    ) -> Option<HashState> {
+        let k = (db, key.to_vec());
+        match now {
+            Whole::Other => {
+                self.keys.remove(&k);
+                return None;
+            }
+            Whole::Absent if !self.keys.contains_key(&k) => return None,
+            _ => {}
+        }
+        let held = self.keys.entry(k).or_default();
+        let mut seen = held.observed();
+        seen.join(applied);
+        held.removed.join(&seen);
+        held.fields.clear();
+        let base_fields = match now {
+            Whole::Hash(fields) => {
+                held.base = Some(stamp);
+                held.expiry_of = Some(stamp);
+                fields
+            }
+            _ => {
+                held.base = None;
+                Vec::new()
+            }
+        };
+        Some(HashState {
+            base: held.base,
+            removed: held.removed.clone(),
+            base_fields,
+            elements: Vec::new(),
+        })
+    }
+
+    /// The peer's state of `key` merged in: what the server must write.
+    pub fn remote(
+        &mut self,
+        (db, key): (u32, &[u8]),
+        incoming: &HashState,
+        bound: &Seen,
+        local: &impl LocalHash,
+    ) -> Writes {
+        self.keys
+            .entry((db, key.to_vec()))
+            .or_default()
+            .merge(incoming, bound, local)
+    }
+
+    /// The peer's plain delete of `key`, made having applied `applied`
+    /// (its bound notice): merged as a removal of the whole key when the
+    /// key is held, `None` otherwise (every site holds a key at rest: the
+    /// delete applies as any).
+    pub fn remote_delete(
+        &mut self,
+        (db, key): (u32, &[u8]),
+        applied: &Seen,
+        bound: &Seen,
+        local: &impl LocalHash,
+    ) -> Option<Writes> {
+        let held = self.keys.get_mut(&(db, key.to_vec()))?;
+        let removal = HashState {
+            removed: applied.clone(),
+            ..HashState::default()
+        };
+        Some(held.merge(&removal, bound, local))
+    }
+
+    /// The whole state of a held key, to ship (catch-up, full sync).
+    pub fn whole(&self, db: u32, key: &[u8], local: &impl LocalHash) -> Option<HashState> {
+        Some(self.get(db, key)?.whole(local))
+    }
+
+    /// Drops the metadata `bound` passed; the keys that left the table.
+    pub fn collect(&mut self, bound: &Seen) -> Vec<(u32, Bytes)> {
+        let mut gone = Vec::new();
+        self.keys.retain(|k, held| {
+            let kept = held.collect(bound);
+            if !kept {
+                gone.push(k.clone());
+            }
+            kept
+        });
+        gone
+    }
+
+    /// Forgets every key of `db` (every database: `None`), flushed.
+    pub fn flushed(&mut self, db: Option<u32>) {
+        self.keys.retain(|(d, _), _| db.is_some_and(|f| f != *d));
+    }
+
+    /// Swaps databases `a` and `b`.
+    pub fn swap_dbs(&mut self, a: u32, b: u32) {
+        let keys = std::mem::take(&mut self.keys);
+        self.keys = keys
+            .into_iter()
+            .map(|((d, k), h)| {
+                let d = if d == a {
+                    b
+                } else if d == b {
+                    a
+                } else {
+                    d
+                };
+                ((d, k), h)
+            })
+            .collect();
+    }
+}
+
+#[cfg(test)]
+#[path = "hashes_tests.rs"]
+mod tests;

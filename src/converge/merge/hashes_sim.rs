@@ -1,0 +1,243 @@
+//! Two sites running the hash table's decisions against a server each (a
+//! map), with random local changes, in-order delivery and collection, and
+//! a model that keeps every site's full [`Elements`] state: every site
+//! ends holding the model's merged value (property test).
+
+use std::collections::{BTreeMap, VecDeque};
+
+use proptest::prelude::*;
+
+use crate::converge::merge::hash_codec::{decode_hash, encode_hash};
+use crate::converge::merge::hashes::{Bytes, HashState, Hashes, LocalHash, Whole, Writes};
+use crate::converge::merge::{Elements, Seen};
+use crate::converge::version::Stamp;
+
+const KEY: (u32, &[u8]) = (0, b"h");
+
+/// A server's hash.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Server(BTreeMap<Bytes, Bytes>);
+
+impl LocalHash for Server {
+    fn field(&self, name: &[u8]) -> Option<Bytes> {
+        self.0.get(name).cloned()
+    }
+    fn fields(&self) -> Vec<(Bytes, Bytes)> {
+        self.0.iter().map(|(f, v)| (f.clone(), v.clone())).collect()
+    }
+    fn field_count(&self) -> usize {
+        self.0.len()
+    }
+}
+
+impl Server {
+    fn apply(&mut self, w: Writes) {
+        if w.clear {
+            self.0.clear();
+        }
+        for (f, v) in w.set {
+            self.0.insert(f, v);
+        }
+        for f in w.del {
+            self.0.remove(&f);
+        }
+    }
+}
+
+/// What travels: the state (or a plain delete, with what its site had
+/// applied), and the model's whole state at the sender.
+type Message = (Result<HashState, Seen>, Elements<Bytes>, Stamp);
+
+#[derive(Default)]
+struct Site {
+    node: u64,
+    clock: u64,
+    server: Server,
+    table: Hashes,
+    bound: Seen,
+    applied_peer: u64,
+    inbox: VecDeque<Message>,
+    model: Elements<Bytes>,
+}
+
+impl Site {
+    fn applied(&self, peer: u64) -> Seen {
+        [(self.node, self.clock), (peer, self.applied_peer)]
+            .into_iter()
+            .collect()
+    }
+
+    fn tick(&mut self) -> Stamp {
+        self.clock += 1;
+        Stamp::new(self.clock, self.node)
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Step {
+    Set(u8, u8),
+    Del(u8),
+    DelKey,
+    Rewrite(u8),
+    Deliver,
+    Collect,
+    Resend,
+}
+
+fn step() -> impl Strategy<Value = (bool, Step)> {
+    let s = prop_oneof![
+        4 => (0u8..4, 0u8..8).prop_map(|(f, v)| Step::Set(f, v)),
+        2 => (0u8..4).prop_map(Step::Del),
+        1 => Just(Step::DelKey),
+        1 => (0u8..8).prop_map(Step::Rewrite),
+        5 => Just(Step::Deliver),
+        1 => Just(Step::Collect),
+        1 => Just(Step::Resend),
+    ];
+    (any::<bool>(), s)
+}
+
+fn local(site: &mut Site, peer: u64, step: &Step) -> Option<Result<HashState, Seen>> {
+    if let Step::Resend = step {
+        // A catch-up: the held key's whole state, again.
+        return site.table.whole(KEY.0, KEY.1, &site.server).map(Ok);
+    }
+    let before = site.applied(peer);
+    let stamp = site.tick();
+    let created = site.server.0.is_empty();
+    match *step {
+        Step::Set(f, v) => {
+            site.server.0.insert(vec![f], vec![v]);
+            let mut seen = before.clone();
+            seen.join(&site.model.observed(&[f]));
+            site.model.write(&[f], stamp, vec![v], &Seen::new());
+            let changes = vec![(vec![f], Some(vec![v]))];
+            Some(Ok(site
+                .table
+                .local_fields(KEY, stamp, changes, &before, created)))
+        }
+        Step::Del(f) => {
+            site.server.0.remove(&vec![f])?;
+            let mut seen = before.clone();
+            seen.join(&site.model.observed(&[f]));
+            seen.observe(stamp);
+            site.model.remove(&[f], &seen, &Seen::new());
+            let changes = vec![(vec![f], None)];
+            Some(Ok(site
+                .table
+                .local_fields(KEY, stamp, changes, &before, created)))
+        }
+        Step::DelKey | Step::Rewrite(_) => {
+            let mut seen = before.clone();
+            seen.join(&site.model.observed_all());
+            site.model.remove_all(&seen, &Seen::new());
+            let whole = if let Step::Rewrite(v) = *step {
+                for value in site.server.0.values_mut() {
+                    *value = vec![v];
+                }
+                site.server.0.insert(vec![9], vec![v]);
+                for (f, value) in &site.server.0 {
+                    site.model.write(f, stamp, value.clone(), &Seen::new());
+                }
+                Whole::Hash(site.server.fields())
+            } else {
+                site.server.0.clear();
+                Whole::Absent
+            };
+            match site.table.local_whole(KEY, stamp, whole, &before) {
+                Some(state) => Some(Ok(state)),
+                None => Some(Err(before)),
+            }
+        }
+        _ => None,
+    }
+}
+
+fn deliver(to: &mut Site) {
+    let Some((state, model, stamp)) = to.inbox.pop_front() else {
+        return;
+    };
+    to.clock = to.clock.max(stamp.clock);
+    to.applied_peer = to.applied_peer.max(stamp.clock);
+    let w = match state {
+        Ok(state) => {
+            let state = decode_hash(&encode_hash(&state)).expect("round trip");
+            to.table.remote(KEY, &state, &to.bound, &to.server)
+        }
+        Err(applied) => to
+            .table
+            .remote_delete(KEY, &applied, &to.bound, &to.server)
+            .unwrap_or(Writes {
+                clear: true,
+                ..Writes::default()
+            }),
+    };
+    to.server.apply(w);
+    to.model.merge(&model, &Seen::new());
+}
+
+fn run(steps: Vec<(bool, Step)>) -> Result<(), TestCaseError> {
+    let mut sites = [
+        Site {
+            node: 1,
+            ..Site::default()
+        },
+        Site {
+            node: 2,
+            ..Site::default()
+        },
+    ];
+    let all = steps.iter().cloned().chain(
+        std::iter::repeat_n((true, Step::Deliver), 64)
+            .chain(std::iter::repeat_n((false, Step::Deliver), 64)),
+    );
+    for (on_a, step) in all {
+        let (me, peer) = if on_a { (0, 1) } else { (1, 0) };
+        match step {
+            Step::Deliver => deliver(&mut sites[me]),
+            Step::Collect if sites.iter().all(|s| s.inbox.is_empty()) => {
+                let bound = sites[0].applied(2).meet(&sites[1].applied(1));
+                for s in &mut sites {
+                    s.bound.join(&bound);
+                    s.table.collect(&s.bound);
+                }
+            }
+            Step::Collect => {}
+            step => {
+                let peer_node = sites[peer].node;
+                if let Some(state) = local(&mut sites[me], peer_node, &step) {
+                    let sent = (
+                        state,
+                        sites[me].model.clone(),
+                        Stamp::new(sites[me].clock, 0),
+                    );
+                    sites[peer].inbox.push_back(sent);
+                }
+            }
+        }
+    }
+    let model: BTreeMap<Bytes, Bytes> = sites[0]
+        .model
+        .values()
+        .into_iter()
+        .map(|(f, v)| (f.to_vec(), v.clone()))
+        .collect();
+    let model_b: BTreeMap<Bytes, Bytes> = sites[1]
+        .model
+        .values()
+        .into_iter()
+        .map(|(f, v)| (f.to_vec(), v.clone()))
+        .collect();
+    prop_assert_eq!(&model, &model_b, "the model itself converged");
+    prop_assert_eq!(&sites[0].server.0, &model, "site 1");
+    prop_assert_eq!(&sites[1].server.0, &model, "site 2");
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+    #[test]
+    fn two_sites_end_with_the_model_s_merged_hash(steps in proptest::collection::vec(step(), 0..60)) {
+        run(steps)?;
+    }
+}

@@ -1,0 +1,122 @@
+use std::collections::BTreeMap;
+
+use super::*;
+
+#[derive(Default)]
+struct Map(BTreeMap<Bytes, Bytes>);
+
+impl LocalHash for Map {
+    fn field(&self, name: &[u8]) -> Option<Bytes> {
+        self.0.get(name).cloned()
+    }
+    fn fields(&self) -> Vec<(Bytes, Bytes)> {
+        self.0.iter().map(|(f, v)| (f.clone(), v.clone())).collect()
+    }
+    fn field_count(&self) -> usize {
+        self.0.len()
+    }
+}
+
+fn map(pairs: &[(&str, &str)]) -> Map {
+    Map(pairs
+        .iter()
+        .map(|(f, v)| (f.as_bytes().to_vec(), v.as_bytes().to_vec()))
+        .collect())
+}
+
+fn seen(pairs: &[(u64, u64)]) -> Seen {
+    pairs.iter().copied().collect()
+}
+
+const K: (u32, &[u8]) = (0, b"h");
+
+#[test]
+fn fields_written_on_both_sites_are_all_set() {
+    let mut a = Hashes::default();
+    let change = vec![(b"a".to_vec(), Some(b"1".to_vec()))];
+    let delta = a.local_fields(K, Stamp::new(10, 1), change, &seen(&[(1, 9)]), true);
+    let mut b = Hashes::default();
+    let change = vec![(b"b".to_vec(), Some(b"2".to_vec()))];
+    b.local_fields(K, Stamp::new(9, 2), change, &seen(&[(2, 8)]), true);
+    let mut here = map(&[("b", "2")]);
+    let w = b.remote(K, &delta, &Seen::new(), &here);
+    if w.clear {
+        here.0.clear();
+    }
+    here.0.extend(w.set);
+    assert!(w.del.is_empty());
+    assert_eq!(here.fields().len(), 2, "both fields: {:?}", here.0);
+}
+
+#[test]
+fn a_delete_keeps_the_fields_it_had_not_seen() {
+    let mut b = Hashes::default();
+    // B wrote `new` at (12, 2), unseen by A's delete.
+    let change = vec![(b"new".to_vec(), Some(b"x".to_vec()))];
+    b.local_fields(K, Stamp::new(12, 2), change, &seen(&[(2, 11)]), false);
+    let here = map(&[("old", "o"), ("new", "x")]);
+    let mut a = Hashes::default();
+    a.keys.insert((0, b"h".to_vec()), Held::default());
+    let delete = a
+        .local_whole(
+            K,
+            Stamp::new(13, 1),
+            Whole::Absent,
+            &seen(&[(1, 12), (2, 5)]),
+        )
+        .expect("a held key's delete ships its state");
+    let w = b.remote(K, &delete, &seen(&[(1, 5), (2, 5)]), &here);
+    assert!(w.clear, "the fields at rest went");
+    assert_eq!(w.set, vec![(b"new".to_vec(), b"x".to_vec())]);
+}
+
+#[test]
+fn a_removal_of_a_field_loses_to_a_concurrent_write_of_it() {
+    let mut a = Hashes::default();
+    let mut b = Hashes::default();
+    let here_a = map(&[("f", "v")]);
+    let del = a.local_fields(
+        K,
+        Stamp::new(10, 1),
+        vec![(b"f".to_vec(), None)],
+        &seen(&[(1, 9)]),
+        false,
+    );
+    let set = vec![(b"f".to_vec(), Some(b"w".to_vec()))];
+    let write = b.local_fields(K, Stamp::new(9, 2), set, &seen(&[(2, 8)]), false);
+    let on_a = a.remote(K, &write, &Seen::new(), &map(&[]));
+    assert_eq!(on_a.set, vec![(b"f".to_vec(), b"w".to_vec())]);
+    let on_b = b.remote(K, &del, &Seen::new(), &map(&[("f", "w")]));
+    assert!(on_b.is_empty(), "{on_b:?}");
+    let _ = here_a;
+}
+
+#[test]
+fn metadata_is_collected_once_the_bound_passes_it() {
+    let mut a = Hashes::default();
+    let change = vec![(b"f".to_vec(), Some(b"v".to_vec()))];
+    a.local_fields(K, Stamp::new(10, 1), change, &seen(&[(1, 9)]), true);
+    assert!(a.collect(&seen(&[(1, 9)])).is_empty());
+    assert_eq!(a.len(), 1);
+    assert_eq!(
+        a.collect(&seen(&[(1, 10), (2, 3)])),
+        vec![(0, b"h".to_vec())]
+    );
+    assert!(a.is_empty());
+}
+
+#[test]
+fn a_write_of_another_type_leaves_the_table() {
+    let mut a = Hashes::default();
+    let change = vec![(b"f".to_vec(), Some(b"v".to_vec()))];
+    a.local_fields(K, Stamp::new(10, 1), change, &Seen::new(), true);
+    assert!(a
+        .local_whole(K, Stamp::new(11, 1), Whole::Other, &Seen::new())
+        .is_none());
+    assert!(!a.contains(0, b"h"));
+    assert!(
+        a.local_whole(K, Stamp::new(12, 1), Whole::Absent, &Seen::new())
+            .is_none(),
+        "a delete of a key not held ships plain"
+    );
+}
