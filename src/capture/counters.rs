@@ -107,9 +107,13 @@ pub fn as_states(st: &mut Replication, entries: &mut [Entry]) {
 
 /// The notice a batch with keys in it opens with: this node's merge bound,
 /// which is all it had seen of a key it held at rest.
-pub fn bound_notice(st: &Replication) -> Op {
+pub fn bound_notice(shared: &Shared, st: &Replication) -> Op {
+    let applied = crate::capture::hashes::applied_now(shared, st);
     Op::Bound {
-        seen: codec::encode_seen(st.versions.counters.bound()),
+        seen: crate::converge::merge::hash_codec::encode_notice(
+            st.versions.counters.bound(),
+            &applied,
+        ),
     }
 }
 
@@ -125,14 +129,15 @@ pub fn probe(shared: &Shared, st: &mut Replication) {
         return;
     };
     let counters = &st.versions.counters;
-    if counters.live_len() == 0 || !st.own_bound.is_idle() {
+    if counters.live_len() + st.versions.hashes.len() == 0 || !st.own_bound.is_idle() {
         return;
     }
     let urgent = counters.bound().clock(shared.node_id) < coverage;
     if !st.own_bound.probe_due(std::time::Instant::now(), urgent) {
         return;
     }
-    let notice = crate::capture::flush::entry(0, Stamp::new(0, shared.node_id), bound_notice(st));
+    let notice =
+        crate::capture::flush::entry(0, Stamp::new(0, shared.node_id), bound_notice(shared, st));
     let _ = crate::capture::flush::push(shared, st, vec![notice], false);
 }
 

@@ -56,7 +56,10 @@ pub(crate) fn op_of(key: Vec<u8>, snap: Option<Snapshot>) -> Op {
 /// The pending op an entry was made from (to resend it).
 pub(crate) fn pending_of(e: &Entry) -> Option<PendingOp> {
     Some(match &e.op {
-        Op::Value { key, .. } | Op::Delete { key } | Op::Counter { key, .. } => PendingOp::Key {
+        Op::Value { key, .. }
+        | Op::Delete { key }
+        | Op::Counter { key, .. }
+        | Op::Fields { key, .. } => PendingOp::Key {
             db: e.db,
             key: key.clone(),
         },
@@ -91,7 +94,7 @@ pub(crate) fn push(
         return Ok(0);
     }
     if entries.iter().any(|e| e.key().is_some()) {
-        let notice = counters::bound_notice(st);
+        let notice = counters::bound_notice(shared, st);
         entries.insert(0, entry(0, Stamp::new(0, shared.node_id), notice));
     }
     let first_seq = shared.last_seq() + 1;
@@ -205,6 +208,8 @@ struct ReadRun {
 
 impl ReadRun {
     /// Reads the keys, stamps each change in order and records its version.
+    /// A hash changed only field by field (`merge-hashes`) ships those
+    /// fields, read alone.
     fn ship(
         &mut self,
         reader: &Reader,
@@ -219,11 +224,11 @@ impl ReadRun {
         server::select_db(reader.ctx(), db);
         let keys = std::mem::take(&mut self.keys);
         st.versions.warm(keys.iter().map(|k| (db, k.as_slice())));
+        let keys = ship_field_changes(reader.ctx(), shared, st, db, keys, out);
         let reads = reader.read_many(&keys);
-        let wall = shared.clock.wall();
-        let mut failed = Vec::new();
         let main = main_state();
         let mut window = main.increments.get();
+        let mut failed = Vec::new();
         for (key, read) in keys.into_iter().zip(reads) {
             let sum = window.as_mut().and_then(|w| w.take(db, &key));
             let snap = match read {
@@ -234,31 +239,105 @@ impl ReadRun {
                     continue;
                 }
             };
-            if let Some(snap) = &snap {
-                rest_if_costly(shared, db, &key, snap.read_time, snap.payload.len());
+            if let Err(key) = ship_read(reader.ctx(), shared, st, (db, key), sum, snap, out) {
+                failed.push(key);
             }
-            let stamp = Stamp::new(shared.clock.tick(wall), shared.node_id);
-            st.last_local_stamp = stamp.clock;
-            // Only a counter's first increment needs it (its base).
-            let before = sum.and_then(|_| st.versions.get(db, &key));
-            if snap.is_some() {
-                st.versions.record_write(db, &key, stamp);
-            } else {
-                st.versions.record_delete(db, &key, stamp, 0);
-            }
-            let change = counters::LocalChange {
-                db,
-                key: &key,
-                stamp,
-                sum,
-                before,
-                snap: snap.as_ref(),
-            };
-            counters::local_change(shared, st, change);
-            out.push(entry(db, stamp, op_of(key, snap)));
         }
         read_again_later(shared, db, failed);
     }
+}
+
+/// Stamps the change of `key` the read found (`snap`; `None`: absent),
+/// records its version and queues what ships; `Err` with the key when it
+/// must be read again.
+fn ship_read(
+    ctx: &Context,
+    shared: &Shared,
+    st: &mut Replication,
+    (db, key): (u32, Vec<u8>),
+    sum: Option<i128>,
+    snap: Option<Snapshot>,
+    out: &mut Vec<Entry>,
+) -> Result<(), Vec<u8>> {
+    if let Some(snap) = &snap {
+        rest_if_costly(shared, db, &key, snap.read_time, snap.payload.len());
+    }
+    let stamp = Stamp::new(shared.clock.tick(shared.clock.wall()), shared.node_id);
+    let merged_hash = (st.versions.hashes.contains(db, &key) || snap.as_ref().is_some_and(is_hash))
+        && crate::capture::hashes::mergeable(ctx, db);
+    let state = match merged_hash {
+        true => {
+            match crate::capture::hashes::whole_change(ctx, shared, st, (db, &key), stamp, true) {
+                Ok(state) => state,
+                Err(()) => return Err(key),
+            }
+        }
+        false => None,
+    };
+    st.last_local_stamp = stamp.clock;
+    // Only a counter's first increment needs it (its base).
+    let before = sum.and_then(|_| st.versions.get(db, &key));
+    if snap.is_some() {
+        st.versions.record_write(db, &key, stamp);
+    } else {
+        st.versions.record_delete(db, &key, stamp, 0);
+    }
+    let change = counters::LocalChange {
+        db,
+        key: &key,
+        stamp,
+        sum,
+        before,
+        snap: snap.as_ref(),
+    };
+    counters::local_change(shared, st, change);
+    out.push(entry(db, stamp, state.unwrap_or_else(|| op_of(key, snap))));
+    Ok(())
+}
+
+/// Whether a read value is a hash (a DUMP payload of one of the hash
+/// encodings without field TTLs).
+fn is_hash(snap: &Snapshot) -> bool {
+    snap.encoding == crate::proto::entry::Encoding::Dump
+        && matches!(snap.payload.first(), Some(4 | 9 | 13 | 16))
+}
+
+/// Ships the keys of `db` changed only field by field since the last flush
+/// (`merge-hashes`): each stamped, its changed fields read alone; returns
+/// the other keys (and any that holds no hash any more), to read whole.
+fn ship_field_changes(
+    ctx: &Context,
+    shared: &Shared,
+    st: &mut Replication,
+    db: u32,
+    keys: Vec<Vec<u8>>,
+    out: &mut Vec<Entry>,
+) -> Vec<Vec<u8>> {
+    if !crate::capture::fields::enabled() || !crate::capture::hashes::mergeable(ctx, db) {
+        return keys;
+    }
+    let main = main_state();
+    let Some(mut window) = main.fields.get() else {
+        return keys;
+    };
+    let mut whole = Vec::with_capacity(keys.len());
+    for key in keys {
+        let Some(fields) = window.take(db, &key) else {
+            whole.push(key);
+            continue;
+        };
+        let stamp = Stamp::new(shared.clock.tick(shared.clock.wall()), shared.node_id);
+        let before = st.versions.get(db, &key);
+        match crate::capture::hashes::field_change(ctx, st, (db, &key), stamp, fields, before) {
+            Some(op) => {
+                st.last_local_stamp = stamp.clock;
+                st.versions.record_write(db, &key, stamp);
+                out.push(entry(db, stamp, op));
+            }
+            None => whole.push(key),
+        }
+    }
+    whole
 }
 
 /// A read of `key` of `db` that took `cost` for `bytes`: a costly one is
@@ -420,6 +499,36 @@ fn record_key_change(
             snap: snap.as_ref(),
         };
         counters::local_change(shared, st, change);
+    }
+    record_hash_change(reader.ctx(), shared, st, (db, key), stamp, before);
+}
+
+/// A change of `key` that ships later from the backlog, as its state then:
+/// with `merge-hashes`, a hash's change is recorded in its table now
+/// (fields changed alone read alone).
+fn record_hash_change(
+    ctx: &Context,
+    shared: &Shared,
+    st: &mut Replication,
+    (db, key): (u32, &[u8]),
+    stamp: Stamp,
+    before: Option<crate::converge::version::KeyVersion>,
+) {
+    if !crate::capture::hashes::mergeable(ctx, db) {
+        return;
+    }
+    let fields = main_state().fields.get().and_then(|mut w| w.take(db, key));
+    if let Some(fields) = fields {
+        if crate::capture::hashes::field_change(ctx, st, (db, key), stamp, fields, before).is_some()
+        {
+            return;
+        }
+    }
+    let is_hash =
+        server::key_info(ctx, key).kind == redis_module::raw::REDISMODULE_KEYTYPE_HASH as i32;
+    if is_hash || st.versions.hashes.contains(db, key) {
+        // Nothing read now: the backlog reads the whole key when it ships.
+        let _ = crate::capture::hashes::whole_change(ctx, shared, st, (db, key), stamp, false);
     }
 }
 

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use redis_module::{Context, NotifyEvent};
 
+use crate::capture::fields;
 use crate::capture::increments;
 use crate::capture::state::main_state;
 
@@ -65,6 +66,11 @@ pub fn on_keyspace_event(ctx: &Context, class: i32, event: &[u8], key: &[u8]) {
                         let _ = window.event(db, key, b"del", true);
                     }
                 }
+                if fields::enabled() {
+                    if let Some(mut window) = main.fields.get() {
+                        window.event(db, key, b"del", true);
+                    }
+                }
                 dirty.mark(db, key);
             }
             return;
@@ -103,6 +109,11 @@ fn mark_written(main: &crate::capture::state::MainState, db: u32, key: &[u8], ev
             crate::shared::with_shared(|s| {
                 crate::ops::status::Stats::add(&s.stats.merge_fallbacks, 1)
             });
+        }
+    }
+    if fields::enabled() {
+        if let Some(mut window) = main.fields.get() {
+            window.event(db, key, event, dirty.contains(db, key));
         }
     }
     dirty.mark(db, key);
@@ -300,6 +311,12 @@ pub fn on_command(command: &server::FilteredCommand<'_>) {
             && !server::is_replica_or_loading();
         increments::filtered(counted.then(|| command.args()).as_deref());
     }
+    if fields::enabled() {
+        let noted = fields::may_change_fields(command.name())
+            && !SUPPRESS.load(Ordering::Relaxed)
+            && !server::is_replica_or_loading();
+        fields::filtered(noted.then(|| command.args()).as_deref());
+    }
     let kind = crate::capture::silent::kind(command.name());
     if matches!(kind, Kind::Other)
         || SUPPRESS.load(Ordering::Relaxed)
@@ -489,8 +506,12 @@ pub fn on_flush_or_swap(event: server::ServerEvent) {
         event,
         server::ServerEvent::FlushStarting(_) | server::ServerEvent::Swapped(..)
     ) {
-        // The keys move or go: their increments ship as plain writes.
+        // The keys move or go: their increments and fields ship as whole
+        // writes.
         if let Some(mut window) = main.increments.get() {
+            window.clear();
+        }
+        if let Some(mut window) = main.fields.get() {
             window.clear();
         }
     }

@@ -7,8 +7,10 @@
 //! thread's state, in one value.
 
 pub(crate) mod counters;
+pub mod fields;
 pub(crate) mod flush;
 pub mod flush_plan;
+pub(crate) mod hashes;
 pub(crate) mod hook;
 pub mod hotkeys;
 pub mod increments;

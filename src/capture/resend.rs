@@ -47,9 +47,10 @@ pub fn retry_unread(reader: &Reader, shared: &Shared, st: &mut Replication) {
     if failed > 0 {
         count_read_failures(shared, failed);
     }
+    crate::capture::hashes::as_states(reader.ctx(), st, &mut entries);
     if let Err(entries) = push(shared, st, entries, true) {
         for e in entries {
-            if let Op::Value { key, .. } | Op::Counter { key, .. } = e.op {
+            if let Op::Value { key, .. } | Op::Counter { key, .. } | Op::Fields { key, .. } = e.op {
                 st.unread
                     .insert((e.db, key.into()), Stamp::new(e.clock, e.origin));
             }
@@ -97,7 +98,11 @@ fn key_entry(
 ) -> Option<Entry> {
     let me = shared.node_id;
     match st.versions.get(db, &key)? {
-        KeyVersion::Live(stamp) if stamp.node == me || st.versions.counters.contains(db, &key) => {
+        KeyVersion::Live(stamp)
+            if stamp.node == me
+                || (st.versions.counters.contains(db, &key)
+                    || st.versions.hashes.contains(db, &key)) =>
+        {
             server::select_db(reader.ctx(), db);
             let snap = match reader.read_one(&key) {
                 Read::Value(snap) => Some(snap),
@@ -117,7 +122,9 @@ fn key_entry(
             Some(entry(db, stamp, op))
         }
         KeyVersion::Deleted { stamp, .. }
-            if stamp.node == me || st.versions.counters.contains(db, &key) =>
+            if stamp.node == me
+                || (st.versions.counters.contains(db, &key)
+                    || st.versions.hashes.contains(db, &key)) =>
         {
             Some(entry(db, stamp, Op::Delete { key }))
         }
@@ -147,10 +154,11 @@ fn functions_entry(reader: &Reader, shared: &Shared, st: &Replication) -> Option
 pub fn drain_backlog(reader: &Reader, shared: &Shared, st: &mut Replication, deadline: Instant) {
     while !st.peer.backlog.is_empty() && !shared.queue.is_full() && Instant::now() < deadline {
         let ops = st.peer.backlog.take_front(CATCH_UP_BATCH);
-        let entries: Vec<Entry> = ops
+        let mut entries: Vec<Entry> = ops
             .into_iter()
             .filter_map(|op| backlog_entry(reader, shared, st, op))
             .collect();
+        crate::capture::hashes::as_states(reader.ctx(), st, &mut entries);
         let n = entries.len() as u64;
         if let Err(entries) = push(shared, st, entries, true) {
             let ops = entries.iter().filter_map(pending_of).collect();
@@ -198,10 +206,11 @@ pub fn advance_full_sync(
         }
         let shipments: Vec<Shipment> =
             sync.step(reader, &st.versions, shared.node_id, CATCH_UP_BATCH);
-        let entries: Vec<Entry> = shipments
+        let mut entries: Vec<Entry> = shipments
             .into_iter()
             .map(|(db, stamp, op)| entry(db, stamp, op))
             .collect();
+        crate::capture::hashes::as_states(reader.ctx(), st, &mut entries);
         keep_unread(shared, st, sync);
         let refused = || shared.stats.entries_refused.load(Ordering::Relaxed);
         let before = refused();

@@ -18,6 +18,7 @@ use std::sync::LazyLock;
 
 use parking_lot::{ReentrantMutex, ReentrantMutexGuard};
 
+use crate::capture::fields::FieldWindow;
 use crate::capture::hook::{ExpiredKey, SilentChanges};
 use crate::capture::hotkeys::HotKeys;
 use crate::capture::increments::IncrementWindow;
@@ -70,6 +71,8 @@ pub struct MainState {
     pub hot: Part<HotKeys>,
     /// Keys only incremented since the last flush (`merge-counters`).
     pub increments: Part<IncrementWindow>,
+    /// Keys changed only field by field since the last flush (`merge-hashes`).
+    pub fields: Part<FieldWindow>,
     /// Versions, backlog, syncs and acknowledgements with the peer.
     pub replication: Part<Replication>,
     /// The `RDMASYNC.DEBUG` switches the main thread reads.
@@ -84,6 +87,7 @@ impl Default for MainState {
             expired: Part::new("expired-key list", Vec::new()),
             hot: Part::new("hot-key record", HotKeys::default()),
             increments: Part::new("increment record", IncrementWindow::default()),
+            fields: Part::new("field record", FieldWindow::default()),
             replication: Part::new("convergence state", Replication::default()),
             faults: Part::new("fault switches", Faults::default()),
         }

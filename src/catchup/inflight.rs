@@ -46,7 +46,10 @@ impl SentBatch {
     pub fn record(&mut self, e: &Entry) {
         let (seq, db) = (e.seq, e.db);
         let change = match &e.op {
-            Op::Value { key, .. } | Op::Delete { key } | Op::Counter { key, .. } => {
+            Op::Value { key, .. }
+            | Op::Delete { key }
+            | Op::Counter { key, .. }
+            | Op::Fields { key, .. } => {
                 let start = self.names.len();
                 self.names.extend_from_slice(key);
                 Change::Key {

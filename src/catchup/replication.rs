@@ -132,6 +132,9 @@ pub struct Replication {
     /// The bound the peer sent with the batch being applied (what it had
     /// seen of keys it held at rest).
     pub peer_bound: Option<Seen>,
+    /// What the peer had applied when it read the batch being applied
+    /// (its bound notice): all a plain delete of its had seen.
+    pub peer_applied: Option<Seen>,
     /// A sync is taken out of `peer.snapshot` to hand out entries: not in
     /// step, though the snapshot looks idle meanwhile.
     pub sync_taken_out: bool,
@@ -166,6 +169,7 @@ impl Replication {
             peer: Peer::new(backlog_limit),
             own_bound: OwnBound::default(),
             peer_bound: None,
+            peer_applied: None,
             sync_taken_out: false,
         }
     }
@@ -472,7 +476,8 @@ impl Replication {
             || self.collection_due()
             || !self.unread.is_empty()
             // Counter metadata waits for the bound (a probe may be due).
-            || (self.versions.counters.live_len() != 0 && self.own_bound.is_idle())
+            || (self.versions.counters.live_len() + self.versions.hashes.len() != 0
+                && self.own_bound.is_idle())
     }
 
     /// The figures of `RDMASYNC.STATUS`.
@@ -480,6 +485,7 @@ impl Replication {
         Convergence {
             versioned_keys: self.versions.len() as u64,
             merge_counters: self.versions.counters.live_len() as u64,
+            merge_hashes: self.versions.hashes.len() as u64,
             unread_keys: self.unread.len() as u64,
             tombstones: self.versions.tombstones() as u64,
             backlog: self.peer.backlog.len() as u64,

@@ -132,9 +132,10 @@ impl DirtySet {
         }
         let flush_or_swap = self.has_flush_or_swap();
         batch.entries.iter().any(|e| match &e.op {
-            Op::Value { key, .. } | Op::Delete { key } | Op::Counter { key, .. } => {
-                flush_or_swap || self.contains(e.db, key)
-            }
+            Op::Value { key, .. }
+            | Op::Delete { key }
+            | Op::Counter { key, .. }
+            | Op::Fields { key, .. } => flush_or_swap || self.contains(e.db, key),
             // A sweep's end deletes keys: a change of theirs is dated first.
             Op::FlushDb | Op::FlushAll | Op::SwapDb { .. } | Op::SweepEnd { .. } => true,
             Op::Functions { .. } => self.functions_pending(),

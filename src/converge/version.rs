@@ -128,6 +128,8 @@ pub struct VersionStore {
     /// Counters with merge metadata and the merge bound (issue 27):
     /// journaled and persisted with the versions (`merge::journaled`).
     pub counters: crate::converge::merge::counters::Counters,
+    /// Hashes with merge metadata (issue 27, `merge-hashes`).
+    pub hashes: crate::converge::merge::hashes::Hashes,
 }
 
 /// The version of the function libraries.
@@ -358,6 +360,7 @@ impl VersionStore {
         if self.counters.forget(db, key) {
             self.journal_counter(db, key);
         }
+        self.hashes.forget(db, key);
     }
 
     /// The verdict on a remote entry for `key` stamped `remote`.
@@ -406,6 +409,7 @@ impl VersionStore {
         }
         self.raise_floor(db, stamp);
         self.counters.flushed(db, stamp);
+        self.hashes.flushed(db);
         self.forget_unstamped_before_flush(db);
         // This flush's own stamp arrived: it is no longer pending.
         match db {
@@ -447,6 +451,7 @@ impl VersionStore {
             &b.to_le_bytes(),
         );
         self.counters.swap_dbs(a, b);
+        self.hashes.swap_dbs(a, b);
         let va = self.dbs.remove(&a);
         let vb = self.dbs.remove(&b);
         if let Some(v) = va {

@@ -91,6 +91,7 @@ pub static SETTINGS: [Setting; ARG_NAMES.len()] = [
     Setting::new(ARG_NAMES[17]),
     Setting::new(ARG_NAMES[18]),
     Setting::new(ARG_NAMES[19]),
+    Setting::new(ARG_NAMES[20]),
 ];
 
 /// Registers the configs, defaulting to the load arguments; `MODULE LOADEX

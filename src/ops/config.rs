@@ -23,7 +23,7 @@ pub const MAX_HANDSHAKE_TIMEOUT_MS: u64 = 60_000;
 
 /// Every argument that is also a config, in the order `CONFIG GET
 /// rdmasync.*` lists them.
-pub const ARG_NAMES: [&str; 20] = [
+pub const ARG_NAMES: [&str; 21] = [
     "peer",
     "port",
     "listen-port",
@@ -44,6 +44,7 @@ pub const ARG_NAMES: [&str; 20] = [
     "max-clock-offset",
     "max-tombstones",
     "merge-counters",
+    "merge-hashes",
 ];
 
 /// Default bound of the catch-up backlog, in changes.
@@ -193,6 +194,11 @@ pub struct Config {
     /// those made on both nodes at once all count (issue 27; off by
     /// default until every path carries counter metadata durably).
     pub merge_counters: bool,
+    /// `merge-hashes=yes|no`: changes of hash fields (HSET, HDEL...) ship
+    /// as the fields they changed, merged per field on both nodes (issue
+    /// 27; off by default until every path carries field metadata
+    /// durably).
+    pub merge_hashes: bool,
     /// The shared secret (`secret=` or the contents of `secret-file=`).
     pub secret: Option<Secret>,
     /// Where the secret was read from, if from a file.
@@ -234,6 +240,7 @@ impl Config {
             self.max_clock_offset_ms.to_string(),
             self.max_tombstones.to_string(),
             if self.merge_counters { "yes" } else { "no" }.to_owned(),
+            if self.merge_hashes { "yes" } else { "no" }.to_owned(),
         ]
     }
 
@@ -399,6 +406,7 @@ struct Draft {
     max_clock_offset_ms: Option<u64>,
     max_tombstones: Option<usize>,
     merge_counters: Option<bool>,
+    merge_hashes: Option<bool>,
     secret: Option<Secret>,
     secret_file: Option<(Secret, PathBuf)>,
     handshake_timeout_ms: Option<u64>,
@@ -446,6 +454,7 @@ impl Draft {
             }
             "persist-versions" => self.persist_versions = Some(parse_yes_no(name, value)?),
             "merge-counters" => self.merge_counters = Some(parse_yes_no(name, value)?),
+            "merge-hashes" => self.merge_hashes = Some(parse_yes_no(name, value)?),
             // Never echo the value: it is the secret.
             SECRET_ARG => {
                 self.secret =
@@ -516,6 +525,7 @@ impl Draft {
                 .unwrap_or(DEFAULT_MAX_CLOCK_OFFSET_MS),
             max_tombstones: self.max_tombstones.unwrap_or(DEFAULT_MAX_TOMBSTONES),
             merge_counters: self.merge_counters.unwrap_or(false),
+            merge_hashes: self.merge_hashes.unwrap_or(false),
             secret,
             secret_file,
             handshake_timeout_ms: self

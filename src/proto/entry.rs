@@ -25,6 +25,18 @@ pub enum Op {
         /// Absolute expiry in Unix milliseconds.
         expiry_ms: Option<u64>,
     },
+    /// A hash's merge state (`converge::merge::hash_codec`): a change of
+    /// some fields or a whole write, merged per field with what the
+    /// receiver holds; expiring at `expiry_ms` when the incoming whole
+    /// write is the newest, or the key was absent.
+    Fields {
+        /// Key name.
+        key: Vec<u8>,
+        /// The encoded state.
+        state: Vec<u8>,
+        /// Absolute expiry in Unix milliseconds.
+        expiry_ms: Option<u64>,
+    },
     /// What the sender had seen of each origin when it read the values
     /// after this in the batch (its merge bound, encoded): a plain write of
     /// a key it held at rest had seen exactly this.
@@ -133,7 +145,10 @@ impl Entry {
     /// The key, for per-key operations.
     pub fn key(&self) -> Option<&[u8]> {
         match &self.op {
-            Op::Value { key, .. } | Op::Delete { key } | Op::Counter { key, .. } => Some(key),
+            Op::Value { key, .. }
+            | Op::Delete { key }
+            | Op::Counter { key, .. }
+            | Op::Fields { key, .. } => Some(key),
             _ => None,
         }
     }
@@ -143,7 +158,9 @@ impl Entry {
         match &self.op {
             Op::Value { key, payload, .. } => key.len() + payload.len(),
             Op::Delete { key } => key.len(),
-            Op::Counter { key, state, .. } => key.len() + state.len(),
+            Op::Counter { key, state, .. } | Op::Fields { key, state, .. } => {
+                key.len() + state.len()
+            }
             Op::Bound { seen } => seen.len(),
             Op::Functions { payload } => payload.len(),
             Op::SweepStart { .. } => FLOORS_LEN,

@@ -35,7 +35,7 @@ pub const FRAME_MAGIC: u32 = u32::from_le_bytes(*b"RSYN");
 /// Magic of a padding marker.
 pub const PAD_MAGIC: u32 = u32::from_le_bytes(*b"RSPD");
 /// Protocol version written in every frame.
-pub const VERSION: u8 = 5;
+pub const VERSION: u8 = 6;
 /// Bytes of the fixed header.
 pub const HEADER_LEN: usize = 64;
 /// Bytes of the CRC trailer.
@@ -91,6 +91,8 @@ pub enum FrameKind {
     Counter = 11,
     /// The sender's merge bound (the value).
     Bound = 12,
+    /// A hash's merge state (the value; its expiry in the header).
+    Fields = 13,
 }
 
 impl FrameKind {
@@ -108,6 +110,7 @@ impl FrameKind {
             10 => Self::SweepEnd,
             11 => Self::Counter,
             12 => Self::Bound,
+            13 => Self::Fields,
             _ => return None,
         })
     }
@@ -372,6 +375,7 @@ fn check_lengths(h: &FrameHeader, len: usize) -> Result<(), WireError> {
             | FrameKind::Functions
             | FrameKind::SweepStart
             | FrameKind::Counter
+            | FrameKind::Fields
             | FrameKind::Bound
     );
     if h.kind == FrameKind::SweepStart && h.value_total_len as usize != FLOORS_LEN {
@@ -385,7 +389,7 @@ fn check_lengths(h: &FrameHeader, len: usize) -> Result<(), WireError> {
     }
     if matches!(
         h.kind,
-        FrameKind::Value | FrameKind::Delete | FrameKind::Counter
+        FrameKind::Value | FrameKind::Delete | FrameKind::Counter | FrameKind::Fields
     ) == (key == 0)
     {
         return Err(WireError::BadLength("key presence does not match kind"));
@@ -474,6 +478,14 @@ fn place_op<'a>(op: &'a Op, h: &mut FrameHeader) -> (&'a [u8], &'a [u8]) {
         } => {
             h.expiry_ms = expiry_ms.unwrap_or(0);
             (FrameKind::Counter, key, state)
+        }
+        Op::Fields {
+            key,
+            state,
+            expiry_ms,
+        } => {
+            h.expiry_ms = expiry_ms.unwrap_or(0);
+            (FrameKind::Fields, key, state)
         }
         Op::Bound { seen } => (FrameKind::Bound, &[], seen),
         Op::Functions { payload } => (FrameKind::Functions, &[], payload),
@@ -721,6 +733,16 @@ mod tests {
                 proptest::option::of(1u64..u64::MAX),
             )
                 .prop_map(|(key, state, expiry_ms)| Op::Counter {
+                    key,
+                    state,
+                    expiry_ms
+                }),
+            (
+                proptest::collection::vec(any::<u8>(), 1..40),
+                proptest::collection::vec(any::<u8>(), 1..300),
+                proptest::option::of(1u64..u64::MAX),
+            )
+                .prop_map(|(key, state, expiry_ms)| Op::Fields {
                     key,
                     state,
                     expiry_ms

@@ -11,6 +11,7 @@ use hashbrown::HashSet;
 use redis_module::{CallOptions, CallOptionsBuilder, CallResult, Context};
 
 use super::apply_counter;
+use super::apply_fields;
 use super::apply_plan::{
     expired_on_arrival, functions_decision, swap_decision, MsetRun, Outcome, TakenRun,
 };
@@ -335,9 +336,13 @@ impl Applier<'_> {
         if let Some(merged) = apply_counter::plain(ctx, opts, self.shared, st, e) {
             return merged;
         }
+        if let Some(merged) = apply_fields::plain(ctx, opts, self.shared, st, e) {
+            return merged;
+        }
         match &e.op {
             Op::Value { .. } => self.value(st, e, mset),
             Op::Counter { .. } => apply_counter::state(ctx, opts, self.shared, st, e),
+            Op::Fields { .. } => apply_fields::state(ctx, opts, self.shared, st, e),
             Op::Delete { key } => match decide(ctx, st, self.me, e, key) {
                 Decision::Apply => {
                     run(ctx, opts, "DEL", &[key])?;
@@ -462,9 +467,10 @@ fn note_carried(st: &mut Replication, e: &Entry) {
         return;
     };
     match &e.op {
-        Op::Value { key, .. } | Op::Delete { key } | Op::Counter { key, .. } => {
-            sweep.carried(e.db, key)
-        }
+        Op::Value { key, .. }
+        | Op::Delete { key }
+        | Op::Counter { key, .. }
+        | Op::Fields { key, .. } => sweep.carried(e.db, key),
         Op::SwapDb { .. } => {
             st.peer.incoming_sweep = None;
             crate::capture::flush::log_sweep_abandoned("a SWAPDB arrived during the sync");
@@ -695,9 +701,9 @@ fn apply_entries(
         .unwrap_or(0);
     for e in &batch.entries {
         tally.newest = tally.newest.max(e.clock);
-        let merged_key = e
-            .key()
-            .is_some_and(|k| st.versions.counters.contains(e.db, k));
+        let merged_key = e.key().is_some_and(|k| {
+            st.versions.counters.contains(e.db, k) || st.versions.hashes.contains(e.db, k)
+        });
         if !mset.admits(e) || merged_key {
             // Writes stay in batch order: the run goes first.
             if let Err((keys, msg)) = write_run(&mut mset, ctx, opts, st) {

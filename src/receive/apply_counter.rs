@@ -237,7 +237,9 @@ pub(super) fn plain(
 /// for the ack that moves its bound, see `capture::counters::probe`).
 pub(super) fn bound(st: &mut Replication, e: &Entry) -> Outcome {
     if let Op::Bound { seen } = &e.op {
-        st.peer_bound = codec::decode_seen(seen).ok();
+        let notice = crate::converge::merge::hash_codec::decode_notice(seen).ok();
+        st.peer_bound = notice.as_ref().map(|(bound, _)| bound.clone());
+        st.peer_applied = notice.and_then(|(_, applied)| applied);
     }
     st.peer.applied(e.seq);
     Outcome::Notice
@@ -253,4 +255,6 @@ pub(super) fn bound_moved(st: &mut Replication, me: u64, peer: u64, applied: u64
     let covered = st.versions.covered(peer);
     st.versions.raise_merge_bound(peer, covered);
     st.versions.collect_counters();
+    let bound = st.versions.counters.bound().clone();
+    st.versions.hashes.collect(&bound);
 }

@@ -5,6 +5,7 @@
 
 pub(crate) mod apply;
 mod apply_counter;
+mod apply_fields;
 mod apply_plan;
 pub mod poller;
 pub mod sequence;

@@ -84,6 +84,11 @@ fn entry_from(header: &FrameHeader, key: Vec<u8>, value: Vec<u8>) -> Entry {
             state: value,
             expiry_ms: (header.expiry_ms != 0).then_some(header.expiry_ms),
         },
+        FrameKind::Fields => Op::Fields {
+            key,
+            state: value,
+            expiry_ms: (header.expiry_ms != 0).then_some(header.expiry_ms),
+        },
         FrameKind::Bound => Op::Bound { seen: value },
         FrameKind::Functions => Op::Functions { payload: value },
         FrameKind::FlushDb => Op::FlushDb,

@@ -302,7 +302,7 @@ impl Held {
 }
 
 /// The hashes with merge metadata, by database and key.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Hashes {
     keys: HashMap<(u32, Bytes), Held>,
 }

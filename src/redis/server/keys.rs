@@ -306,7 +306,7 @@ unsafe fn long_string(handle: *mut raw::RedisModuleKey) -> Option<Vec<u8>> {
 /// The mode to open keys for reading without a trace: no access-time
 /// update, and where the server has them (7.2+, Valkey) no keyspace
 /// hit/miss counted and no key-miss event.
-fn quiet_read_mode() -> i32 {
+pub(super) fn quiet_read_mode() -> i32 {
     static MODE: std::sync::OnceLock<i32> = std::sync::OnceLock::new();
     *MODE.get_or_init(|| {
         let base = (raw::REDISMODULE_READ | raw::REDISMODULE_OPEN_KEY_NOTOUCH) as i32;

@@ -4,6 +4,7 @@
 //! Every `unsafe` block outside `transport/rdma/` lives in this folder.
 
 mod collections;
+mod hash_key;
 mod keys;
 mod scan;
 
@@ -12,6 +13,7 @@ pub use keys::{
     InPlace, KeyInfo,
 };
 // The module's load probes them (not built in unit tests).
+pub use hash_key::HashKey;
 #[cfg(all(feature = "module", not(test)))]
 pub use keys::{probe_field_ttls, FieldTtls};
 pub use scan::KeyScan;

@@ -1,0 +1,144 @@
+//! Local changes of hashes as the flush records them, and the state every
+//! path that reads a hash with merge metadata ships in place of its plain
+//! value (issue 27, with `merge-hashes`).
+//!
+//! A change of some fields ships those fields only: their values read
+//! through the key API, not the whole hash. A whole write of a hash (or a
+//! delete of one with metadata) ships the whole state, which keeps every
+//! field written elsewhere that it had not seen.
+
+use redis_module::Context;
+
+use crate::capture::counters::fallback;
+use crate::catchup::replication::Replication;
+use crate::converge::merge::hash_codec;
+use crate::converge::merge::hashes::Whole;
+use crate::converge::merge::Seen;
+use crate::converge::version::{KeyVersion, Stamp};
+use crate::proto::entry::{Entry, Op};
+use crate::redis::server::{self, HashKey};
+use crate::shared::Shared;
+
+/// Whether hashes of `db` merge per field: `merge-hashes`, and no field
+/// of the database can carry a TTL (the state carries none; such hashes
+/// ship whole, with the server's own DUMP).
+pub fn mergeable(ctx: &Context, db: u32) -> bool {
+    crate::capture::fields::enabled() && !server::db_may_hold_field_ttls(ctx, db)
+}
+
+/// What this node had applied before its change stamped `stamp`: its own
+/// earlier changes and every origin's up to its watermark.
+pub fn applied_before(st: &Replication, stamp: Stamp) -> Seen {
+    let mut seen: Seen = st.versions.watermarks().collect();
+    seen.raise(stamp.node, stamp.clock.saturating_sub(1));
+    seen
+}
+
+/// What this node has applied now (its bound notice says it with each
+/// batch): every change it made, and every origin's up to its watermark.
+pub fn applied_now(shared: &Shared, st: &Replication) -> Seen {
+    let mut seen: Seen = st.versions.watermarks().collect();
+    seen.raise(shared.node_id, st.last_local_stamp);
+    seen
+}
+
+/// A key changed only in `fields` since the last flush, stamped `stamp`
+/// (`before`: its version before): records the change and returns the
+/// delta to ship, or `None` when the key holds no hash any more (its whole
+/// value is read instead).
+pub fn field_change(
+    ctx: &Context,
+    st: &mut Replication,
+    (db, key): (u32, &[u8]),
+    stamp: Stamp,
+    fields: Vec<Vec<u8>>,
+    before: Option<KeyVersion>,
+) -> Option<Op> {
+    let local = HashKey::new(ctx, key);
+    let values = local.values(&fields).ok()?;
+    let changes = fields.into_iter().zip(values).collect();
+    let applied = applied_before(st, stamp);
+    let created = matches!(before, Some(KeyVersion::Deleted { .. }));
+    let state = st
+        .versions
+        .hashes
+        .local_fields((db, key), stamp, changes, &applied, created);
+    Some(Op::Fields {
+        key: key.to_vec(),
+        state: hash_codec::encode_hash(&state),
+        expiry_ms: server::key_info(ctx, key).expiry_ms,
+    })
+}
+
+/// A whole change of `key` stamped `stamp`, when its database merges
+/// hashes: records it when the key is (or was) a hash, and returns the
+/// state that ships in place of the plain value; `None` when the plain
+/// value says it all (another type, or a delete of a key without
+/// metadata). `ship`: the state is shipped now (else only recorded, and
+/// read again when the backlog ships it). `Err` when the hash could not be
+/// read: nothing was recorded, the key is read again later.
+pub fn whole_change(
+    ctx: &Context,
+    shared: &Shared,
+    st: &mut Replication,
+    (db, key): (u32, &[u8]),
+    stamp: Stamp,
+    ship: bool,
+) -> Result<Option<Op>, ()> {
+    let info = server::key_info(ctx, key);
+    let held = st.versions.hashes.contains(db, key);
+    let now = if !info.exists() {
+        Whole::Absent
+    } else if info.kind == redis_module::raw::REDISMODULE_KEYTYPE_HASH as i32 {
+        let fields = if ship {
+            HashKey::new(ctx, key).all().ok_or(())?
+        } else {
+            Vec::new()
+        };
+        Whole::Hash(fields)
+    } else {
+        if held {
+            fallback(shared, "a write of another type over a hash");
+        }
+        Whole::Other
+    };
+    let applied = applied_before(st, stamp);
+    let state = st
+        .versions
+        .hashes
+        .local_whole((db, key), stamp, now, &applied);
+    Ok(state.filter(|_| ship).map(|state| Op::Fields {
+        key: key.to_vec(),
+        state: hash_codec::encode_hash(&state),
+        expiry_ms: info.expiry_ms,
+    }))
+}
+
+/// Every value or delete in `entries` of a hash with merge metadata ships
+/// as its whole state instead (a resend, the backlog, a full sync). Reads
+/// the key again through the key API, in its database.
+pub fn as_states(ctx: &Context, st: &mut Replication, entries: &mut [Entry]) {
+    if st.versions.hashes.is_empty() {
+        return;
+    }
+    let selected = server::selected_db(ctx);
+    for e in entries.iter_mut() {
+        let (key, expiry_ms) = match &mut e.op {
+            Op::Value { key, expiry_ms, .. } => (key, *expiry_ms),
+            Op::Delete { key } => (key, None),
+            _ => continue,
+        };
+        if !st.versions.hashes.contains(e.db, key) || !server::select_db(ctx, e.db) {
+            continue;
+        }
+        let local = HashKey::new(ctx, key);
+        if let Some(state) = st.versions.hashes.whole(e.db, key, &local) {
+            e.op = Op::Fields {
+                key: std::mem::take(key),
+                state: hash_codec::encode_hash(&state),
+                expiry_ms,
+            };
+        }
+    }
+    server::select_db(ctx, selected);
+}

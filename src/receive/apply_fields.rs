@@ -1,0 +1,197 @@
+//! The peer's hash states, and its plain writes of hashes this node holds
+//! with merge metadata, merged per field (issue 27, `merge-hashes`) and
+//! written as the fields that changed.
+
+use redis_module::{raw, CallOptions, CallResult, Context};
+
+use super::apply_plan::Outcome;
+use crate::capture::counters::fallback;
+use crate::capture::state::main_state;
+use crate::catchup::replication::Replication;
+use crate::converge::merge::hash_codec;
+use crate::converge::merge::hashes::Writes;
+use crate::converge::version::{KeyVersion, Stamp, GC_AT_NEXT_ACK};
+use crate::proto::entry::{Encoding, Entry, Op};
+use crate::redis::server::{self, HashKey};
+use crate::shared::Shared;
+
+fn call(ctx: &Context, opts: &CallOptions, cmd: &str, args: &[&[u8]]) -> Result<(), String> {
+    match ctx.call_ext::<_, CallResult>(cmd, opts, args) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(format!("{cmd}: {}", e.to_utf8_string().unwrap_or_default())),
+    }
+}
+
+/// Fields set or deleted per command.
+const FIELDS_PER_CALL: usize = 512;
+
+/// Makes the server hold the merged value: `DEL` first when every field
+/// without metadata went, then `HSET` and `HDEL` of the fields that
+/// changed.
+fn write(ctx: &Context, opts: &CallOptions, key: &[u8], w: &Writes) -> Result<(), String> {
+    if w.clear {
+        call(ctx, opts, "DEL", &[key])?;
+    }
+    for chunk in w.set.chunks(FIELDS_PER_CALL) {
+        let mut args: Vec<&[u8]> = Vec::with_capacity(1 + 2 * chunk.len());
+        args.push(key);
+        for (f, v) in chunk {
+            args.push(f);
+            args.push(v);
+        }
+        call(ctx, opts, "HSET", &args)?;
+    }
+    for chunk in w.del.chunks(FIELDS_PER_CALL) {
+        let mut args: Vec<&[u8]> = Vec::with_capacity(1 + chunk.len());
+        args.push(key);
+        args.extend(chunk.iter().map(Vec::as_slice));
+        call(ctx, opts, "HDEL", &args)?;
+    }
+    Ok(())
+}
+
+/// The peer's state of a hash (`Op::Fields`), merged and written.
+pub(super) fn state(
+    ctx: &Context,
+    opts: &CallOptions,
+    shared: &Shared,
+    st: &mut Replication,
+    e: &Entry,
+) -> Result<Outcome, String> {
+    let Op::Fields {
+        key,
+        state,
+        expiry_ms,
+    } = &e.op
+    else {
+        return Ok(Outcome::Discarded);
+    };
+    let incoming =
+        hash_codec::decode_hash(state).map_err(|why| format!("hash state of the peer: {why}"))?;
+    let newest = incoming.newest();
+    if newest <= st.versions.floor(e.db) {
+        // Every write in it is older than a flush applied here.
+        return Ok(Outcome::Discarded);
+    }
+    let info = server::key_info(ctx, key);
+    if info.exists() && info.kind != raw::REDISMODULE_KEYTYPE_HASH as i32 {
+        let held = version_of(st, e.db, key);
+        if newest <= held {
+            fallback(shared, "a hash change older than a write of another type");
+            return Ok(Outcome::Discarded);
+        }
+        fallback(shared, "a hash change newer than a write of another type");
+        call(ctx, opts, "DEL", &[key])?;
+        if st.versions.counters.forget(e.db, key) {
+            st.versions.journal_counter(e.db, key);
+        }
+    }
+    let created = !server::key_info(ctx, key).exists();
+    let bound = st.versions.counters.bound().clone();
+    let w = st
+        .versions
+        .hashes
+        .remote((e.db, key), &incoming, &bound, &HashKey::new(ctx, key));
+    let expiry = (created || w.expiry_from_incoming).then_some(*expiry_ms);
+    settle(ctx, opts, st, (e.db, key), &w, expiry, newest)
+}
+
+/// The key's version here (`Stamp::ZERO`: none).
+fn version_of(st: &Replication, db: u32, key: &[u8]) -> Stamp {
+    st.versions
+        .get(db, key)
+        .map_or(Stamp::ZERO, KeyVersion::stamp)
+}
+
+/// Writes what a merge gave, sets the expiry it brought (`expiry`:
+/// `Some` when the incoming one wins) and records the key's version.
+fn settle(
+    ctx: &Context,
+    opts: &CallOptions,
+    st: &mut Replication,
+    (db, key): (u32, &[u8]),
+    w: &Writes,
+    expiry: Option<Option<u64>>,
+    newest: Stamp,
+) -> Result<Outcome, String> {
+    write(ctx, opts, key, w)?;
+    let exists = server::key_info(ctx, key).exists();
+    match expiry {
+        Some(Some(at)) if exists => {
+            let at = at.to_string();
+            call(ctx, opts, "PEXPIREAT", &[key, at.as_bytes()])?;
+        }
+        Some(None) if exists => call(ctx, opts, "PERSIST", &[key])?,
+        _ => {}
+    }
+    let version = version_of(st, db, key).max(newest);
+    if server::key_info(ctx, key).exists() {
+        st.versions.record_write(db, key, version);
+    } else {
+        st.versions.record_delete(db, key, version, GC_AT_NEXT_ACK);
+    }
+    Ok(Outcome::Applied)
+}
+
+/// The peer's plain value or delete of a key this node holds as a hash
+/// with metadata: merged (`None` when the key is not held, or when a value
+/// of another type is the newer write: the caller applies it as any key).
+///
+/// A plain write comes from a key the peer holds at rest (its own changes
+/// of a hash ship as states): a hash value holds nothing this node lacks,
+/// a delete removes what the peer had applied when it read the batch.
+pub(super) fn plain(
+    ctx: &Context,
+    opts: &CallOptions,
+    shared: &Shared,
+    st: &mut Replication,
+    e: &Entry,
+) -> Option<Result<Outcome, String>> {
+    let (key, hash_value) = match &e.op {
+        Op::Value {
+            key,
+            payload,
+            encoding,
+            ..
+        } => (key, *encoding == Encoding::Dump && is_hash_payload(payload)),
+        Op::Delete { key } => (key, false),
+        _ => return None,
+    };
+    if !st.versions.hashes.contains(e.db, key) {
+        return None;
+    }
+    let stamp = Stamp::new(e.clock, e.origin);
+    match &e.op {
+        Op::Value { .. } if hash_value => Some(Ok(Outcome::Discarded)),
+        Op::Value { .. } if stamp > version_of(st, e.db, key) => {
+            // Another type, newer: it wins as any write of the key does.
+            fallback(shared, "a write of another type over a hash");
+            st.versions.hashes.forget(e.db, key);
+            None
+        }
+        Op::Value { .. } => {
+            // Another type, older: this node's hash wins, and ships again
+            // whole at a new stamp so that the peer takes it over its own.
+            fallback(shared, "a write of another type older than a hash");
+            if let Some(mut dirty) = main_state().dirty.get() {
+                dirty.mark(e.db, key);
+            }
+            Some(Ok(Outcome::Discarded))
+        }
+        _ => {
+            let applied = st.peer_applied.clone().or_else(|| st.peer_bound.clone())?;
+            let bound = st.versions.counters.bound().clone();
+            let local = HashKey::new(ctx, key);
+            let w = st
+                .versions
+                .hashes
+                .remote_delete((e.db, key), &applied, &bound, &local)?;
+            Some(settle(ctx, opts, st, (e.db, key), &w, None, stamp))
+        }
+    }
+}
+
+/// Whether a plain value is a hash (a DUMP payload of a hash encoding).
+fn is_hash_payload(payload: &[u8]) -> bool {
+    matches!(payload.first(), Some(4 | 9 | 13 | 16))
+}
