@@ -14,59 +14,14 @@
 
 mod common;
 
-use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::Duration;
 
+use common::writers::{
+    at_once, cmd, integer, lost_on_both, okay, report, write_all, PIPELINE, UPDATES,
+};
 use common::{Node, Pair};
 use redis::{Connection, Value};
-
-/// Updates per side per scenario.
-const UPDATES: usize = 1000;
-/// Commands per pipeline (replies checked one by one).
-const PIPELINE: usize = 10;
-
-/// Runs `update(i)` for `i` in `0..UPDATES` on `node`, `PIPELINE` at a time,
-/// checking every reply with `ok`.
-fn write_all(node: &Node, update: impl Fn(usize) -> redis::Cmd, ok: impl Fn(&Value) -> bool) {
-    let mut c = node.conn();
-    for chunk in (0..UPDATES).collect::<Vec<_>>().chunks(PIPELINE) {
-        let mut p = redis::pipe();
-        for &i in chunk {
-            p.add_command(update(i));
-        }
-        let replies: Vec<Value> = p.query(&mut c).expect("pipeline");
-        for (i, r) in chunk.iter().zip(&replies) {
-            assert!(
-                ok(r),
-                "update {i} on {}: unexpected reply {r:?}",
-                node.pid()
-            );
-        }
-    }
-}
-
-/// Both writers at once, then waits for the pair to converge.
-fn at_once(
-    pair: &Pair,
-    a: impl Fn(usize) -> redis::Cmd + Send + 'static,
-    b: impl Fn(usize) -> redis::Cmd + Send + 'static,
-    ok: fn(&Value) -> bool,
-) {
-    let start = Arc::new(Barrier::new(2));
-    thread::scope(|s| {
-        let (sa, sb) = (start.clone(), start.clone());
-        s.spawn(move || {
-            sa.wait();
-            write_all(&pair.a, a, ok)
-        });
-        s.spawn(move || {
-            sb.wait();
-            write_all(&pair.b, b, ok)
-        });
-    });
-    pair.wait_converged(Duration::from_secs(30));
-}
 
 /// Runs `f`; if it panics, names first what each node holds of `key`
 /// (value, version, counter state, merge figures).
@@ -108,35 +63,6 @@ fn explain(pair: &Pair, key: &str) {
     }
 }
 
-fn integer(v: &Value) -> bool {
-    matches!(v, Value::Int(_))
-}
-
-fn okay(v: &Value) -> bool {
-    matches!(
-        v,
-        Value::Okay | Value::Int(_) | Value::SimpleString(_) | Value::BulkString(_)
-    )
-}
-
-fn cmd(words: &[&str]) -> redis::Cmd {
-    let mut c = redis::cmd(words[0]);
-    for w in &words[1..] {
-        c.arg(*w);
-    }
-    c
-}
-
-/// How many of `expected` a check finds missing, on either node.
-fn lost_on_both(pair: &Pair, mut missing: impl FnMut(&mut Connection) -> usize) -> usize {
-    missing(&mut pair.a.conn()) + missing(&mut pair.b.conn())
-}
-
-fn report(scenario: &str, lost: usize, of: usize) {
-    eprintln!("{scenario}: {lost} of {of} acknowledged updates lost");
-    assert_eq!(lost, 0, "{scenario}: acknowledged updates lost");
-}
-
 fn started() -> Pair {
     let pair = Pair::start();
     pair.wait_in_step();
@@ -172,42 +98,6 @@ fn merged_and_collected(pair: &Pair) {
             node.status()
         );
     }
-}
-
-/// A pair that ships hash field changes as fields (`merge-hashes=yes`).
-fn started_merging_hashes() -> Pair {
-    let on = ["merge-hashes=yes"];
-    let pair = Pair::start_with(&on, &on);
-    pair.wait_in_step();
-    pair
-}
-
-/// No write fell back to whole-key last writer wins, and every hash's
-/// metadata was collected once the pair settled.
-fn hashes_merged_and_collected(pair: &Pair) {
-    for node in [&pair.a, &pair.b] {
-        assert_eq!(node.stat("merge_fallbacks"), 0, "{:?}", node.status());
-        let rested = common::wait_until(Duration::from_secs(10), || node.stat("merge_hashes") == 0);
-        assert!(rested, "hash metadata never collected: {:?}", node.status());
-    }
-}
-
-#[test]
-fn hset_of_distinct_fields_on_both_nodes_keeps_every_field() {
-    let pair = started_merging_hashes();
-    let a = |i: usize| cmd(&["HSET", "h", &format!("a{i}"), &i.to_string()]);
-    let b = |i: usize| cmd(&["HSET", "h", &format!("b{i}"), &i.to_string()]);
-    at_once(&pair, a, b, integer);
-    let lost = lost_on_both(&pair, |c| {
-        let fields: std::collections::HashMap<String, String> =
-            redis::cmd("HGETALL").arg("h").query(c).unwrap();
-        (0..UPDATES)
-            .flat_map(|i| [format!("a{i}"), format!("b{i}")].map(|f| (f, i.to_string())))
-            .filter(|(f, v)| fields.get(f) != Some(v))
-            .count()
-    });
-    report("HSET distinct fields", lost / 2, 2 * UPDATES);
-    hashes_merged_and_collected(&pair);
 }
 
 #[test]
@@ -600,41 +490,6 @@ fn rpush_on_one_list_on_both_nodes_keeps_every_element_in_each_side_s_order() {
         lost
     });
     report("RPUSH one list", lost / 2, 2 * UPDATES);
-}
-
-#[test]
-#[ignore = "per-element merges are not on the data path yet (issue 27)"]
-fn expire_on_one_node_survives_fields_added_on_the_other() {
-    let pair = started();
-    let _: () = redis::cmd("HSET")
-        .arg("k")
-        .arg("f")
-        .arg("v")
-        .query(&mut pair.a.conn())
-        .unwrap();
-    pair.wait_converged(Duration::from_secs(10));
-    at_once(
-        &pair,
-        |i| cmd(&["EXPIRE", "k", &(100_000 + i).to_string()]),
-        |i| cmd(&["HSET", "k", &format!("b{i}"), "1"]),
-        integer,
-    );
-    let lost = lost_on_both(&pair, |c| {
-        let ttl: i64 = redis::cmd("TTL").arg("k").query(c).unwrap();
-        let fields: usize = (0..UPDATES)
-            .filter(|i| {
-                let v: Option<String> = redis::cmd("HGET")
-                    .arg("k")
-                    .arg(format!("b{i}"))
-                    .query(c)
-                    .unwrap();
-                v.is_none()
-            })
-            .count();
-        fields + usize::from(ttl < 100_000)
-    });
-    // Every node's fields count, and the TTL once per node.
-    report("EXPIRE against concurrent HSET", lost, 2 * (UPDATES + 1));
 }
 
 #[test]

@@ -68,7 +68,8 @@ pub(super) fn state(
     };
     let incoming =
         hash_codec::decode_hash(state).map_err(|why| format!("hash state of the peer: {why}"))?;
-    let newest = incoming.newest();
+    // A removal alone names no write: the entry's stamp is the change's.
+    let newest = incoming.newest().max(Stamp::new(e.clock, e.origin));
     if newest <= st.versions.floor(e.db) {
         // Every write in it is older than a flush applied here.
         return Ok(Outcome::Discarded);

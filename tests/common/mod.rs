@@ -4,6 +4,7 @@
 
 pub mod peer;
 pub mod proxy;
+pub mod writers;
 
 use std::collections::HashMap;
 use std::net::TcpListener;

@@ -1,0 +1,283 @@
+//! Writers who meet on hashes (issue 27, `merge-hashes=yes`): a client on
+//! each node changes fields of the same hash at the same time, every reply
+//! is checked, and once the pair has converged every acknowledged update
+//! must be in the result on both nodes: per field the newest write wins, a
+//! removal (HDEL, DEL, a rewrite) removes only what its node had seen.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::thread;
+use std::time::Duration;
+
+use common::writers::{at_once, cmd, integer, lost_on_both, report, write_all, PIPELINE, UPDATES};
+use common::Pair;
+use redis::Connection;
+
+/// A pair that ships hash field changes as fields (`merge-hashes=yes`).
+fn started_merging_hashes() -> Pair {
+    let on = ["merge-hashes=yes"];
+    let pair = Pair::start_with(&on, &on);
+    pair.wait_in_step();
+    pair
+}
+
+/// No write fell back to whole-key last writer wins, and every hash's
+/// metadata was collected once the pair settled.
+fn merged_and_collected(pair: &Pair) {
+    for node in [&pair.a, &pair.b] {
+        assert_eq!(node.stat("merge_fallbacks"), 0, "{:?}", node.status());
+        let rested = common::wait_until(Duration::from_secs(10), || node.stat("merge_hashes") == 0);
+        assert!(rested, "hash metadata never collected: {:?}", node.status());
+    }
+}
+
+/// Runs `f`; if it panics, names first what each node holds of `key`
+/// (length, version, merge figures).
+fn or_explain<T>(pair: &Pair, key: &str, f: impl FnOnce() -> T) -> T {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(v) => v,
+        Err(why) => {
+            for (name, node) in [("a", &pair.a), ("b", &pair.b)] {
+                let mut c = node.conn();
+                let len: i64 = redis::cmd("HLEN").arg(key).query(&mut c).unwrap_or(-1);
+                let version: String = redis::cmd("RDMASYNC.DEBUG")
+                    .arg("VERSION")
+                    .arg(key)
+                    .query(&mut c)
+                    .unwrap_or_default();
+                let st = node.status();
+                let figures: Vec<String> = [
+                    "merge_fallbacks",
+                    "merge_hashes",
+                    "apply_errors",
+                    "conflicts_discarded",
+                    "reconnects",
+                ]
+                .iter()
+                .map(|f| format!("{f}={}", st[*f]))
+                .collect();
+                eprintln!("{name}: HLEN {key}={len} {version}; {}", figures.join(" "));
+            }
+            std::panic::resume_unwind(why)
+        }
+    }
+}
+
+fn fields_of(c: &mut Connection, key: &str) -> HashMap<String, String> {
+    redis::cmd("HGETALL").arg(key).query(c).unwrap()
+}
+
+/// How many of the fields `a{i}` and `b{i}` (value `i`) `key` lacks.
+fn missing_fields(c: &mut Connection, key: &str) -> usize {
+    let fields = fields_of(c, key);
+    (0..UPDATES)
+        .flat_map(|i| [format!("a{i}"), format!("b{i}")].map(|f| (f, i.to_string())))
+        .filter(|(f, v)| fields.get(f) != Some(v))
+        .count()
+}
+
+fn hset(side: &'static str) -> impl Fn(usize) -> redis::Cmd {
+    move |i| cmd(&["HSET", "h", &format!("{side}{i}"), &i.to_string()])
+}
+
+#[test]
+fn hset_of_distinct_fields_on_both_nodes_keeps_every_field() {
+    let pair = started_merging_hashes();
+    at_once(&pair, hset("a"), hset("b"), integer);
+    let lost = lost_on_both(&pair, |c| missing_fields(c, "h"));
+    report("HSET distinct fields", lost / 2, 2 * UPDATES);
+    merged_and_collected(&pair);
+}
+
+#[test]
+fn fields_written_on_both_nodes_while_the_link_is_cut_are_all_kept() {
+    let pair = started_merging_hashes();
+    common::cut(&pair);
+    thread::scope(|s| {
+        s.spawn(|| write_all(&pair.a, hset("a"), integer));
+        s.spawn(|| write_all(&pair.b, hset("b"), integer));
+    });
+    assert!(pair.a.stat("merge_hashes") == 1 && pair.b.stat("merge_hashes") == 1);
+    common::heal(&pair);
+    pair.wait_converged(Duration::from_secs(30));
+    let lost = lost_on_both(&pair, |c| missing_fields(c, "h"));
+    report(
+        "HSET distinct fields across a link cut",
+        lost / 2,
+        2 * UPDATES,
+    );
+    merged_and_collected(&pair);
+}
+
+#[test]
+fn fields_written_in_transactions_and_scripts_are_all_kept() {
+    // In MULTI the filter sees HSET when it is queued: A's changes ship as
+    // whole writes of the hash, which keep every field of B's they had not
+    // seen. B's script calls pass the filter: they ship as fields.
+    let pair = started_merging_hashes();
+    thread::scope(|s| {
+        s.spawn(|| {
+            let mut c = pair.a.conn();
+            for i in 0..UPDATES {
+                let (n,): (i64,) = redis::pipe()
+                    .atomic()
+                    .cmd("HSET")
+                    .arg("h")
+                    .arg(format!("a{i}"))
+                    .arg(i)
+                    .query(&mut c)
+                    .unwrap();
+                assert_eq!(n, 1);
+            }
+        });
+        let script = "return redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])";
+        let b = &pair.b;
+        s.spawn(move || {
+            write_all(
+                b,
+                |i| cmd(&["EVAL", script, "1", "h", &format!("b{i}"), &i.to_string()]),
+                integer,
+            )
+        });
+    });
+    pair.wait_converged(Duration::from_secs(30));
+    let lost = lost_on_both(&pair, |c| missing_fields(c, "h"));
+    report(
+        "HSET in MULTI on A against HSET in EVAL on B",
+        lost / 2,
+        2 * UPDATES,
+    );
+    merged_and_collected(&pair);
+}
+
+#[test]
+fn a_delete_on_one_node_keeps_fields_it_had_not_seen() {
+    // B adds fields while A deletes the hash four times, each time in a
+    // transaction that first reads what the delete removes. A field no
+    // delete saw was added concurrently or later: it must survive; one a
+    // delete saw must stay deleted.
+    let pair = started_merging_hashes();
+    let added = std::sync::atomic::AtomicUsize::new(0);
+    let seen_by_deletes = thread::scope(|s| {
+        s.spawn(|| {
+            let mut c = pair.b.conn();
+            for chunk in (0..UPDATES).collect::<Vec<_>>().chunks(PIPELINE) {
+                let mut p = redis::pipe();
+                for &i in chunk {
+                    p.add_command(cmd(&["HSET", "h", &format!("b{i}"), "1"]));
+                }
+                let replies: Vec<i64> = p.query(&mut c).expect("HSET");
+                assert!(replies.iter().all(|&r| r == 1));
+                added.fetch_add(chunk.len(), std::sync::atomic::Ordering::SeqCst);
+            }
+        });
+        let deleter = s.spawn(|| {
+            let mut c = pair.a.conn();
+            let mut seen = HashSet::new();
+            for k in 1..=4 {
+                while added.load(std::sync::atomic::Ordering::SeqCst) < k * UPDATES / 5 {
+                    thread::sleep(Duration::from_micros(200));
+                }
+                let (fields, _): (HashMap<String, String>, i64) = redis::pipe()
+                    .atomic()
+                    .cmd("HGETALL")
+                    .arg("h")
+                    .cmd("DEL")
+                    .arg("h")
+                    .query(&mut c)
+                    .unwrap();
+                seen.extend(fields.into_keys());
+            }
+            seen
+        });
+        deleter.join().unwrap()
+    });
+    or_explain(&pair, "h", || pair.wait_converged(Duration::from_secs(30)));
+    let unseen: Vec<String> = (0..UPDATES)
+        .map(|i| format!("b{i}"))
+        .filter(|f| !seen_by_deletes.contains(f))
+        .collect();
+    let mut resurrected = 0;
+    let lost = lost_on_both(&pair, |c| {
+        let fields = fields_of(c, "h");
+        resurrected += seen_by_deletes
+            .iter()
+            .filter(|f| fields.contains_key(*f))
+            .count();
+        unseen.iter().filter(|f| !fields.contains_key(*f)).count()
+    });
+    eprintln!(
+        "DEL against concurrent HSET: {} of {} deleted fields came back",
+        resurrected / 2,
+        seen_by_deletes.len()
+    );
+    report("DEL against concurrent HSET", lost / 2, unseen.len());
+    assert_eq!(resurrected, 0, "fields a delete had seen came back");
+    merged_and_collected(&pair);
+}
+
+#[test]
+fn a_field_removed_on_one_node_keeps_a_write_of_it_the_removal_had_not_seen() {
+    // Fields f0..f99 and g0..g99 rest on both nodes. With the link cut, B
+    // writes f0..f99 and then A removes every field (its removals are the
+    // newer writes): after the heal B's writes, unseen by A's removals,
+    // survive; the g fields, which A had seen, stay removed.
+    let pair = started_merging_hashes();
+    let fields = |p: &'static str| (0..100).map(move |i| format!("{p}{i}"));
+    let mut seed = cmd(&["HSET", "h"]);
+    for f in fields("f").chain(fields("g")) {
+        seed.arg(f).arg("old");
+    }
+    let _: i64 = seed.query(&mut pair.a.conn()).unwrap();
+    pair.wait_converged(Duration::from_secs(10));
+    common::wait_until(Duration::from_secs(10), || pair.a.stat("merge_hashes") == 0);
+    common::cut(&pair);
+    let mut b = pair.b.conn();
+    for f in fields("f") {
+        let _: i64 = cmd(&["HSET", "h", &f, "b"]).query(&mut b).unwrap();
+    }
+    let mut a = pair.a.conn();
+    for f in fields("f").chain(fields("g")) {
+        let removed: i64 = cmd(&["HDEL", "h", &f]).query(&mut a).unwrap();
+        assert_eq!(removed, 1);
+    }
+    common::heal(&pair);
+    or_explain(&pair, "h", || pair.wait_converged(Duration::from_secs(30)));
+    let lost = lost_on_both(&pair, |c| {
+        let held = fields_of(c, "h");
+        let missing = fields("f").filter(|f| held.get(f).map(String::as_str) != Some("b"));
+        missing.count() + fields("g").filter(|g| held.contains_key(g)).count()
+    });
+    report("HDEL on A against unseen HSET on B", lost / 2, 200);
+    merged_and_collected(&pair);
+}
+
+#[test]
+fn expire_on_one_node_survives_fields_added_on_the_other() {
+    let pair = started_merging_hashes();
+    let _: () = redis::cmd("HSET")
+        .arg("k")
+        .arg("f")
+        .arg("v")
+        .query(&mut pair.a.conn())
+        .unwrap();
+    pair.wait_converged(Duration::from_secs(10));
+    at_once(
+        &pair,
+        |i| cmd(&["EXPIRE", "k", &(100_000 + i).to_string()]),
+        |i| cmd(&["HSET", "k", &format!("b{i}"), "1"]),
+        integer,
+    );
+    let lost = lost_on_both(&pair, |c| {
+        let ttl: i64 = redis::cmd("TTL").arg("k").query(c).unwrap();
+        let fields = fields_of(c, "k");
+        let missing = (0..UPDATES)
+            .filter(|i| !fields.contains_key(&format!("b{i}")))
+            .count();
+        missing + usize::from(ttl < 100_000)
+    });
+    // Every node's fields count, and the TTL once per node.
+    report("EXPIRE against concurrent HSET", lost, 2 * (UPDATES + 1));
+    merged_and_collected(&pair);
+}
