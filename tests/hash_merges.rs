@@ -281,3 +281,72 @@ fn expire_on_one_node_survives_fields_added_on_the_other() {
     report("EXPIRE against concurrent HSET", lost, 2 * (UPDATES + 1));
     merged_and_collected(&pair);
 }
+
+/// A pair merging hashes, each node with an AOF written at every change.
+fn merging_hashes_with_aof() -> Pair {
+    let (pa, pb) = (common::free_port(), common::free_port());
+    let (ia, ib) = (common::test_ip(), common::test_ip_b());
+    let aof = ["--appendonly", "yes", "--appendfsync", "always"].map(String::from);
+    let on = ["merge-hashes=yes"];
+    let mut a_args = aof.to_vec();
+    a_args.extend(common::module_args_at(&ia, pa, &ib, pb, &on));
+    let mut b_args = aof.to_vec();
+    b_args.extend(common::module_args_at(&ib, pb, &ia, pa, &on));
+    let pair = Pair {
+        a: common::Node::start("a", a_args),
+        b: common::Node::start("b", b_args),
+    };
+    pair.wait_in_step();
+    pair
+}
+
+#[test]
+fn field_merges_survive_a_kill_of_one_node_with_aof() {
+    // With the link cut, B writes fields f* that A then removes (unseen by
+    // A's removals) and A removes fields g* (seen); each adds fields of its
+    // own. A is killed and starts again from its AOF, which holds its
+    // field metadata: after the heal B's f* writes survive, the g* stay
+    // removed, and every added field is on both nodes.
+    let mut pair = merging_hashes_with_aof();
+    let names = |p: &'static str| (0..100).map(move |i| format!("{p}{i}"));
+    let mut seed = cmd(&["HSET", "h"]);
+    for f in names("f").chain(names("g")) {
+        seed.arg(f).arg("old");
+    }
+    let _: i64 = seed.query(&mut pair.a.conn()).unwrap();
+    pair.wait_converged(Duration::from_secs(10));
+    common::wait_until(Duration::from_secs(10), || pair.a.stat("merge_hashes") == 0);
+    common::cut(&pair);
+    let (mut a, mut b) = (pair.a.conn(), pair.b.conn());
+    for (f, i) in names("f").zip(0..) {
+        let _: i64 = cmd(&["HSET", "h", &f, "b", &format!("b{i}"), "1"])
+            .query(&mut b)
+            .unwrap();
+    }
+    for (f, i) in names("f").chain(names("g")).zip(0..) {
+        let _: i64 = cmd(&["HDEL", "h", &f]).query(&mut a).unwrap();
+        let _: i64 = cmd(&["HSET", "h", &format!("a{i}"), "1"])
+            .query(&mut a)
+            .unwrap();
+    }
+    assert_eq!(pair.a.stat("merge_hashes"), 1);
+    pair.a.restart();
+    assert_eq!(
+        pair.a.stat("merge_hashes"),
+        1,
+        "the metadata did not come back from the AOF"
+    );
+    common::heal(&pair);
+    or_explain(&pair, "h", || pair.wait_converged(Duration::from_secs(30)));
+    let lost = lost_on_both(&pair, |c| {
+        let held = fields_of(c, "h");
+        let f_lost = names("f").filter(|f| held.get(f).map(String::as_str) != Some("b"));
+        let g_back = names("g").filter(|g| held.contains_key(g)).count();
+        let added = (0..200)
+            .map(|i| format!("a{i}"))
+            .chain((0..100).map(|i| format!("b{i}")));
+        f_lost.count() + g_back + added.filter(|f| !held.contains_key(f)).count()
+    });
+    report("HDEL and HSET across a kill with AOF", lost / 2, 500);
+    merged_and_collected(&pair);
+}

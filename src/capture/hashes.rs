@@ -63,6 +63,7 @@ pub fn field_change(
         .versions
         .hashes
         .local_fields((db, key), stamp, changes, &applied, created);
+    st.versions.journal_hashes();
     Some(Op::Fields {
         key: key.to_vec(),
         state: hash_codec::encode_hash(&state),
@@ -107,6 +108,7 @@ pub fn whole_change(
         .versions
         .hashes
         .local_whole((db, key), stamp, now, &applied);
+    st.versions.journal_hashes();
     Ok(state.filter(|_| ship).map(|state| Op::Fields {
         key: key.to_vec(),
         state: hash_codec::encode_hash(&state),

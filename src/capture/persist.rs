@@ -66,6 +66,23 @@ pub fn encode(store: &VersionStore) -> Vec<Vec<u8>> {
         let bytes = crate::converge::merge::journaled::record_key(key, Some(state));
         add(journal::TAG_COUNTER, db, Stamp::ZERO, &bytes);
     }
+    for (db, key, held) in store.hashes.entries() {
+        use crate::converge::merge::hash_journal::{field_record, key_record};
+        add(
+            journal::TAG_HASH,
+            db,
+            Stamp::ZERO,
+            &key_record(key, Some(held), true),
+        );
+        for (field, element) in held.elements() {
+            add(
+                journal::TAG_HASH,
+                db,
+                Stamp::ZERO,
+                &field_record(key, field, Some(element)),
+            );
+        }
+    }
     // Last: a build that does not know the record stops at it, with every
     // key record read.
     if let Some(dropped) = store.dropped() {

@@ -62,6 +62,9 @@ pub const TAG_DROPPED: u8 = 16;
 pub const TAG_COUNTER: u8 = 17;
 /// The merge bound's clock of `stamp.node` is `stamp.clock` (no key).
 pub const TAG_MERGE_BOUND: u8 = 18;
+/// A hash's merge metadata, or a part of it (`merge::hash_journal`; no
+/// stamp).
+pub const TAG_HASH: u8 = 19;
 
 /// One decoded record, borrowing its key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -220,6 +223,7 @@ pub(crate) fn apply_record(store: &mut VersionStore, r: &Record<'_>) -> bool {
         TAG_COLLECTED => store.record_collected(r.stamp),
         TAG_DROPPED => store.record_dropped(r.stamp),
         TAG_COUNTER => return store.replay_counter(r.db, r.key),
+        TAG_HASH => return store.replay_hash(r.db, r.key),
         TAG_MERGE_BOUND => store.counters.raise_bound(r.stamp.node, r.stamp.clock),
         TAG_FUNCTIONS => match <[u8; 8]>::try_from(r.key) {
             Ok(digest) => store.record_functions(r.stamp, u64::from_le_bytes(digest)),

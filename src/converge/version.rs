@@ -184,6 +184,11 @@ impl VersionStore {
         self.journal = was;
     }
 
+    /// Whether changes are journaled.
+    pub(crate) fn journaling(&self) -> bool {
+        self.journal.is_some()
+    }
+
     pub(crate) fn journal_record(&mut self, tag: u8, db: u32, stamp: Stamp, key: &[u8]) {
         if let Some(out) = self.journal.as_mut() {
             crate::converge::journal::put_record(out, tag, db, stamp, key);
@@ -360,7 +365,9 @@ impl VersionStore {
         if self.counters.forget(db, key) {
             self.journal_counter(db, key);
         }
-        self.hashes.forget(db, key);
+        if self.hashes.forget(db, key) {
+            self.journal_hashes();
+        }
     }
 
     /// The verdict on a remote entry for `key` stamped `remote`.

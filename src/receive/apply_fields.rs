@@ -93,6 +93,7 @@ pub(super) fn state(
         .versions
         .hashes
         .remote((e.db, key), &incoming, &bound, &HashKey::new(ctx, key));
+    st.versions.journal_hashes();
     let expiry = (created || w.expiry_from_incoming).then_some(*expiry_ms);
     settle(ctx, opts, st, (e.db, key), &w, expiry, newest)
 }
@@ -168,6 +169,7 @@ pub(super) fn plain(
             // Another type, newer: it wins as any write of the key does.
             fallback(shared, "a write of another type over a hash");
             st.versions.hashes.forget(e.db, key);
+            st.versions.journal_hashes();
             None
         }
         Op::Value { .. } => {
@@ -187,6 +189,7 @@ pub(super) fn plain(
                 .versions
                 .hashes
                 .remote_delete((e.db, key), &applied, &bound, &local)?;
+            st.versions.journal_hashes();
             Some(settle(ctx, opts, st, (e.db, key), &w, None, stamp))
         }
     }

@@ -26,7 +26,8 @@ fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(bytes);
 }
 
-fn put_element(out: &mut Vec<u8>, element: &Element<Bytes>) {
+/// Appends an element.
+pub fn put_element(out: &mut Vec<u8>, element: &Element<Bytes>) {
     let writes = element.writes();
     out.extend_from_slice(&(writes.len() as u16).to_le_bytes());
     for (stamp, value) in writes {
@@ -77,6 +78,11 @@ impl Cursor<'_> {
         }
         Ok(Element::from_parts(writes, self.seen()?))
     }
+}
+
+/// An element read off `c`.
+pub(super) fn decode_element(c: &mut Cursor<'_>) -> Result<Element<Bytes>, DecodeError> {
+    c.element()
 }
 
 /// A hash's state from its bytes.

@@ -113,6 +113,22 @@ pub struct Held {
 }
 
 impl Held {
+    /// The key-level parts: the base, the removals of the whole key, and
+    /// the stamp of the whole write whose expiry the key has.
+    pub fn key_parts(&self) -> (Option<Stamp>, &Seen, Option<Stamp>) {
+        (self.base, &self.removed, self.expiry_of)
+    }
+
+    /// The fields with metadata.
+    pub fn elements(&self) -> impl Iterator<Item = (&Bytes, &Element<Bytes>)> {
+        self.fields.iter()
+    }
+
+    /// The element of field `name`, if it has metadata.
+    pub fn element_of(&self, name: &[u8]) -> Option<&Element<Bytes>> {
+        self.fields.get(name)
+    }
+
     /// Everything the writes held here cover.
     fn observed(&self) -> Seen {
         let mut seen = self.removed.clone();
@@ -305,6 +321,20 @@ impl Held {
 #[derive(Debug, Default, Clone)]
 pub struct Hashes {
     keys: HashMap<(u32, Bytes), Held>,
+    /// What changed since the journal last took it (see [`Touched`]).
+    touched: Vec<Touched>,
+}
+
+/// A change of the table for the journal: the key's parts, and either all
+/// its fields (`whole`) or the ones named.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Touched {
+    /// Database and key.
+    pub key: (u32, Bytes),
+    /// Every field may have changed (and fields may have gone).
+    pub whole: bool,
+    /// The fields that changed, when not whole.
+    pub fields: Vec<Bytes>,
 }
 
 impl Hashes {
@@ -330,7 +360,71 @@ impl Hashes {
 
     /// Forgets `key` (a write of another type won); whether it was held.
     pub fn forget(&mut self, db: u32, key: &[u8]) -> bool {
-        self.keys.remove(&(db, key.to_vec())).is_some()
+        let held = self.keys.remove(&(db, key.to_vec())).is_some();
+        if held {
+            self.touch((db, key), true, Vec::new());
+        }
+        held
+    }
+
+    fn touch(&mut self, (db, key): (u32, &[u8]), whole: bool, fields: Vec<Bytes>) {
+        self.touched.push(Touched {
+            key: (db, key.to_vec()),
+            whole,
+            fields,
+        });
+    }
+
+    /// The changes since the last call, for the journal.
+    pub fn take_touched(&mut self) -> Vec<Touched> {
+        std::mem::take(&mut self.touched)
+    }
+
+    /// Sets what a journal record says of `key`: its parts (`None`: not
+    /// held) and, when `clear`, no field metadata before the records of
+    /// its fields that follow.
+    pub fn restore_key(
+        &mut self,
+        (db, key): (u32, &[u8]),
+        parts: Option<(Option<Stamp>, Seen, Option<Stamp>)>,
+        clear: bool,
+    ) {
+        let k = (db, key.to_vec());
+        let Some((base, removed, expiry_of)) = parts else {
+            self.keys.remove(&k);
+            return;
+        };
+        let held = self.keys.entry(k).or_default();
+        if clear {
+            held.fields.clear();
+        }
+        held.base = base;
+        held.removed = removed;
+        held.expiry_of = expiry_of;
+    }
+
+    /// Sets the element of a field as a journal record says (`None`: it
+    /// has no metadata).
+    pub fn restore_field(
+        &mut self,
+        (db, key): (u32, &[u8]),
+        name: &[u8],
+        element: Option<Element<Bytes>>,
+    ) {
+        let held = self.keys.entry((db, key.to_vec())).or_default();
+        match element {
+            Some(e) => {
+                held.fields.insert(name.to_vec(), e);
+            }
+            None => {
+                held.fields.remove(name);
+            }
+        }
+    }
+
+    /// Every held key with its metadata (the RDB aux data).
+    pub fn entries(&self) -> impl Iterator<Item = (u32, &[u8], &Held)> {
+        self.keys.iter().map(|((db, k), h)| (*db, k.as_slice(), h))
     }
 
     /// A local change of some fields stamped `stamp` (`changes`: each
@@ -345,6 +439,8 @@ impl Hashes {
         applied: &Seen,
         created: bool,
     ) -> HashState {
+        let names = changes.iter().map(|(n, _)| n.clone()).collect();
+        self.touch((db, key), created, names);
         let held = self.keys.entry((db, key.to_vec())).or_default();
         if created {
             held.removed.join(applied);
@@ -394,12 +490,13 @@ impl Hashes {
         let k = (db, key.to_vec());
         match now {
             Whole::Other => {
-                self.keys.remove(&k);
+                self.forget(db, key);
                 return None;
             }
             Whole::Absent if !self.keys.contains_key(&k) => return None,
             _ => {}
         }
+        self.touch((db, key), true, Vec::new());
         let held = self.keys.entry(k).or_default();
         let mut seen = held.observed();
         seen.join(applied);
@@ -432,6 +529,9 @@ impl Hashes {
         bound: &Seen,
         local: &impl LocalHash,
     ) -> Writes {
+        let whole = incoming.base.is_some() || !incoming.removed.is_empty();
+        let names = incoming.elements.iter().map(|(n, _)| n.clone()).collect();
+        self.touch((db, key), whole, names);
         self.keys
             .entry((db, key.to_vec()))
             .or_default()
@@ -449,6 +549,10 @@ impl Hashes {
         bound: &Seen,
         local: &impl LocalHash,
     ) -> Option<Writes> {
+        if !self.keys.contains_key(&(db, key.to_vec())) {
+            return None;
+        }
+        self.touch((db, key), true, Vec::new());
         let held = self.keys.get_mut(&(db, key.to_vec()))?;
         let removal = HashState {
             removed: applied.clone(),

@@ -25,6 +25,7 @@ pub mod counters;
 mod counters_sim;
 pub mod element;
 pub mod hash_codec;
+pub mod hash_journal;
 pub mod hashes;
 #[cfg(test)]
 mod hashes_sim;

@@ -1,0 +1,224 @@
+//! Hash merge metadata made durable the way versions are: every change of
+//! the table is journaled (into the AOF and the replication stream with
+//! the data it describes) and the RDB aux data holds the whole table.
+//! Collection is not journaled: metadata collected before a restart comes
+//! back covered by the bound, and goes again at the next collection.
+//!
+//! `TAG_HASH` (no stamp); the key field holds `u32 key_len | key | u8 what`
+//! then:
+//! - 0: the key has no metadata;
+//! - 1: its parts: `u8 clear | stamp? base | stamp? expiry_of | Seen
+//!   removed` (`stamp?`: `u8` 0, or 1 and the stamp); `clear`: no field
+//!   metadata before the field records that follow;
+//! - 2: a field: `u32 len | field`, then `u8` 0 (no metadata) or 1 and its
+//!   element (`hash_codec`).
+
+use crate::converge::journal::TAG_HASH;
+use crate::converge::merge::codec::{put_seen, put_stamp, Cursor, DecodeError};
+use crate::converge::merge::element::Element;
+use crate::converge::merge::hash_codec::{decode_element, put_element};
+use crate::converge::merge::hashes::{Bytes, Held};
+use crate::converge::version::{Stamp, VersionStore};
+
+fn head(key: &[u8], what: u8) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4 + key.len() + 48);
+    out.extend_from_slice(&(key.len() as u32).to_le_bytes());
+    out.extend_from_slice(key);
+    out.push(what);
+    out
+}
+
+fn put_optional(out: &mut Vec<u8>, stamp: Option<Stamp>) {
+    match stamp {
+        Some(s) => {
+            out.push(1);
+            put_stamp(out, s);
+        }
+        None => out.push(0),
+    }
+}
+
+/// The record of `key`'s parts (`None`: not held).
+pub fn key_record(key: &[u8], held: Option<&Held>, clear: bool) -> Vec<u8> {
+    let Some(held) = held else {
+        return head(key, 0);
+    };
+    let (base, removed, expiry_of) = held.key_parts();
+    let mut out = head(key, 1);
+    out.push(u8::from(clear));
+    put_optional(&mut out, base);
+    put_optional(&mut out, expiry_of);
+    put_seen(&mut out, removed);
+    out
+}
+
+/// The record of one field's element (`None`: no metadata).
+pub fn field_record(key: &[u8], field: &[u8], element: Option<&Element<Bytes>>) -> Vec<u8> {
+    let mut out = head(key, 2);
+    out.extend_from_slice(&(field.len() as u32).to_le_bytes());
+    out.extend_from_slice(field);
+    match element {
+        Some(e) => {
+            out.push(1);
+            put_element(&mut out, e);
+        }
+        None => out.push(0),
+    }
+    out
+}
+
+/// What a record says.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HashRecord<'a> {
+    /// `key` has no metadata.
+    NotHeld(&'a [u8]),
+    /// `key`'s parts: base, removed, expiry_of, and whether its field
+    /// metadata was cleared.
+    Parts(
+        &'a [u8],
+        (Option<Stamp>, crate::converge::merge::Seen, Option<Stamp>),
+        bool,
+    ),
+    /// A field's element of `key`.
+    Field(&'a [u8], &'a [u8], Option<Element<Bytes>>),
+}
+
+impl<'a> Cursor<'a> {
+    fn optional_stamp(&mut self) -> Result<Option<Stamp>, DecodeError> {
+        let at = self.at;
+        match self.array::<1>()? {
+            [0] => Ok(None),
+            [1] => Ok(Some(self.stamp()?)),
+            [tag] => Err(DecodeError::BadTag { tag, at }),
+        }
+    }
+
+    fn slice(&mut self) -> Result<&'a [u8], DecodeError> {
+        let n = self.count(4, 1)?;
+        self.take(n)
+    }
+}
+
+/// A record from its bytes.
+pub fn parse_record(bytes: &[u8]) -> Result<HashRecord<'_>, DecodeError> {
+    let mut c = Cursor { bytes, at: 0 };
+    let key = c.slice()?;
+    let at = c.at;
+    let record = match c.array::<1>()? {
+        [0] => HashRecord::NotHeld(key),
+        [1] => {
+            let [clear] = c.array::<1>()?;
+            let base = c.optional_stamp()?;
+            let expiry_of = c.optional_stamp()?;
+            HashRecord::Parts(key, (base, c.seen()?, expiry_of), clear == 1)
+        }
+        [2] => {
+            let field = c.slice()?;
+            let at = c.at;
+            let element = match c.array::<1>()? {
+                [0] => None,
+                [1] => Some(decode_element(&mut c)?),
+                [tag] => return Err(DecodeError::BadTag { tag, at }),
+            };
+            HashRecord::Field(key, field, element)
+        }
+        [tag] => return Err(DecodeError::BadTag { tag, at }),
+    };
+    c.end()?;
+    Ok(record)
+}
+
+impl VersionStore {
+    /// Journals what changed in the hash table since the last call (taken
+    /// also when no journal is kept).
+    pub fn journal_hashes(&mut self) {
+        let touched = self.hashes.take_touched();
+        if !self.journaling() {
+            return;
+        }
+        for t in touched {
+            let (db, key) = (t.key.0, t.key.1.as_slice());
+            let held = self.hashes.get(db, key);
+            let mut records = vec![key_record(key, held, t.whole)];
+            if let Some(held) = held {
+                if t.whole {
+                    records.extend(held.elements().map(|(f, e)| field_record(key, f, Some(e))));
+                } else {
+                    records.extend(
+                        t.fields
+                            .iter()
+                            .map(|f| field_record(key, f, held.element_of(f))),
+                    );
+                }
+            }
+            for r in records {
+                self.journal_record(TAG_HASH, db, Stamp::ZERO, &r);
+            }
+        }
+    }
+
+    /// Replays a hash record; false when it is not one.
+    pub(crate) fn replay_hash(&mut self, db: u32, bytes: &[u8]) -> bool {
+        match parse_record(bytes) {
+            Ok(HashRecord::NotHeld(key)) => self.hashes.restore_key((db, key), None, true),
+            Ok(HashRecord::Parts(key, parts, clear)) => {
+                self.hashes.restore_key((db, key), Some(parts), clear)
+            }
+            Ok(HashRecord::Field(key, field, element)) => {
+                self.hashes.restore_field((db, key), field, element)
+            }
+            Err(_) => return false,
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::converge::journal::{replay, FORMAT};
+    use crate::converge::merge::hashes::Whole;
+    use crate::converge::merge::Seen;
+
+    #[test]
+    fn the_journal_and_the_aux_records_bring_the_table_back() {
+        let mut origin = VersionStore::journaled();
+        let applied: Seen = [(1, 4), (2, 7)].into_iter().collect();
+        let k = (0, &b"h"[..]);
+        let hash = Whole::Hash(vec![(b"a".to_vec(), b"1".to_vec())]);
+        origin
+            .hashes
+            .local_whole(k, Stamp::new(5, 1), hash, &applied);
+        origin.journal_hashes();
+        let change = vec![(b"b".to_vec(), Some(b"2".to_vec())), (b"a".to_vec(), None)];
+        origin
+            .hashes
+            .local_fields(k, Stamp::new(6, 1), change, &applied, false);
+        origin.journal_hashes();
+        let other = (0, &b"gone"[..]);
+        origin.hashes.local_fields(
+            other,
+            Stamp::new(7, 1),
+            vec![(b"x".to_vec(), None)],
+            &applied,
+            true,
+        );
+        origin.hashes.forget(0, b"gone");
+        origin.journal_hashes();
+        let mut journal = vec![FORMAT];
+        journal.extend(origin.take_journal());
+        let mut loaded = VersionStore::journaled();
+        replay(&journal, &mut loaded).unwrap();
+        assert_eq!(loaded.hashes.get(0, b"h"), origin.hashes.get(0, b"h"));
+        assert!(loaded.hashes.get(0, b"h").is_some());
+        assert!(!loaded.hashes.contains(0, b"gone"));
+    }
+
+    #[test]
+    fn a_bad_record_is_refused() {
+        assert!(parse_record(&[1, 0, 0, 0, b'k', 9]).is_err());
+        assert!(parse_record(&[1, 0, 0, 0, b'k', 1, 0]).is_err());
+        let good = key_record(b"k", None, false);
+        assert_eq!(parse_record(&good).unwrap(), HashRecord::NotHeld(b"k"));
+    }
+}
