@@ -33,7 +33,8 @@
 # Environment: BENCH_PORT (default 26400: ports BENCH_PORT+1..+14 are used),
 #   BG_RATE (background writes/s for the loaded lag run, default 50000),
 #   BENCH_TESTS / BENCH_PIPELINES (the write-path tests and pipelines, default all;
-#   `incr` increments one hot counter, not in the default set),
+#   `incr` increments one hot counter, `hset-big` sets random fields of one
+#   hash of 1,000,000 fields, filled before the run; neither in the default set),
 #   BENCH_MODULE_ARGS (extra module arguments of the measured pair, e.g.
 #   merge-counters=yes; not given to the --before pair).
 set -euo pipefail
@@ -177,8 +178,13 @@ requests() { # test pipeline
   local n=$N1; [ "$2" = 16 ] && n=$N16
   # hset and lpush grow ONE key by n elements (a whole-key copy per shipment
   # for the module): a fifth of the requests keeps the run short.
-  case $1 in hset|lpush) n=$((n / 5)) ;; esac
+  case $1 in hset|lpush|hset-big) n=$((n / 5)) ;; esac
   echo "$n"
+}
+prefill() { # test port [peer port of a module pair]: the key hset-big writes to
+  [ "$1" = hset-big ] || return 0
+  redis-cli -p "$2" eval "for i = 1, 1000000 do redis.call('HSET', KEYS[1], 'f:' .. string.format('%012d', i - 1), 'v') end" 1 big >/dev/null
+  if [ -n "${3:-}" ]; then quiet "$2" "$3"; else sleep 2; fi
 }
 bench_one() { # port test pipeline
   local n; n=$(requests "$2" "$3")
@@ -187,6 +193,7 @@ bench_one() { # port test pipeline
     hset-keys) args=(hset "h:__rand_int__" "f:__rand_int__" v) ;;
     lpush-keys) args=(lpush "l:__rand_int__" v) ;;
     incr) args=(incr counter) ;;
+    hset-big) args=(-r 1000000 hset big "f:__rand_int__" v) ;;
   esac
   redis-benchmark -p "$1" -c 50 -n "$n" -P "$3" -r 100000 --csv "${args[@]}" | tail -1 | awk -F'"' '{ print $4 }'
 }
@@ -202,6 +209,7 @@ for r in $(seq "$ROUNDS"); do
           module) port=$PA peer=$PB ;; plain) port=$PP peer= ;; floor) port=$PF peer= ;;
           replicaof) port=$PM peer=$PR ;; module-before) port=$PC peer=$PD ;;
         esac
+        case $who in module|module-before) prefill "$t" $port "$peer" ;; *) prefill "$t" $port ;; esac
         s0=$(proc_ns $port) q0=$(proc_ns "$peer") sm0=$(main_ns $port) qm0=$(main_ns "$peer")
         rps=$(bench_one $port $t $pl)
         [ "$who" = module ] && quiet

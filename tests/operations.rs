@@ -79,7 +79,8 @@ fn config_get_shows_effective_values_and_set_changes_only_the_peer() {
     assert_eq!(cfg["rdmasync.max-clock-offset"], "10000");
     assert_eq!(cfg["rdmasync.max-tombstones"], "1000000");
     assert_eq!(cfg["rdmasync.merge-counters"], "no");
-    assert_eq!(cfg.len(), 20, "{cfg:?}");
+    assert_eq!(cfg["rdmasync.merge-hashes"], "no");
+    assert_eq!(cfg.len(), 21, "{cfg:?}");
     assert!(
         !cfg.contains_key("rdmasync.secret"),
         "the secret is not a config"
@@ -107,7 +108,7 @@ fn config_get_shows_effective_values_and_set_changes_only_the_peer() {
     // The peer's address may change at run time: the link re-dials it.
     // (Setting the value it already has is not a change: Redis skips it.)
     let reconnects = pair.a.stat("reconnects");
-    let elsewhere = free_port().to_string();
+    let elsewhere = common::NOWHERE_PORT.to_string();
     assert_eq!(set("rdmasync.port", &elsewhere).unwrap(), "OK");
     assert!(pair.a.status()["peer"].ends_with(&format!(":{elsewhere}")));
     assert_eq!(set("rdmasync.port", &cfg["rdmasync.port"]).unwrap(), "OK");

@@ -1,15 +1,16 @@
 //! Any bytes given to the frame decoder: an error or a frame whose fields are
 //! consistent with the bytes, never a panic. Inputs whose header is valid also
 //! get their checksum fixed up, so the paths behind the CRC are explored too.
-//! A counter state or merge bound in a frame's value is decoded too: an
-//! error or a state that survives a round trip.
+//! A counter state, hash state or bound notice in a frame's value is
+//! decoded too: an error or a state that survives a round trip.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rdmasync::converge::merge::codec;
+use rdmasync::converge::merge::{codec, hash_codec};
 use rdmasync::proto::wire::{self, FrameKind, Peeked};
 
-/// The merge state a counter or bound frame carries decodes or fails.
+/// The merge state a counter, fields or bound frame carries decodes or
+/// fails.
 fn check_merge_state(kind: FrameKind, value: &[u8]) {
     match kind {
         FrameKind::Counter => {
@@ -18,8 +19,17 @@ fn check_merge_state(kind: FrameKind, value: &[u8]) {
             }
         }
         FrameKind::Bound => {
-            if let Ok(s) = codec::decode_seen(value) {
-                assert_eq!(codec::decode_seen(&codec::encode_seen(&s)), Ok(s));
+            if let Ok((bound, applied)) = hash_codec::decode_notice(value) {
+                let again = match &applied {
+                    Some(a) => hash_codec::encode_notice(&bound, a),
+                    None => codec::encode_seen(&bound),
+                };
+                assert_eq!(hash_codec::decode_notice(&again), Ok((bound, applied)));
+            }
+        }
+        FrameKind::Fields => {
+            if let Ok(h) = hash_codec::decode_hash(value) {
+                assert_eq!(hash_codec::decode_hash(&hash_codec::encode_hash(&h)), Ok(h));
             }
         }
         _ => {}

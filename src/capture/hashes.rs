@@ -19,11 +19,17 @@ use crate::proto::entry::{Entry, Op};
 use crate::redis::server::{self, HashKey};
 use crate::shared::Shared;
 
-/// Whether hashes of `db` merge per field: `merge-hashes`, and no field
-/// of the database can carry a TTL (the state carries none; such hashes
-/// ship whole, with the server's own DUMP).
-pub fn mergeable(ctx: &Context, db: u32) -> bool {
-    crate::capture::fields::enabled() && !server::db_may_hold_field_ttls(ctx, db)
+/// Whether hashes of `db` merge per field (`merge-hashes`).
+pub fn mergeable(_ctx: &Context, _db: u32) -> bool {
+    crate::capture::fields::enabled()
+}
+
+/// Whether the hash `key` of `db` may hold a field with a TTL: the state
+/// carries none, so such a hash ships whole with the server's own DUMP,
+/// merged as a whole key (counted).
+fn has_field_ttls(ctx: &Context, db: u32, key: &[u8]) -> bool {
+    server::field_ttls_possible()
+        && HashKey::new(ctx, key).may_hold_field_ttls(server::db_may_hold_field_ttls(ctx, db))
 }
 
 /// What this node had applied before its change stamped `stamp`: its own
@@ -54,6 +60,9 @@ pub fn field_change(
     fields: Vec<Vec<u8>>,
     before: Option<KeyVersion>,
 ) -> Option<Op> {
+    if has_field_ttls(ctx, db, key) {
+        return None;
+    }
     let local = HashKey::new(ctx, key);
     let values = local.values(&fields).ok()?;
     let changes = fields.into_iter().zip(values).collect();
@@ -90,7 +99,9 @@ pub fn whole_change(
     let held = st.versions.hashes.contains(db, key);
     let now = if !info.exists() {
         Whole::Absent
-    } else if info.kind == redis_module::raw::REDISMODULE_KEYTYPE_HASH as i32 {
+    } else if info.kind == redis_module::raw::REDISMODULE_KEYTYPE_HASH as i32
+        && !has_field_ttls(ctx, db, key)
+    {
         let fields = if ship {
             HashKey::new(ctx, key).all().ok_or(())?
         } else {
@@ -99,7 +110,10 @@ pub fn whole_change(
         Whole::Hash(fields)
     } else {
         if held {
-            fallback(shared, "a write of another type over a hash");
+            fallback(
+                shared,
+                "a write of another type over a hash, or a field TTL",
+            );
         }
         Whole::Other
     };

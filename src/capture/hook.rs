@@ -305,18 +305,7 @@ impl SilentChanges {
 /// the arguments are read at all.
 pub fn on_command(command: &server::FilteredCommand<'_>) {
     use crate::capture::silent::Kind;
-    if increments::enabled() {
-        let counted = increments::may_increment(command.name())
-            && !SUPPRESS.load(Ordering::Relaxed)
-            && !server::is_replica_or_loading();
-        increments::filtered(counted.then(|| command.args()).as_deref());
-    }
-    if fields::enabled() {
-        let noted = fields::may_change_fields(command.name())
-            && !SUPPRESS.load(Ordering::Relaxed)
-            && !server::is_replica_or_loading();
-        fields::filtered(noted.then(|| command.args()).as_deref());
-    }
+    note_merged_changes(command);
     let kind = crate::capture::silent::kind(command.name());
     if matches!(kind, Kind::Other)
         || SUPPRESS.load(Ordering::Relaxed)
@@ -367,6 +356,21 @@ pub fn on_command(command: &server::FilteredCommand<'_>) {
                 silent.queue(key, kind, None);
             }
         }
+    }
+}
+
+/// With `merge-counters` or `merge-hashes`: notes the increment or the
+/// hash fields the command will make (a client's, not one applied from
+/// the peer or loaded), or drops an older note no event claimed.
+fn note_merged_changes(command: &server::FilteredCommand<'_>) {
+    let ours = || !SUPPRESS.load(Ordering::Relaxed) && !server::is_replica_or_loading();
+    if increments::enabled() {
+        let counted = increments::may_increment(command.name()) && ours();
+        increments::filtered(counted.then(|| command.args()).as_deref());
+    }
+    if fields::enabled() {
+        let noted = fields::may_change_fields(command.name()) && ours();
+        fields::filtered(noted.then(|| command.args()).as_deref());
     }
 }
 

@@ -59,6 +59,18 @@ pub fn encode(store: &VersionStore) -> Vec<Vec<u8>> {
             KeyVersion::Deleted { stamp, .. } => add(TAG_TOMBSTONE, db, stamp, key),
         }
     }
+    add_merge_records(store, &mut add);
+    // Last: a build that does not know the record stops at it, with every
+    // key record read.
+    if let Some(dropped) = store.dropped() {
+        add(journal::TAG_DROPPED, 0, dropped, &[]);
+    }
+    blobs
+}
+
+/// The merge metadata's records: the bound, the counters, the hashes.
+fn add_merge_records(store: &VersionStore, add: &mut impl FnMut(u8, u32, Stamp, &[u8])) {
+    use crate::converge::merge::hash_journal::{field_record, key_record};
     for (node, clock) in store.counters.bound().iter() {
         add(journal::TAG_MERGE_BOUND, 0, Stamp::new(clock, node), &[]);
     }
@@ -67,7 +79,6 @@ pub fn encode(store: &VersionStore) -> Vec<Vec<u8>> {
         add(journal::TAG_COUNTER, db, Stamp::ZERO, &bytes);
     }
     for (db, key, held) in store.hashes.entries() {
-        use crate::converge::merge::hash_journal::{field_record, key_record};
         add(
             journal::TAG_HASH,
             db,
@@ -83,12 +94,6 @@ pub fn encode(store: &VersionStore) -> Vec<Vec<u8>> {
             );
         }
     }
-    // Last: a build that does not know the record stops at it, with every
-    // key record read.
-    if let Some(dropped) = store.dropped() {
-        add(journal::TAG_DROPPED, 0, dropped, &[]);
-    }
-    blobs
 }
 
 /// Adds the keys changed and not yet stamped (the dirty set: a fork in the

@@ -366,7 +366,10 @@ impl FullSync {
         for (_, key) in &owned[start..end] {
             // Written again since (that change ships by itself, or came
             // from the peer): only versions this sync still ships.
-            let counter = |_: Stamp| versions.counters.changed_after(db, key, |s| self.wanted(s));
+            let counter = |_: Stamp| {
+                versions.counters.changed_after(db, key, |s| self.wanted(s))
+                    || versions.hashes.changed_after(db, key, |s| self.wanted(s))
+            };
             match versions.get(db, key) {
                 Some(KeyVersion::Live(s)) if self.wanted(s) || counter(s) => {
                     live.push((key.to_vec(), s))

@@ -739,7 +739,9 @@ impl VersionStore {
         let mut out: Vec<(u32, Box<[u8]>)> = self
             .records()
             .filter(|(db, key, v)| {
-                wanted(v.stamp()) || self.counters.changed_after(*db, key, wanted)
+                wanted(v.stamp())
+                    || self.counters.changed_after(*db, key, wanted)
+                    || self.hashes.changed_after(*db, key, wanted)
             })
             .map(|(db, key, _)| (db, Box::from(key)))
             .collect();

@@ -289,6 +289,7 @@ fn debug_reply(ctx: &Context, args: &[RedisString]) -> RedisResult {
         };
         let line = version_line(&st.versions, db, key)
             + &counter_line(&st.versions.counters, db, key)
+            + &hash_line(&st.versions.hashes, db, key)
             + &format!(
                 "; coverage {:?}; waiting acks {}; accepts coverage {}",
                 st.coverage(),
@@ -349,6 +350,21 @@ fn counter_line(
             )
         }
     }
+}
+
+/// What `RDMASYNC.DEBUG VERSION` says of a hash's merge metadata.
+fn hash_line(hashes: &crate::converge::merge::hashes::Hashes, db: u32, key: &[u8]) -> String {
+    let Some(held) = hashes.get(db, key) else {
+        return "; no hash state".to_owned();
+    };
+    let (base, removed, expiry_of) = held.key_parts();
+    format!(
+        "; hash base {:?} removed {:?} expiry of {:?}; {} fields with metadata",
+        base.map(|s| (s.clock, s.node)),
+        removed.iter().collect::<Vec<_>>(),
+        expiry_of.map(|s| (s.clock, s.node)),
+        held.elements().count()
+    )
 }
 
 redis_module! {

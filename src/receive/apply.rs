@@ -307,36 +307,17 @@ impl Applier<'_> {
     ) -> std::result::Result<Outcome, String> {
         let (ctx, opts) = (self.ctx, self.opts);
         let stamp = Stamp::new(e.clock, e.origin);
-        match &e.op {
-            Op::Ack { applied, in_step } => {
-                return Ok(note_ack(st, e, *applied, *in_step, self.me))
-            }
-            Op::Bound { .. } => return Ok(apply_counter::bound(st, e)),
-            Op::SyncRequest {
-                received,
-                since,
-                own,
-                answer,
-            } => {
-                return Ok(note_sync_request(
-                    st, e.seq, *received, *since, *own, *answer,
-                ))
-            }
-            Op::SweepStart { .. } | Op::SweepEnd { .. } => {
-                st.peer.applied(e.seq);
-                return self.sweep_mark(st, e);
-            }
-            _ => {}
+        if let Some(noted) = self.notice(st, e) {
+            return noted;
         }
         st.peer.applied(e.seq);
         if !server::select_db(ctx, e.db) {
             return Err(format!("no database {}", e.db));
         }
         note_carried(st, e);
-        if let Some(merged) = apply_counter::plain(ctx, opts, self.shared, st, e) {
-            return merged;
-        }
-        if let Some(merged) = apply_fields::plain(ctx, opts, self.shared, st, e) {
+        let merged = apply_counter::plain(ctx, opts, self.shared, st, e)
+            .or_else(|| apply_fields::plain(ctx, opts, self.shared, st, e));
+        if let Some(merged) = merged {
             return merged;
         }
         match &e.op {
@@ -361,6 +342,32 @@ impl Applier<'_> {
             | Op::SweepStart { .. }
             | Op::SweepEnd { .. } => Ok(Outcome::Notice),
         }
+    }
+
+    /// A notice of the peer's (an ack, a bound, a sync request, a sweep
+    /// mark) taken in; `None` for a data change.
+    fn notice(
+        &self,
+        st: &mut Replication,
+        e: &Entry,
+    ) -> Option<std::result::Result<Outcome, String>> {
+        Some(match &e.op {
+            Op::Ack { applied, in_step } => Ok(note_ack(st, e, *applied, *in_step, self.me)),
+            Op::Bound { .. } => Ok(apply_counter::bound(st, e)),
+            Op::SyncRequest {
+                received,
+                since,
+                own,
+                answer,
+            } => Ok(note_sync_request(
+                st, e.seq, *received, *since, *own, *answer,
+            )),
+            Op::SweepStart { .. } | Op::SweepEnd { .. } => {
+                st.peer.applied(e.seq);
+                self.sweep_mark(st, e)
+            }
+            _ => return None,
+        })
     }
 
     /// A sweep mark of the peer's: the start of a sweeping full sync, or

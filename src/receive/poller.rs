@@ -67,11 +67,12 @@ fn copy_out<R: RingMemory + ?Sized>(ring: &R, off: usize, dst: &mut [u8]) -> Res
 }
 
 fn entry_from(header: &FrameHeader, key: Vec<u8>, value: Vec<u8>) -> Entry {
+    let expiry_ms = (header.expiry_ms != 0).then_some(header.expiry_ms);
     let op = match header.kind {
         FrameKind::Value => Op::Value {
             key,
             payload: value,
-            expiry_ms: (header.expiry_ms != 0).then_some(header.expiry_ms),
+            expiry_ms,
             encoding: if header.flags & crate::proto::wire::FLAG_RAW_STRING != 0 {
                 Encoding::RawString
             } else {
@@ -82,12 +83,12 @@ fn entry_from(header: &FrameHeader, key: Vec<u8>, value: Vec<u8>) -> Entry {
         FrameKind::Counter => Op::Counter {
             key,
             state: value,
-            expiry_ms: (header.expiry_ms != 0).then_some(header.expiry_ms),
+            expiry_ms,
         },
         FrameKind::Fields => Op::Fields {
             key,
             state: value,
-            expiry_ms: (header.expiry_ms != 0).then_some(header.expiry_ms),
+            expiry_ms,
         },
         FrameKind::Bound => Op::Bound { seen: value },
         FrameKind::Functions => Op::Functions { payload: value },
@@ -113,19 +114,15 @@ fn entry_from(header: &FrameHeader, key: Vec<u8>, value: Vec<u8>) -> Entry {
             complete: header.arg == 1,
         },
     };
-    let db = if matches!(
+    let no_db = matches!(
         header.kind,
         FrameKind::SyncRequest | FrameKind::SweepStart | FrameKind::SweepEnd | FrameKind::Bound
-    ) {
-        0
-    } else {
-        header.db
-    };
+    );
     Entry {
         origin: header.origin,
         seq: header.seq,
         clock: header.clock,
-        db,
+        db: if no_db { 0 } else { header.db },
         op,
     }
 }

@@ -554,12 +554,18 @@ impl PingMonitor {
     }
 }
 
+/// A port no test ever listens on (they take theirs from [`free_port`]'s
+/// range): a node pointed at it stays unlinked. A port that is merely free
+/// now could be taken by another test's node, which the cut node would
+/// then link with and exchange data.
+pub const NOWHERE_PORT: &str = "1";
+
 /// Cuts the link of `pair`: both nodes dial a port nobody listens on, and
 /// the connection between them is dropped.
 pub fn cut(pair: &Pair) {
-    let nowhere = free_port().to_string();
-    pair.a.set_peer_port(&nowhere);
-    pair.b.set_peer_port(&nowhere);
+    let nowhere = NOWHERE_PORT;
+    pair.a.set_peer_port(nowhere);
+    pair.b.set_peer_port(nowhere);
     assert!(
         wait_until(Duration::from_secs(10), || pair.a.status()["link"] != "up"
             && pair.b.status()["link"] != "up"),

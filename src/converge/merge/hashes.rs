@@ -348,6 +348,25 @@ impl Hashes {
         self.keys.is_empty()
     }
 
+    /// Whether `key` of `db` has metadata naming a change `wanted` asks
+    /// for (a write, a whole write, or what a removal had seen): a sync
+    /// since a watermark ships such a key whatever its version's origin.
+    pub fn changed_after(&self, db: u32, key: &[u8], wanted: impl Fn(Stamp) -> bool) -> bool {
+        let Some(held) = (!self.keys.is_empty()).then(|| self.get(db, key)).flatten() else {
+            return false;
+        };
+        let seen_wanted = |s: &Seen| {
+            s.iter()
+                .any(|(node, clock)| wanted(Stamp::new(clock, node)))
+        };
+        held.base.is_some_and(&wanted)
+            || seen_wanted(&held.removed)
+            || held
+                .fields
+                .values()
+                .any(|e| e.writes().iter().any(|(s, _)| wanted(*s)) || seen_wanted(e.removed()))
+    }
+
     /// Whether `key` of `db` has metadata.
     pub fn contains(&self, db: u32, key: &[u8]) -> bool {
         !self.keys.is_empty() && self.keys.contains_key(&(db, key.to_vec()))

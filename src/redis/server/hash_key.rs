@@ -71,6 +71,18 @@ impl<'a> HashKey<'a> {
         .ok_or(())
     }
 
+    /// Whether the hash may hold a field with a TTL (`db_field_ttls`:
+    /// what its database says where the hash cannot be asked); false when
+    /// the key holds no hash.
+    pub fn may_hold_field_ttls(&self, db_field_ttls: bool) -> bool {
+        self.with_hash(|handle| {
+            // SAFETY: `handle` is a live hash key opened on the main thread.
+            let may = unsafe { super::keys::may_hold_field_ttls(handle, db_field_ttls) };
+            Some(may)
+        })
+        .unwrap_or(false)
+    }
+
     /// Every field and value; `None` when the key holds no hash or the
     /// read did not complete.
     pub fn all(&self) -> Option<Vec<(Bytes, Bytes)>> {

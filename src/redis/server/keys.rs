@@ -239,6 +239,9 @@ pub fn probe_field_ttls(ctx: &Context) -> FieldTtls {
 /// (read through the module API, not a command). A count it does not show
 /// says yes. Elsewhere no: each hash is asked, or no field expires.
 pub fn db_may_hold_field_ttls(ctx: &Context, db: u32) -> bool {
+    if !field_ttls_possible() {
+        return false;
+    }
     if FIELD_TTLS.get() != Some(&FieldTtls::Unseen) {
         return false;
     }
@@ -247,6 +250,11 @@ pub fn db_may_hold_field_ttls(ctx: &Context, db: u32) -> bool {
         return false;
     };
     volatile_items_in(&line.to_string_lossy()).is_none_or(|n| n > 0)
+}
+
+/// Whether this server has hash field TTLs at all (probed at load).
+pub fn field_ttls_possible() -> bool {
+    FIELD_TTLS.get().is_some_and(|f| *f != FieldTtls::Absent)
 }
 
 /// The count of keys holding fields with a TTL in an INFO keyspace line:
@@ -267,7 +275,10 @@ fn volatile_items_in(line: &str) -> Option<u64> {
 ///
 /// # Safety
 /// `handle` is a live, non-null key handle of a hash.
-unsafe fn may_hold_field_ttls(handle: *mut raw::RedisModuleKey, db_field_ttls: bool) -> bool {
+pub(super) unsafe fn may_hold_field_ttls(
+    handle: *mut raw::RedisModuleKey,
+    db_field_ttls: bool,
+) -> bool {
     match FIELD_TTLS.get().copied().unwrap_or(FieldTtls::Absent) {
         FieldTtls::Absent => false,
         FieldTtls::Unseen => db_field_ttls,

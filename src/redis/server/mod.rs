@@ -9,8 +9,8 @@ mod keys;
 mod scan;
 
 pub use keys::{
-    db_may_hold_field_ttls, is_empty_hash, key_info, key_info_and_value, restore_access, Access,
-    InPlace, KeyInfo,
+    db_may_hold_field_ttls, field_ttls_possible, is_empty_hash, key_info, key_info_and_value,
+    restore_access, Access, InPlace, KeyInfo,
 };
 // The module's load probes them (not built in unit tests).
 pub use hash_key::HashKey;
