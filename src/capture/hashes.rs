@@ -64,7 +64,7 @@ pub fn field_change(
         return None;
     }
     let local = HashKey::new(ctx, key);
-    let values = local.values(&fields).ok()?;
+    let (values, expiry_ms) = local.values_and_expiry(&fields).ok()?;
     let changes = fields.into_iter().zip(values).collect();
     let applied = applied_before(st, stamp);
     let created = matches!(before, Some(KeyVersion::Deleted { .. }));
@@ -76,7 +76,7 @@ pub fn field_change(
     Some(Op::Fields {
         key: key.to_vec(),
         state: hash_codec::encode_hash(&state),
-        expiry_ms: server::key_info(ctx, key).expiry_ms,
+        expiry_ms,
     })
 }
 

@@ -75,6 +75,10 @@ pub(super) fn state(
         return Ok(Outcome::Discarded);
     }
     let info = server::key_info(ctx, key);
+    let mut before = Before {
+        exists: info.exists(),
+        has_ttl: info.expiry_ms.is_some(),
+    };
     if info.exists() && info.kind != raw::REDISMODULE_KEYTYPE_HASH as i32 {
         let held = version_of(st, e.db, key);
         if newest <= held {
@@ -83,19 +87,26 @@ pub(super) fn state(
         }
         fallback(shared, "a hash change newer than a write of another type");
         call(ctx, opts, "DEL", &[key])?;
+        before = Before::default();
         if st.versions.counters.forget(e.db, key) {
             st.versions.journal_counter(e.db, key);
         }
     }
-    let created = !server::key_info(ctx, key).exists();
     let bound = st.versions.counters.bound().clone();
     let w = st
         .versions
         .hashes
         .remote((e.db, key), &incoming, &bound, &HashKey::new(ctx, key));
     st.versions.journal_hashes();
-    let expiry = (created || w.expiry_from_incoming).then_some(*expiry_ms);
-    settle(ctx, opts, st, (e.db, key), &w, expiry, newest)
+    let expiry = (!before.exists || w.expiry_from_incoming).then_some(*expiry_ms);
+    settle(ctx, opts, st, (e.db, key), (&w, before), expiry, newest)
+}
+
+/// What the key was before a merge wrote it.
+#[derive(Debug, Clone, Copy, Default)]
+struct Before {
+    exists: bool,
+    has_ttl: bool,
 }
 
 /// The key's version here (`Stamp::ZERO`: none).
@@ -112,22 +123,28 @@ fn settle(
     opts: &CallOptions,
     st: &mut Replication,
     (db, key): (u32, &[u8]),
-    w: &Writes,
+    (w, before): (&Writes, Before),
     expiry: Option<Option<u64>>,
     newest: Stamp,
 ) -> Result<Outcome, String> {
     write(ctx, opts, key, w)?;
-    let exists = server::key_info(ctx, key).exists();
+    // HSET leaves the key there; a delete of fields may have taken it.
+    let mut exists = !w.set.is_empty()
+        || (before.exists && !w.clear && w.del.is_empty())
+        || server::key_info(ctx, key).exists();
+    // A key written again after a DEL, or new, has no TTL.
+    let had_ttl = before.exists && before.has_ttl && !w.clear;
     match expiry {
         Some(Some(at)) if exists => {
             let at = at.to_string();
             call(ctx, opts, "PEXPIREAT", &[key, at.as_bytes()])?;
+            exists = server::key_info(ctx, key).exists();
         }
-        Some(None) if exists => call(ctx, opts, "PERSIST", &[key])?,
+        Some(None) if exists && had_ttl => call(ctx, opts, "PERSIST", &[key])?,
         _ => {}
     }
     let version = version_of(st, db, key).max(newest);
-    if server::key_info(ctx, key).exists() {
+    if exists {
         st.versions.record_write(db, key, version);
     } else {
         st.versions.record_delete(db, key, version, GC_AT_NEXT_ACK);
@@ -190,7 +207,19 @@ pub(super) fn plain(
                 .hashes
                 .remote_delete((e.db, key), &applied, &bound, &local)?;
             st.versions.journal_hashes();
-            Some(settle(ctx, opts, st, (e.db, key), &w, None, stamp))
+            let before = Before {
+                exists: true,
+                has_ttl: false,
+            };
+            Some(settle(
+                ctx,
+                opts,
+                st,
+                (e.db, key),
+                (&w, before),
+                None,
+                stamp,
+            ))
         }
     }
 }

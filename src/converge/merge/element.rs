@@ -138,6 +138,14 @@ impl<V: Clone + PartialEq> Element<V> {
         self.writes.iter().map(|(s, _)| (s.node, s.clock)).collect()
     }
 
+    /// Whether every write and removal held is at or below `bound` (see
+    /// [`Element::collect`]).
+    pub fn settled(&self, collection_removed: &Seen, bound: &Seen) -> bool {
+        self.writes.iter().all(|(s, _)| bound.covers(*s))
+            && bound.dominates(&self.removed)
+            && bound.dominates(collection_removed)
+    }
+
     /// Drops the metadata no site can conflict with any more: once every
     /// write and removal is at or below `bound` (every site applied it and
     /// every change still to arrive was made after it), the element is its

@@ -139,7 +139,11 @@ impl VersionStore {
         for t in touched {
             let (db, key) = (t.key.0, t.key.1.as_slice());
             let held = self.hashes.get(db, key);
-            let mut records = vec![key_record(key, held, t.whole)];
+            // A change of fields alone leaves the key's parts as they were.
+            let mut records = Vec::new();
+            if t.whole || held.is_none() {
+                records.push(key_record(key, held, t.whole));
+            }
             if let Some(held) = held {
                 if t.whole {
                     records.extend(held.elements().map(|(f, e)| field_record(key, f, Some(e))));

@@ -102,7 +102,7 @@ pub enum Whole {
 }
 
 /// The merge metadata of one hash.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default)]
 pub struct Held {
     base: Option<Stamp>,
     removed: Seen,
@@ -110,6 +110,16 @@ pub struct Held {
     /// The newest whole write's stamp: the key's expiry is the one it
     /// carried.
     expiry_of: Option<Stamp>,
+    /// The number of its place in the collection order (see
+    /// `Hashes::order`): older places of the key there are stale.
+    place: u64,
+}
+
+/// Equal metadata (the place in the collection order aside).
+impl PartialEq for Held {
+    fn eq(&self, other: &Self) -> bool {
+        self.key_parts() == other.key_parts() && self.fields == other.fields
+    }
 }
 
 impl Held {
@@ -178,6 +188,8 @@ impl Held {
 
     /// The peer's state merged in: what the server must write.
     fn merge(&mut self, incoming: &HashState, bound: &Seen, local: &impl LocalHash) -> Writes {
+        // Each field the merge reads is read from the server once.
+        let local = &Cached::new(local);
         let mut w = Writes::default();
         let mut touched = BTreeSet::new();
         if !self.removed.dominates(&incoming.removed) {
@@ -269,6 +281,14 @@ impl Held {
     /// Drops what no site can conflict with any more; whether anything is
     /// left.
     fn collect(&mut self, bound: &Seen) -> bool {
+        let settled = |e: &Element<Bytes>| e.settled(&self.removed, bound);
+        if self.base.is_none_or(|b| bound.covers(b))
+            && bound.dominates(&self.removed)
+            && self.fields.values().all(settled)
+        {
+            // All of it is at rest: the server holds every value.
+            return false;
+        }
         if self.base.is_some_and(|b| bound.covers(b)) {
             self.base = None;
         }
@@ -317,13 +337,58 @@ impl Held {
     }
 }
 
+/// A server's hash with each field read at most once.
+struct Cached<'a, L> {
+    local: &'a L,
+    read: std::cell::RefCell<HashMap<Bytes, Option<Bytes>>>,
+}
+
+impl<'a, L: LocalHash> Cached<'a, L> {
+    fn new(local: &'a L) -> Self {
+        Self {
+            local,
+            read: std::cell::RefCell::new(HashMap::new()),
+        }
+    }
+}
+
+impl<L: LocalHash> LocalHash for Cached<'_, L> {
+    fn field(&self, name: &[u8]) -> Option<Bytes> {
+        if let Some(v) = self.read.borrow().get(name) {
+            return v.clone();
+        }
+        let v = self.local.field(name);
+        self.read.borrow_mut().insert(name.to_vec(), v.clone());
+        v
+    }
+    fn fields(&self) -> Vec<(Bytes, Bytes)> {
+        self.local.fields()
+    }
+    fn field_count(&self) -> usize {
+        self.local.field_count()
+    }
+}
+
 /// The hashes with merge metadata, by database and key.
 #[derive(Debug, Default, Clone)]
 pub struct Hashes {
     keys: HashMap<(u32, Bytes), Held>,
     /// What changed since the journal last took it (see [`Touched`]).
     touched: Vec<Touched>,
+    /// Keys by their last change, oldest first, with the number of that
+    /// place: collection visits them from the front (older changes pass
+    /// the bound first) and stops at a run of keys it keeps.
+    order: std::collections::VecDeque<(u64, (u32, Bytes))>,
+    /// The next place's number.
+    next_place: u64,
+    /// The bound of the last collection, and whether a key changed since:
+    /// a collection with neither new changes its nothing.
+    collected_at: Option<Seen>,
 }
+
+/// Keys collection keeps in a row before it stops: the rest, changed
+/// later, waits for the next rise of the bound.
+const KEPT_RUN: usize = 64;
 
 /// A change of the table for the journal: the key's parts, and either all
 /// its fields (`whole`) or the ones named.
@@ -381,12 +446,22 @@ impl Hashes {
     pub fn forget(&mut self, db: u32, key: &[u8]) -> bool {
         let held = self.keys.remove(&(db, key.to_vec())).is_some();
         if held {
-            self.touch((db, key), true, Vec::new());
+            self.note((db, key), true, Vec::new());
         }
         held
     }
 
+    /// A change of `key` (held from now on): queued for collection and
+    /// noted for the journal.
     fn touch(&mut self, (db, key): (u32, &[u8]), whole: bool, fields: Vec<Bytes>) {
+        // A key new to the table journals its parts too (a record of
+        // them from before it was collected may be in the journal).
+        let new = self.queue((db, key));
+        self.note((db, key), whole || new, fields);
+    }
+
+    /// Notes a change of `key` for the journal.
+    fn note(&mut self, (db, key): (u32, &[u8]), whole: bool, fields: Vec<Bytes>) {
         self.touched.push(Touched {
             key: (db, key.to_vec()),
             whole,
@@ -413,6 +488,7 @@ impl Hashes {
             self.keys.remove(&k);
             return;
         };
+        self.queue((db, key));
         let held = self.keys.entry(k).or_default();
         if clear {
             held.fields.clear();
@@ -430,6 +506,7 @@ impl Hashes {
         name: &[u8],
         element: Option<Element<Bytes>>,
     ) {
+        self.queue((db, key));
         let held = self.keys.entry((db, key.to_vec())).or_default();
         match element {
             Some(e) => {
@@ -585,16 +662,61 @@ impl Hashes {
         Some(self.get(db, key)?.whole(local))
     }
 
-    /// Drops the metadata `bound` passed; the keys that left the table.
-    pub fn collect(&mut self, bound: &Seen) -> Vec<(u32, Bytes)> {
-        let mut gone = Vec::new();
-        self.keys.retain(|k, held| {
-            let kept = held.collect(bound);
-            if !kept {
-                gone.push(k.clone());
+    /// Puts `key` at the back of the collection order (it just changed);
+    /// whether it was new to the table.
+    fn queue(&mut self, (db, key): (u32, &[u8])) -> bool {
+        let place = self.next_place;
+        self.next_place += 1;
+        let k = (db, key.to_vec());
+        let new = match self.keys.get_mut(&k) {
+            Some(held) => {
+                held.place = place;
+                false
             }
-            kept
-        });
+            None => {
+                self.keys.insert(
+                    k.clone(),
+                    Held {
+                        place,
+                        ..Held::default()
+                    },
+                );
+                true
+            }
+        };
+        self.order.push_back((place, k));
+        self.collected_at = None;
+        new
+    }
+
+    /// Drops the metadata `bound` passed, oldest changes first, until a run
+    /// of keys it keeps; the keys that left the table.
+    pub fn collect(&mut self, bound: &Seen) -> Vec<(u32, Bytes)> {
+        if self.collected_at.as_ref() == Some(bound) {
+            return Vec::new();
+        }
+        self.collected_at = Some(bound.clone());
+        let mut gone = Vec::new();
+        let mut kept = 0;
+        for _ in 0..self.order.len() {
+            let Some((place, k)) = self.order.pop_front() else {
+                break;
+            };
+            let Some(held) = self.keys.get_mut(&k).filter(|h| h.place == place) else {
+                // Forgotten, or changed since: a later place holds it.
+                continue;
+            };
+            if held.collect(bound) {
+                self.order.push_back((place, k));
+                kept += 1;
+                if kept == KEPT_RUN {
+                    break;
+                }
+            } else {
+                self.keys.remove(&k);
+                gone.push(k);
+            }
+        }
         gone
     }
 
@@ -605,6 +727,18 @@ impl Hashes {
 
     /// Swaps databases `a` and `b`.
     pub fn swap_dbs(&mut self, a: u32, b: u32) {
+        let swap = |d: u32| {
+            if d == a {
+                b
+            } else if d == b {
+                a
+            } else {
+                d
+            }
+        };
+        for (_, (d, _)) in self.order.iter_mut() {
+            *d = swap(*d);
+        }
         let keys = std::mem::take(&mut self.keys);
         self.keys = keys
             .into_iter()

@@ -8,6 +8,9 @@ use super::collections;
 use super::keys::quiet_read_mode;
 use crate::converge::merge::hashes::{Bytes, LocalHash};
 
+/// Values of some fields, and the key's expiry.
+pub type ValuesAndExpiry = (Vec<Option<Bytes>>, Option<u64>);
+
 /// What a hash key holds.
 pub struct HashKey<'a> {
     ctx: &'a Context,
@@ -56,8 +59,13 @@ impl<'a> HashKey<'a> {
     /// The values of `fields` (`None` for one absent); `Err` when the key
     /// holds no hash or a read failed.
     pub fn values(&self, fields: &[Bytes]) -> Result<Vec<Option<Bytes>>, ()> {
+        self.values_and_expiry(fields).map(|(values, _)| values)
+    }
+
+    /// [`Self::values`], and the key's absolute expiry in Unix ms.
+    pub fn values_and_expiry(&self, fields: &[Bytes]) -> Result<ValuesAndExpiry, ()> {
         self.with_hash(|handle| {
-            fields
+            let values = fields
                 .iter()
                 .map(|f| {
                     let field = RedisString::create_from_slice(std::ptr::null_mut(), f);
@@ -66,7 +74,14 @@ impl<'a> HashKey<'a> {
                     unsafe { collections::hash_field(self.ctx.ctx, handle, field.inner) }
                 })
                 .collect::<Result<Vec<_>, ()>>()
-                .ok()
+                .ok()?;
+            // SAFETY: reading the API table's pointer, then calling it on
+            // the live key `with_hash` opened.
+            let at = unsafe { raw::RedisModule_GetAbsExpire.map(|get| get(handle)) };
+            let expiry = at
+                .and_then(|at| u64::try_from(at).ok())
+                .filter(|&at| at > 0);
+            Some((values, expiry))
         })
         .ok_or(())
     }
