@@ -198,30 +198,32 @@ pub(super) fn plain(
             }
             Some(Ok(Outcome::Discarded))
         }
-        _ => {
-            let applied = st.peer_applied.clone().or_else(|| st.peer_bound.clone())?;
-            let bound = st.versions.counters.bound().clone();
-            let local = HashKey::new(ctx, key);
-            let w = st
-                .versions
-                .hashes
-                .remote_delete((e.db, key), &applied, &bound, &local)?;
-            st.versions.journal_hashes();
-            let before = Before {
-                exists: true,
-                has_ttl: false,
-            };
-            Some(settle(
-                ctx,
-                opts,
-                st,
-                (e.db, key),
-                (&w, before),
-                None,
-                stamp,
-            ))
-        }
+        _ => plain_delete(ctx, opts, st, (e.db, key), stamp),
     }
+}
+
+/// The peer's plain delete of a held hash: removes what the peer had
+/// applied when it read the batch.
+fn plain_delete(
+    ctx: &Context,
+    opts: &CallOptions,
+    st: &mut Replication,
+    (db, key): (u32, &[u8]),
+    stamp: Stamp,
+) -> Option<Result<Outcome, String>> {
+    let applied = st.peer_applied.clone().or_else(|| st.peer_bound.clone())?;
+    let bound = st.versions.counters.bound().clone();
+    let local = HashKey::new(ctx, key);
+    let w = st
+        .versions
+        .hashes
+        .remote_delete((db, key), &applied, &bound, &local)?;
+    st.versions.journal_hashes();
+    let before = Before {
+        exists: true,
+        has_ttl: false,
+    };
+    Some(settle(ctx, opts, st, (db, key), (&w, before), None, stamp))
 }
 
 /// Whether a plain value is a hash (a DUMP payload of a hash encoding).
