@@ -6,11 +6,12 @@
 //!
 //! Counters merge with `merge-counters=yes` (INCR, INCRBY, DECR, DECRBY):
 //! their tests run, also across a link cut, failed writes, a kill with
-//! AOF, deletes, transactions, scripts and flushes. Hashes, sets, sorted
-//! sets and lists still merge whole keys (last writer wins), which loses
-//! about half of such updates: those tests are ignored until their merges
-//! ship. `cargo nextest run --run-ignored only --test merges` prints what
-//! each of them loses today.
+//! AOF, deletes, transactions, scripts and flushes. Hash fields merge with
+//! `merge-hashes=yes` (tests/hash_merges.rs). HINCRBY, sets, sorted sets
+//! and lists still merge whole keys (last writer wins), which loses about
+//! half of such updates: those tests are ignored until their merges ship.
+//! `cargo nextest run --run-ignored only --test merges` prints what each of
+//! them loses today.
 
 mod common;
 
@@ -435,7 +436,7 @@ fn incr_of_one_counter_without_merge_counters_loses_increments() {
 }
 
 #[test]
-#[ignore = "per-element merges are not on the data path yet (issue 27)"]
+#[ignore = "HINCRBY merges as a write of its field (merge-hashes), not yet as a counter (issue 27)"]
 fn hincrby_of_one_field_on_both_nodes_counts_every_increment() {
     counter_scenario(
         "HINCRBY one field",
