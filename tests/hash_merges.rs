@@ -10,7 +10,9 @@ use std::collections::{HashMap, HashSet};
 use std::thread;
 use std::time::Duration;
 
-use common::writers::{at_once, cmd, integer, lost_on_both, report, write_all, PIPELINE, UPDATES};
+use common::writers::{
+    at_once, cmd, integer, lost_on_both, okay, report, write_all, PIPELINE, UPDATES,
+};
 use common::Pair;
 use redis::Connection;
 
@@ -349,4 +351,131 @@ fn field_merges_survive_a_kill_of_one_node_with_aof() {
     });
     report("HDEL and HSET across a kill with AOF", lost / 2, 500);
     merged_and_collected(&pair);
+}
+
+#[test]
+fn removals_of_fields_at_rest_reach_a_node_that_writes_all_the_time() {
+    // A writes other keys without pause, so its own part of the merge
+    // bound keeps moving with B's acks; B removes fields that rest on both
+    // nodes, one by one, and then deletes a second hash whole. What a
+    // removal on B had seen must include all of A's changes B applied,
+    // not only those A's last ack told it of: else A keeps the fields.
+    let pair = started_merging_hashes();
+    let names = |p: &'static str| (0..200).map(move |i| format!("{p}{i}"));
+    for key in ["h", "g"] {
+        let mut seed = cmd(&["HSET", key]);
+        for f in names("f") {
+            seed.arg(f).arg("old");
+        }
+        let _: i64 = seed.query(&mut pair.a.conn()).unwrap();
+    }
+    pair.wait_converged(Duration::from_secs(10));
+    for node in [&pair.a, &pair.b] {
+        common::wait_until(Duration::from_secs(10), || node.stat("merge_hashes") == 0);
+    }
+    let done = std::sync::atomic::AtomicBool::new(false);
+    thread::scope(|s| {
+        s.spawn(|| {
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                write_all(&pair.a, |i| cmd(&["SET", &format!("x{i}"), "1"]), okay);
+            }
+        });
+        s.spawn(|| {
+            let mut b = pair.b.conn();
+            for f in names("f") {
+                let removed: i64 = cmd(&["HDEL", "h", &f]).query(&mut b).unwrap();
+                assert_eq!(removed, 1);
+                thread::sleep(Duration::from_micros(300));
+            }
+            let _: i64 = cmd(&["DEL", "g"]).query(&mut b).unwrap();
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+        });
+    });
+    or_explain(&pair, "h", || pair.wait_converged(Duration::from_secs(30)));
+    let lost = lost_on_both(&pair, |c| fields_of(c, "h").len() + fields_of(c, "g").len());
+    report(
+        "HDEL and DEL of fields at rest against writes elsewhere",
+        lost,
+        400,
+    );
+    merged_and_collected(&pair);
+}
+
+/// Seeds hash `key` with fields g0..g9 on A and waits until both nodes
+/// hold it at rest.
+fn seeded_at_rest(pair: &Pair, key: &str) {
+    let mut seed = cmd(&["HSET", key]);
+    for i in 0..10 {
+        seed.arg(format!("g{i}")).arg("old");
+    }
+    let _: i64 = seed.query(&mut pair.a.conn()).unwrap();
+    pair.wait_converged(Duration::from_secs(10));
+    for node in [&pair.a, &pair.b] {
+        common::wait_until(Duration::from_secs(10), || node.stat("merge_hashes") == 0);
+    }
+}
+
+#[test]
+fn a_flush_on_one_node_against_a_field_written_later_on_the_other_converges() {
+    // With the link cut A flushes; B then writes a field of a hash A had
+    // at rest. The hash is newer than the flush on B, so it survives there
+    // whole; A gets the field: the pair must end equal, the field on both.
+    let pair = started_merging_hashes();
+    seeded_at_rest(&pair, "h");
+    common::cut(&pair);
+    let _: () = redis::cmd("FLUSHDB").query(&mut pair.a.conn()).unwrap();
+    thread::sleep(Duration::from_millis(5));
+    let _: i64 = cmd(&["HSET", "h", "f", "new"])
+        .query(&mut pair.b.conn())
+        .unwrap();
+    common::heal(&pair);
+    or_explain(&pair, "h", || pair.wait_converged(Duration::from_secs(30)));
+    let lost = lost_on_both(&pair, |c| usize::from(!fields_of(c, "h").contains_key("f")));
+    report("FLUSHDB on A against a later HSET on B", lost, 2);
+}
+
+#[test]
+fn a_delete_made_while_cut_removes_what_it_had_seen_and_keeps_the_rest() {
+    // With the link cut A deletes a hash it holds at rest; B adds a field
+    // and removes one. After the heal: B's new field (unseen by A's
+    // delete) is there, every field A's delete had seen is gone.
+    let pair = started_merging_hashes();
+    seeded_at_rest(&pair, "h");
+    common::cut(&pair);
+    let _: i64 = cmd(&["DEL", "h"]).query(&mut pair.a.conn()).unwrap();
+    let mut b = pair.b.conn();
+    let _: i64 = cmd(&["HSET", "h", "b", "new"]).query(&mut b).unwrap();
+    let _: i64 = cmd(&["HDEL", "h", "g0"]).query(&mut b).unwrap();
+    common::heal(&pair);
+    or_explain(&pair, "h", || pair.wait_converged(Duration::from_secs(30)));
+    let lost = lost_on_both(&pair, |c| {
+        let held = fields_of(c, "h");
+        let back = (0..10)
+            .filter(|i| held.contains_key(&format!("g{i}")))
+            .count();
+        back + usize::from(held.get("b").map(String::as_str) != Some("new"))
+    });
+    report("DEL while cut against HSET and HDEL", lost, 22);
+    merged_and_collected(&pair);
+}
+
+#[test]
+fn a_field_written_over_a_value_of_another_type_converges() {
+    // With the link cut B sets the key to a string, then A (later) writes
+    // a field of the hash it held: one whole value wins on both nodes.
+    let pair = started_merging_hashes();
+    seeded_at_rest(&pair, "h");
+    common::cut(&pair);
+    let _: () = cmd(&["SET", "h", "str"]).query(&mut pair.b.conn()).unwrap();
+    thread::sleep(Duration::from_millis(5));
+    let _: i64 = cmd(&["HSET", "h", "f", "new"])
+        .query(&mut pair.a.conn())
+        .unwrap();
+    common::heal(&pair);
+    or_explain(&pair, "h", || pair.wait_converged(Duration::from_secs(30)));
+    let kind: String = redis::cmd("TYPE")
+        .arg("h")
+        .query(&mut pair.a.conn())
+        .unwrap();
+    eprintln!("SET on B against a later HSET on A: both hold a {kind}");
 }

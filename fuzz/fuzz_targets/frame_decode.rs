@@ -19,12 +19,9 @@ fn check_merge_state(kind: FrameKind, value: &[u8]) {
             }
         }
         FrameKind::Bound => {
-            if let Ok((bound, applied)) = hash_codec::decode_notice(value) {
-                let again = match &applied {
-                    Some(a) => hash_codec::encode_notice(&bound, a),
-                    None => codec::encode_seen(&bound),
-                };
-                assert_eq!(hash_codec::decode_notice(&again), Ok((bound, applied)));
+            if let Ok(notice) = hash_codec::decode_notice(value) {
+                let again = hash_codec::encode_notice(&notice);
+                assert_eq!(hash_codec::decode_notice(&again), Ok(notice));
             }
         }
         FrameKind::Fields => {

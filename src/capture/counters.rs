@@ -108,12 +108,14 @@ pub fn as_states(st: &mut Replication, entries: &mut [Entry]) {
 /// The notice a batch with keys in it opens with: this node's merge bound,
 /// which is all it had seen of a key it held at rest.
 pub fn bound_notice(shared: &Shared, st: &Replication) -> Op {
-    let applied = crate::capture::hashes::applied_now(shared, st);
+    use crate::converge::merge::hash_codec::{encode_notice, Notice};
+    let notice = Notice {
+        bound: st.versions.counters.bound().clone(),
+        applied: Some(crate::capture::hashes::applied_now(shared, st)),
+        coverage: st.coverage(),
+    };
     Op::Bound {
-        seen: crate::converge::merge::hash_codec::encode_notice(
-            st.versions.counters.bound(),
-            &applied,
-        ),
+        seen: encode_notice(&notice),
     }
 }
 

@@ -93,7 +93,7 @@ pub(crate) fn push(
     if entries.is_empty() {
         return Ok(0);
     }
-    if entries.iter().any(|e| e.key().is_some()) {
+    if entries.iter().any(|e| e.is_data()) {
         let notice = counters::bound_notice(shared, st);
         entries.insert(0, entry(0, Stamp::new(0, shared.node_id), notice));
     }

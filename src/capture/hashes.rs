@@ -132,23 +132,30 @@ pub fn whole_change(
 
 /// Every value or delete in `entries` of a hash with merge metadata ships
 /// as its whole state instead (a resend, the backlog, a full sync). Reads
-/// the key again through the key API, in its database.
-pub fn as_states(ctx: &Context, st: &mut Replication, entries: &mut [Entry]) {
+/// the key again through the key API, in its database. A delete of this
+/// node's (its version: the key is absent since) removes everything this
+/// node has applied: a delete not recorded in the table when it was made
+/// (the key was at rest) is not lost by the state taking its place.
+pub fn as_states(ctx: &Context, shared: &Shared, st: &mut Replication, entries: &mut [Entry]) {
     if st.versions.hashes.is_empty() {
         return;
     }
     let selected = server::selected_db(ctx);
+    let applied = applied_now(shared, st);
     for e in entries.iter_mut() {
-        let (key, expiry_ms) = match &mut e.op {
-            Op::Value { key, expiry_ms, .. } => (key, *expiry_ms),
-            Op::Delete { key } => (key, None),
+        let (key, expiry_ms, own_delete) = match &mut e.op {
+            Op::Value { key, expiry_ms, .. } => (key, *expiry_ms, false),
+            Op::Delete { key } => (key, None, e.origin == shared.node_id),
             _ => continue,
         };
         if !st.versions.hashes.contains(e.db, key) || !server::select_db(ctx, e.db) {
             continue;
         }
         let local = HashKey::new(ctx, key);
-        if let Some(state) = st.versions.hashes.whole(e.db, key, &local) {
+        if let Some(mut state) = st.versions.hashes.whole(e.db, key, &local) {
+            if own_delete {
+                state.removed.join(&applied);
+            }
             e.op = Op::Fields {
                 key: std::mem::take(key),
                 state: hash_codec::encode_hash(&state),

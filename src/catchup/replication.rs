@@ -135,6 +135,12 @@ pub struct Replication {
     /// What the peer had applied when it read the batch being applied
     /// (its bound notice): all a plain delete of its had seen.
     pub peer_applied: Option<Seen>,
+    /// The coverage the peer's notice gave for the batch being applied
+    /// (origin, clock): once the batch is applied, this node holds every
+    /// change of the peer's up to it, and its watermark says so at once
+    /// (not only at the peer's next ack), so that what a removal here had
+    /// seen includes everything the peer's bound may already count.
+    pub peer_batch_coverage: Option<(u64, u64)>,
     /// A sync is taken out of `peer.snapshot` to hand out entries: not in
     /// step, though the snapshot looks idle meanwhile.
     pub sync_taken_out: bool,
@@ -170,6 +176,7 @@ impl Replication {
             own_bound: OwnBound::default(),
             peer_bound: None,
             peer_applied: None,
+            peer_batch_coverage: None,
             sync_taken_out: false,
         }
     }

@@ -228,6 +228,7 @@ fn apply_flush(
         server::select_db(ctx, d);
         let keep = survivors.remove(&d).unwrap_or_default();
         flush_keeping(ctx, opts, &reader, &keep)?;
+        apply_fields::flush_survivors(ctx, d, &keep);
     }
     apply_counter::rewrite_trimmed(ctx, opts, st)?;
     Ok(Outcome::Applied)
@@ -643,6 +644,14 @@ fn apply_batch(ctx: &Context, shared: &Shared, batch: &Batch) {
         .warm(batch.entries.iter().filter_map(|e| Some((e.db, e.key()?))));
     let tally = apply_entries(ctx, &opts, shared, &mut st, batch);
     st.peer_bound = None;
+    st.peer_applied = None;
+    if let Some((origin, clock)) = st.peer_batch_coverage.take() {
+        // As an ack's coverage is taken (see `note_ack`).
+        if st.peer.accepts_coverage() {
+            let cap = st.peer_coverage_cap.unwrap_or(u64::MAX);
+            st.versions.record_covered(origin, clock.min(cap));
+        }
+    }
     // The peer's stamps go into this node's AOF in the batch's transaction.
     crate::capture::persist::propagate_stamps(ctx, shared, &mut st.versions);
     drop(st);

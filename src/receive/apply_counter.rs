@@ -238,8 +238,9 @@ pub(super) fn plain(
 pub(super) fn bound(st: &mut Replication, e: &Entry) -> Outcome {
     if let Op::Bound { seen } = &e.op {
         let notice = crate::converge::merge::hash_codec::decode_notice(seen).ok();
-        st.peer_bound = notice.as_ref().map(|(bound, _)| bound.clone());
-        st.peer_applied = notice.and_then(|(_, applied)| applied);
+        st.peer_bound = notice.as_ref().map(|n| n.bound.clone());
+        st.peer_applied = notice.as_ref().and_then(|n| n.applied.clone());
+        st.peer_batch_coverage = notice.and_then(|n| n.coverage).map(|c| (e.origin, c));
     }
     st.peer.applied(e.seq);
     Outcome::Notice

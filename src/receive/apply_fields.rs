@@ -81,6 +81,16 @@ pub(super) fn state(
     };
     if info.exists() && info.kind != raw::REDISMODULE_KEYTYPE_HASH as i32 {
         let held = version_of(st, e.db, key);
+        if incoming.base.is_none() {
+            // A change of some fields cannot make the whole hash here: this
+            // node's value ships again, newer, and the peer either takes
+            // it or (its hash newer) ships its hash whole.
+            fallback(shared, "a hash change over a write of another type");
+            if let Some(mut dirty) = main_state().dirty.get() {
+                dirty.mark(e.db, key);
+            }
+            return Ok(Outcome::Discarded);
+        }
         if newest <= held {
             fallback(shared, "a hash change older than a write of another type");
             return Ok(Outcome::Discarded);
@@ -92,6 +102,7 @@ pub(super) fn state(
             st.versions.journal_counter(e.db, key);
         }
     }
+    note_own_delete(shared, st, (e.db, key), before.exists);
     let bound = st.versions.counters.bound().clone();
     let w = st
         .versions
@@ -107,6 +118,27 @@ pub(super) fn state(
 struct Before {
     exists: bool,
     has_ttl: bool,
+}
+
+/// A state arrives for a key this node deleted at rest (its tombstone is
+/// this node's, the table does not hold it): the delete may not have
+/// reached the peer, and once this state is applied the key's version is
+/// no longer the delete, so the backlog would never ship it. It goes into
+/// the table as a removal of what this node had applied then (what it
+/// applied since of this key would have brought the key back).
+fn note_own_delete(shared: &Shared, st: &mut Replication, (db, key): (u32, &[u8]), exists: bool) {
+    if exists || st.versions.hashes.contains(db, key) {
+        return;
+    }
+    let Some(KeyVersion::Deleted { stamp, .. }) = st.versions.get(db, key) else {
+        return;
+    };
+    if stamp.node != shared.node_id {
+        return;
+    }
+    let mut seen = crate::capture::hashes::applied_before(st, stamp);
+    seen.observe(stamp);
+    st.versions.hashes.note_delete((db, key), &seen);
 }
 
 /// The key's version here (`Stamp::ZERO`: none).
@@ -224,6 +256,28 @@ fn plain_delete(
         has_ttl: false,
     };
     Some(settle(ctx, opts, st, (db, key), (&w, before), None, stamp))
+}
+
+/// Hashes of `db` written here after a flush the peer made (`keep`, the
+/// survivors just restored whole): the peer flushed the fields it held and
+/// got only the fields changed since, so each ships again whole, at a new
+/// stamp (counted; without `merge-hashes`, nothing to do).
+pub(super) fn flush_survivors(ctx: &Context, db: u32, keep: &[Box<[u8]>]) {
+    if !crate::capture::fields::enabled() || keep.is_empty() {
+        return;
+    }
+    let main = main_state();
+    let Some(mut dirty) = main.dirty.get() else {
+        return;
+    };
+    for key in keep {
+        if server::key_info(ctx, key).kind == raw::REDISMODULE_KEYTYPE_HASH as i32 {
+            crate::shared::with_shared(|s| {
+                crate::ops::status::Stats::add(&s.stats.merge_fallbacks, 1)
+            });
+            dirty.mark(db, key);
+        }
+    }
 }
 
 /// Whether a plain value is a hash (a DUMP payload of a hash encoding).

@@ -10,7 +10,9 @@
 //! Element:   u16 count, then count x (u64 clock, u64 node, bytes value),
 //!            Seen removed
 //! bytes:     u32 length, then the bytes
-//! Notice:    Seen bound, then (optional) Seen applied
+//! Notice:    Seen bound, then (optional) Seen applied, then (optional)
+//!            u64 coverage: the sender's own changes at or below it are in
+//!            the stream up to the end of the batch
 //! ```
 //!
 //! Decoding takes bytes from the network: every length is checked against
@@ -117,26 +119,48 @@ pub fn decode_hash(bytes: &[u8]) -> Result<HashState, DecodeError> {
     })
 }
 
-/// A bound notice: the sender's merge bound, and what it had applied when
-/// it read the keys of the batch.
-pub fn encode_notice(bound: &Seen, applied: &Seen) -> Vec<u8> {
+/// What a bound notice says.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Notice {
+    /// The sender's merge bound.
+    pub bound: Seen,
+    /// What the sender had applied when it read the keys of the batch.
+    pub applied: Option<Seen>,
+    /// The sender's own changes at or below it are in the stream up to the
+    /// end of the batch (it was in step).
+    pub coverage: Option<u64>,
+}
+
+/// A bound notice as it travels.
+pub fn encode_notice(notice: &Notice) -> Vec<u8> {
     let mut out = Vec::new();
-    put_seen(&mut out, bound);
-    put_seen(&mut out, applied);
+    put_seen(&mut out, &notice.bound);
+    if let Some(applied) = &notice.applied {
+        put_seen(&mut out, applied);
+        if let Some(c) = notice.coverage {
+            out.extend_from_slice(&c.to_le_bytes());
+        }
+    }
     out
 }
 
-/// A bound notice from its bytes (`applied` is `None` when the sender
-/// sent only its bound).
-pub fn decode_notice(bytes: &[u8]) -> Result<(Seen, Option<Seen>), DecodeError> {
+/// A bound notice from its bytes (an older sender sent only its bound).
+pub fn decode_notice(bytes: &[u8]) -> Result<Notice, DecodeError> {
     let mut c = Cursor { bytes, at: 0 };
     let bound = c.seen()?;
+    let mut notice = Notice {
+        bound,
+        ..Notice::default()
+    };
     if c.at == bytes.len() {
-        return Ok((bound, None));
+        return Ok(notice);
     }
-    let applied = c.seen()?;
+    notice.applied = Some(c.seen()?);
+    if c.at != bytes.len() {
+        notice.coverage = Some(c.u64()?);
+    }
     c.end()?;
-    Ok((bound, Some(applied)))
+    Ok(notice)
 }
 
 #[cfg(test)]
@@ -199,17 +223,27 @@ mod tests {
     }
 
     #[test]
-    fn a_notice_with_and_without_what_was_applied() {
+    fn a_notice_with_and_without_what_was_applied_and_its_coverage() {
         let bound: Seen = [(1, 5)].into_iter().collect();
         let applied: Seen = [(1, 9), (2, 4)].into_iter().collect();
-        let both = encode_notice(&bound, &applied);
-        assert_eq!(
-            decode_notice(&both).unwrap(),
-            (bound.clone(), Some(applied))
-        );
+        for coverage in [None, Some(9)] {
+            let notice = Notice {
+                bound: bound.clone(),
+                applied: Some(applied.clone()),
+                coverage,
+            };
+            assert_eq!(decode_notice(&encode_notice(&notice)).unwrap(), notice);
+        }
         let old = crate::converge::merge::codec::encode_seen(&bound);
-        assert_eq!(decode_notice(&old).unwrap(), (bound, None));
+        assert_eq!(decode_notice(&old).unwrap().applied, None);
         let huge = [0xff, 0xff, 0, 0];
         assert!(decode_notice(&huge).is_err());
+        let mut short = encode_notice(&Notice {
+            bound,
+            applied: Some(applied),
+            coverage: Some(3),
+        });
+        short.pop();
+        assert!(decode_notice(&short).is_err());
     }
 }

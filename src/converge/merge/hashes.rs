@@ -634,6 +634,16 @@ impl Hashes {
             .merge(incoming, bound, local)
     }
 
+    /// This node deleted `key` (at rest, so not recorded then) having
+    /// applied `seen`: the removal goes into its metadata, so that a state
+    /// of the key shipped later still carries it.
+    pub fn note_delete(&mut self, (db, key): (u32, &[u8]), seen: &Seen) {
+        self.touch((db, key), true, Vec::new());
+        if let Some(held) = self.keys.get_mut(&(db, key.to_vec())) {
+            held.removed.join(seen);
+        }
+    }
+
     /// The peer's plain delete of `key`, made having applied `applied`
     /// (its bound notice): merged as a removal of the whole key when the
     /// key is held, `None` otherwise (every site holds a key at rest: the
@@ -686,6 +696,13 @@ impl Hashes {
         };
         self.order.push_back((place, k));
         self.collected_at = None;
+        if self.order.len() > 2 * self.keys.len() + 1024 {
+            // Keys changed again and again between collections (a link
+            // down): only each key's last place is kept.
+            let keys = &self.keys;
+            self.order
+                .retain(|(place, k)| keys.get(k).is_some_and(|h| h.place == *place));
+        }
         new
     }
 

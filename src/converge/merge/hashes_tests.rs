@@ -120,3 +120,15 @@ fn a_write_of_another_type_leaves_the_table() {
         "a delete of a key not held ships plain"
     );
 }
+
+#[test]
+fn a_key_changed_again_and_again_keeps_one_place_in_the_collection_order() {
+    let mut a = Hashes::default();
+    for i in 0..10_000u64 {
+        let change = vec![(b"f".to_vec(), Some(i.to_le_bytes().to_vec()))];
+        a.local_fields(K, Stamp::new(i + 1, 1), change, &Seen::new(), false);
+        let _ = a.take_touched();
+    }
+    assert!(a.order.len() <= 2 * a.len() + 1025, "{}", a.order.len());
+    assert_eq!(a.collect(&seen(&[(1, 10_000)])), vec![(0, b"h".to_vec())]);
+}
