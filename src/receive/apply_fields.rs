@@ -80,27 +80,10 @@ pub(super) fn state(
         has_ttl: info.expiry_ms.is_some(),
     };
     if info.exists() && info.kind != raw::REDISMODULE_KEYTYPE_HASH as i32 {
-        let held = version_of(st, e.db, key);
-        if incoming.base.is_none() {
-            // A change of some fields cannot make the whole hash here: this
-            // node's value ships again, newer, and the peer either takes
-            // it or (its hash newer) ships its hash whole.
-            fallback(shared, "a hash change over a write of another type");
-            if let Some(mut dirty) = main_state().dirty.get() {
-                dirty.mark(e.db, key);
-            }
-            return Ok(Outcome::Discarded);
+        if let Some(outcome) = over_other_type(ctx, opts, shared, st, e, &incoming, newest)? {
+            return Ok(outcome);
         }
-        if newest <= held {
-            fallback(shared, "a hash change older than a write of another type");
-            return Ok(Outcome::Discarded);
-        }
-        fallback(shared, "a hash change newer than a write of another type");
-        call(ctx, opts, "DEL", &[key])?;
         before = Before::default();
-        if st.versions.counters.forget(e.db, key) {
-            st.versions.journal_counter(e.db, key);
-        }
     }
     note_own_delete(shared, st, (e.db, key), before.exists);
     let bound = st.versions.counters.bound().clone();
@@ -139,6 +122,42 @@ fn note_own_delete(shared: &Shared, st: &mut Replication, (db, key): (u32, &[u8]
     let mut seen = crate::capture::hashes::applied_before(st, stamp);
     seen.observe(stamp);
     st.versions.hashes.note_delete((db, key), &seen);
+}
+
+/// The peer's hash state meets a value of another type here: a whole
+/// write newer than it replaces it (deleted here; `None`: go on), else the
+/// state is not applied (`Some`). A change of some fields cannot make the
+/// whole hash here: this node's value ships again, newer, and the peer
+/// either takes it or (its hash newer) ships its hash whole.
+fn over_other_type(
+    ctx: &Context,
+    opts: &CallOptions,
+    shared: &Shared,
+    st: &mut Replication,
+    e: &Entry,
+    incoming: &crate::converge::merge::hashes::HashState,
+    newest: Stamp,
+) -> Result<Option<Outcome>, String> {
+    let Some(key) = e.key() else {
+        return Ok(Some(Outcome::Discarded));
+    };
+    if incoming.base.is_none() {
+        fallback(shared, "a hash change over a write of another type");
+        if let Some(mut dirty) = main_state().dirty.get() {
+            dirty.mark(e.db, key);
+        }
+        return Ok(Some(Outcome::Discarded));
+    }
+    if newest <= version_of(st, e.db, key) {
+        fallback(shared, "a hash change older than a write of another type");
+        return Ok(Some(Outcome::Discarded));
+    }
+    fallback(shared, "a hash change newer than a write of another type");
+    call(ctx, opts, "DEL", &[key])?;
+    if st.versions.counters.forget(e.db, key) {
+        st.versions.journal_counter(e.db, key);
+    }
+    Ok(None)
 }
 
 /// The key's version here (`Stamp::ZERO`: none).
