@@ -286,20 +286,7 @@ fn expire_on_one_node_survives_fields_added_on_the_other() {
 
 /// A pair merging hashes, each node with an AOF written at every change.
 fn merging_hashes_with_aof() -> Pair {
-    let (pa, pb) = (common::free_port(), common::free_port());
-    let (ia, ib) = (common::test_ip(), common::test_ip_b());
-    let aof = ["--appendonly", "yes", "--appendfsync", "always"].map(String::from);
-    let on = ["merge-hashes=yes"];
-    let mut a_args = aof.to_vec();
-    a_args.extend(common::module_args_at(&ia, pa, &ib, pb, &on));
-    let mut b_args = aof.to_vec();
-    b_args.extend(common::module_args_at(&ib, pb, &ia, pa, &on));
-    let pair = Pair {
-        a: common::Node::start("a", a_args),
-        b: common::Node::start("b", b_args),
-    };
-    pair.wait_in_step();
-    pair
+    Pair::start_with_aof(&["merge-hashes=yes"])
 }
 
 #[test]

@@ -21,7 +21,7 @@ use std::time::Duration;
 use common::writers::{
     at_once, cmd, integer, lost_on_both, okay, report, write_all, PIPELINE, UPDATES,
 };
-use common::{Node, Pair};
+use common::Pair;
 use redis::{Connection, Value};
 
 /// Runs `f`; if it panics, names first what each node holds of `key`
@@ -363,20 +363,7 @@ fn flushes_on_one_node_against_increments_on_the_other_converge() {
 
 /// A pair merging counters whose servers write an AOF, fsynced always.
 fn merging_counters_with_aof() -> Pair {
-    let (pa, pb) = (common::free_port(), common::free_port());
-    let (ia, ib) = (common::test_ip(), common::test_ip_b());
-    let aof = ["--appendonly", "yes", "--appendfsync", "always"].map(String::from);
-    let on = ["merge-counters=yes"];
-    let mut a_args = aof.to_vec();
-    a_args.extend(common::module_args_at(&ia, pa, &ib, pb, &on));
-    let mut b_args = aof.to_vec();
-    b_args.extend(common::module_args_at(&ib, pb, &ia, pa, &on));
-    let pair = Pair {
-        a: Node::start("a", a_args),
-        b: Node::start("b", b_args),
-    };
-    pair.wait_in_step();
-    pair
+    Pair::start_with_aof(&["merge-counters=yes"])
 }
 
 #[test]

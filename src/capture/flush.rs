@@ -224,7 +224,8 @@ impl ReadRun {
         server::select_db(reader.ctx(), db);
         let keys = std::mem::take(&mut self.keys);
         st.versions.warm(keys.iter().map(|k| (db, k.as_slice())));
-        let keys = ship_field_changes(reader.ctx(), shared, st, db, keys, out);
+        let wall = shared.clock.wall();
+        let keys = ship_field_changes(reader.ctx(), shared, st, (db, wall), keys, out);
         let reads = reader.read_many(&keys);
         let main = main_state();
         let mut window = main.increments.get();
@@ -239,7 +240,9 @@ impl ReadRun {
                     continue;
                 }
             };
-            if let Err(key) = ship_read(reader.ctx(), shared, st, (db, key), sum, snap, out) {
+            let stamp = Stamp::new(shared.clock.tick(wall), shared.node_id);
+            let change = (db, key, stamp);
+            if let Err(key) = ship_read(reader.ctx(), shared, st, change, sum, snap, out) {
                 failed.push(key);
             }
         }
@@ -247,14 +250,14 @@ impl ReadRun {
     }
 }
 
-/// Stamps the change of `key` the read found (`snap`; `None`: absent),
-/// records its version and queues what ships; `Err` with the key when it
-/// must be read again.
+/// The change of `key` the read found (`snap`; `None`: absent), stamped
+/// `stamp`: records its version and queues what ships; `Err` with the key
+/// when it must be read again.
 fn ship_read(
     ctx: &Context,
     shared: &Shared,
     st: &mut Replication,
-    (db, key): (u32, Vec<u8>),
+    (db, key, stamp): (u32, Vec<u8>, Stamp),
     sum: Option<i128>,
     snap: Option<Snapshot>,
     out: &mut Vec<Entry>,
@@ -262,9 +265,8 @@ fn ship_read(
     if let Some(snap) = &snap {
         rest_if_costly(shared, db, &key, snap.read_time, snap.payload.len());
     }
-    let stamp = Stamp::new(shared.clock.tick(shared.clock.wall()), shared.node_id);
     let merged_hash = (st.versions.hashes.contains(db, &key) || snap.as_ref().is_some_and(is_hash))
-        && crate::capture::hashes::mergeable(ctx, db);
+        && crate::capture::fields::enabled();
     let state = match merged_hash {
         true => {
             match crate::capture::hashes::whole_change(ctx, shared, st, (db, &key), stamp, true) {
@@ -299,7 +301,7 @@ fn ship_read(
 /// encodings without field TTLs).
 fn is_hash(snap: &Snapshot) -> bool {
     snap.encoding == crate::proto::entry::Encoding::Dump
-        && matches!(snap.payload.first(), Some(4 | 9 | 13 | 16))
+        && crate::redis::dump::is_hash_payload(&snap.payload)
 }
 
 /// Ships the keys of `db` changed only field by field since the last flush
@@ -309,11 +311,11 @@ fn ship_field_changes(
     ctx: &Context,
     shared: &Shared,
     st: &mut Replication,
-    db: u32,
+    (db, wall): (u32, u64),
     keys: Vec<Vec<u8>>,
     out: &mut Vec<Entry>,
 ) -> Vec<Vec<u8>> {
-    if !crate::capture::fields::enabled() || !crate::capture::hashes::mergeable(ctx, db) {
+    if !crate::capture::fields::enabled() {
         return keys;
     }
     let main = main_state();
@@ -326,7 +328,7 @@ fn ship_field_changes(
             whole.push(key);
             continue;
         };
-        let stamp = Stamp::new(shared.clock.tick(shared.clock.wall()), shared.node_id);
+        let stamp = Stamp::new(shared.clock.tick(wall), shared.node_id);
         let before = st.versions.get(db, &key);
         match crate::capture::hashes::field_change(ctx, st, (db, &key), stamp, fields, before) {
             Some(op) => {
@@ -514,7 +516,7 @@ fn record_hash_change(
     stamp: Stamp,
     before: Option<crate::converge::version::KeyVersion>,
 ) {
-    if !crate::capture::hashes::mergeable(ctx, db) {
+    if !crate::capture::fields::enabled() {
         return;
     }
     let fields = main_state().fields.get().and_then(|mut w| w.take(db, key));

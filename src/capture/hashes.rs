@@ -19,11 +19,6 @@ use crate::proto::entry::{Entry, Op};
 use crate::redis::server::{self, HashKey};
 use crate::shared::Shared;
 
-/// Whether hashes of `db` merge per field (`merge-hashes`).
-pub fn mergeable(_ctx: &Context, _db: u32) -> bool {
-    crate::capture::fields::enabled()
-}
-
 /// Whether the hash `key` of `db` may hold a field with a TTL: the state
 /// carries none, so such a hash ships whole with the server's own DUMP,
 /// merged as a whole key (counted).

@@ -117,7 +117,9 @@ fn set_link(change: impl FnOnce(LinkView) -> LinkView) {
     }
 }
 
-fn run(
+/// Runs `cmd` through `RM_Call` (replicated); an error reply is the error,
+/// naming the command.
+pub(super) fn run(
     ctx: &Context,
     opts: &CallOptions,
     cmd: &str,

@@ -2,8 +2,9 @@
 //! as counters with metadata, merged (issue 27) and written as the value
 //! that results.
 
-use redis_module::{CallOptions, CallResult, Context};
+use redis_module::{CallOptions, Context};
 
+use super::apply::run as call;
 use super::apply_plan::Outcome;
 use crate::capture::counters::fallback;
 use crate::catchup::replication::Replication;
@@ -42,13 +43,6 @@ fn write(
                 &[key, text.as_bytes(), b"PXAT", at.as_bytes()],
             )
         }
-    }
-}
-
-fn call(ctx: &Context, opts: &CallOptions, cmd: &str, args: &[&[u8]]) -> Result<(), String> {
-    match ctx.call_ext::<_, CallResult>(cmd, opts, args) {
-        Ok(_) => Ok(()),
-        Err(e) => Err(format!("{cmd}: {}", e.to_utf8_string().unwrap_or_default())),
     }
 }
 

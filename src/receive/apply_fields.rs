@@ -2,8 +2,9 @@
 //! with merge metadata, merged per field (issue 27, `merge-hashes`) and
 //! written as the fields that changed.
 
-use redis_module::{raw, CallOptions, CallResult, Context};
+use redis_module::{raw, CallOptions, Context};
 
+use super::apply::run as call;
 use super::apply_plan::Outcome;
 use crate::capture::counters::fallback;
 use crate::capture::state::main_state;
@@ -14,13 +15,6 @@ use crate::converge::version::{KeyVersion, Stamp, GC_AT_NEXT_ACK};
 use crate::proto::entry::{Encoding, Entry, Op};
 use crate::redis::server::{self, HashKey};
 use crate::shared::Shared;
-
-fn call(ctx: &Context, opts: &CallOptions, cmd: &str, args: &[&[u8]]) -> Result<(), String> {
-    match ctx.call_ext::<_, CallResult>(cmd, opts, args) {
-        Ok(_) => Ok(()),
-        Err(e) => Err(format!("{cmd}: {}", e.to_utf8_string().unwrap_or_default())),
-    }
-}
 
 /// Fields set or deleted per command.
 const FIELDS_PER_CALL: usize = 512;
@@ -223,7 +217,10 @@ pub(super) fn plain(
             payload,
             encoding,
             ..
-        } => (key, *encoding == Encoding::Dump && is_hash_payload(payload)),
+        } => (
+            key,
+            *encoding == Encoding::Dump && crate::redis::dump::is_hash_payload(payload),
+        ),
         Op::Delete { key } => (key, false),
         _ => return None,
     };
@@ -297,9 +294,4 @@ pub(super) fn flush_survivors(ctx: &Context, db: u32, keep: &[Box<[u8]>]) {
             dirty.mark(db, key);
         }
     }
-}
-
-/// Whether a plain value is a hash (a DUMP payload of a hash encoding).
-fn is_hash_payload(payload: &[u8]) -> bool {
-    matches!(payload.first(), Some(4 | 9 | 13 | 16))
 }

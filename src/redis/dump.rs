@@ -24,6 +24,12 @@ pub enum Kind {
     SortedSet = 5,
 }
 
+/// Whether a DUMP payload holds a hash without field TTLs: `RDB_TYPE_HASH`,
+/// the old zipmap and ziplist encodings (9, 13) or a listpack.
+pub fn is_hash_payload(payload: &[u8]) -> bool {
+    matches!(payload.first(), Some(&b) if b == Kind::Hash as u8 || matches!(b, 9 | 13) || b == TYPE_HASH_LISTPACK)
+}
+
 /// `RDB_TYPE_HASH_LISTPACK`: an RDB string holding the listpack of fields
 /// and values.
 const TYPE_HASH_LISTPACK: u8 = 16;
@@ -463,6 +469,20 @@ mod tests {
             w.field(f.as_bytes(), v.as_bytes());
         }
         assert_eq!(w.finish().expect("five pairs"), REDIS_HASH_DUMP);
+    }
+
+    #[test]
+    fn hash_payloads_are_told_from_the_others() {
+        let mut small = DumpWriter::new(Kind::Hash, 1, 16);
+        small.field(b"f", b"v");
+        let mut plain = DumpWriter::plain(Kind::Hash, 1, 16);
+        plain.field(b"f", b"v");
+        let mut list = DumpWriter::new(Kind::List, 1, 16);
+        list.element(b"x");
+        assert!(is_hash_payload(&small.finish().unwrap()));
+        assert!(is_hash_payload(&plain.finish().unwrap()));
+        assert!(!is_hash_payload(&list.finish().unwrap()));
+        assert!(!is_hash_payload(&[]));
     }
 
     #[test]

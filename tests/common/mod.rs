@@ -405,6 +405,24 @@ impl Pair {
         pair
     }
 
+    /// Starts A and B (the same extra module args for both), each with an
+    /// AOF written at every change, and waits until they are in step.
+    pub fn start_with_aof(extra: &[&str]) -> Pair {
+        let (pa, pb) = (free_port(), free_port());
+        let (ia, ib) = (test_ip(), test_ip_b());
+        let aof = ["--appendonly", "yes", "--appendfsync", "always"].map(String::from);
+        let mut a_args = aof.to_vec();
+        a_args.extend(module_args_at(&ia, pa, &ib, pb, extra));
+        let mut b_args = aof.to_vec();
+        b_args.extend(module_args_at(&ib, pb, &ia, pa, extra));
+        let pair = Pair {
+            a: Node::start("a", a_args),
+            b: Node::start("b", b_args),
+        };
+        pair.wait_in_step();
+        pair
+    }
+
     /// Starts A and B without waiting for the link.
     pub fn start_unlinked(a_extra: &[&str], b_extra: &[&str]) -> Pair {
         let (pa, pb) = (free_port(), free_port());

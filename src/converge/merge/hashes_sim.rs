@@ -14,9 +14,9 @@ use crate::converge::version::Stamp;
 
 const KEY: (u32, &[u8]) = (0, b"h");
 
-/// A server's hash.
+/// A server's hash (also the unit tests' `hashes_tests`).
 #[derive(Debug, Clone, Default, PartialEq)]
-struct Server(BTreeMap<Bytes, Bytes>);
+pub(in crate::converge::merge) struct Server(pub(in crate::converge::merge) BTreeMap<Bytes, Bytes>);
 
 impl LocalHash for Server {
     fn field(&self, name: &[u8]) -> Option<Bytes> {

@@ -1,21 +1,6 @@
-use std::collections::BTreeMap;
-
 use super::*;
 
-#[derive(Default)]
-struct Map(BTreeMap<Bytes, Bytes>);
-
-impl LocalHash for Map {
-    fn field(&self, name: &[u8]) -> Option<Bytes> {
-        self.0.get(name).cloned()
-    }
-    fn fields(&self) -> Vec<(Bytes, Bytes)> {
-        self.0.iter().map(|(f, v)| (f.clone(), v.clone())).collect()
-    }
-    fn field_count(&self) -> usize {
-        self.0.len()
-    }
-}
+use crate::converge::merge::hashes_sim::Server as Map;
 
 fn map(pairs: &[(&str, &str)]) -> Map {
     Map(pairs
