@@ -16,9 +16,9 @@ use common::writers::{
 use common::Pair;
 use redis::Connection;
 
-/// A pair that ships hash field changes as fields (`merge-hashes=yes`).
+/// A pair that ships hash field changes as fields (`merge-elements=yes`).
 fn started_merging_hashes() -> Pair {
-    let on = ["merge-hashes=yes"];
+    let on = ["merge-elements=yes"];
     let pair = Pair::start_with(&on, &on);
     pair.wait_in_step();
     pair
@@ -29,7 +29,8 @@ fn started_merging_hashes() -> Pair {
 fn merged_and_collected(pair: &Pair) {
     for node in [&pair.a, &pair.b] {
         assert_eq!(node.stat("merge_fallbacks"), 0, "{:?}", node.status());
-        let rested = common::wait_until(Duration::from_secs(10), || node.stat("merge_hashes") == 0);
+        let rested =
+            common::wait_until(Duration::from_secs(10), || node.stat("merge_elements") == 0);
         assert!(rested, "hash metadata never collected: {:?}", node.status());
     }
 }
@@ -51,7 +52,7 @@ fn or_explain<T>(pair: &Pair, key: &str, f: impl FnOnce() -> T) -> T {
                 let st = node.status();
                 let figures: Vec<String> = [
                     "merge_fallbacks",
-                    "merge_hashes",
+                    "merge_elements",
                     "apply_errors",
                     "conflicts_discarded",
                     "reconnects",
@@ -100,7 +101,7 @@ fn fields_written_on_both_nodes_while_the_link_is_cut_are_all_kept() {
         s.spawn(|| write_all(&pair.a, hset("a"), integer));
         s.spawn(|| write_all(&pair.b, hset("b"), integer));
     });
-    assert!(pair.a.stat("merge_hashes") == 1 && pair.b.stat("merge_hashes") == 1);
+    assert!(pair.a.stat("merge_elements") == 1 && pair.b.stat("merge_elements") == 1);
     common::heal(&pair);
     pair.wait_converged(Duration::from_secs(30));
     let lost = lost_on_both(&pair, |c| missing_fields(c, "h"));
@@ -233,7 +234,9 @@ fn a_field_removed_on_one_node_keeps_a_write_of_it_the_removal_had_not_seen() {
     }
     let _: i64 = seed.query(&mut pair.a.conn()).unwrap();
     pair.wait_converged(Duration::from_secs(10));
-    common::wait_until(Duration::from_secs(10), || pair.a.stat("merge_hashes") == 0);
+    common::wait_until(Duration::from_secs(10), || {
+        pair.a.stat("merge_elements") == 0
+    });
     common::cut(&pair);
     let mut b = pair.b.conn();
     for f in fields("f") {
@@ -304,7 +307,9 @@ fn field_merges_survive_a_kill_of_one_node_with_aof() {
     }
     let _: i64 = seed.query(&mut pair.a.conn()).unwrap();
     pair.wait_converged(Duration::from_secs(10));
-    common::wait_until(Duration::from_secs(10), || pair.a.stat("merge_hashes") == 0);
+    common::wait_until(Duration::from_secs(10), || {
+        pair.a.stat("merge_elements") == 0
+    });
     common::cut(&pair);
     let (mut a, mut b) = (pair.a.conn(), pair.b.conn());
     for (f, i) in names("f").zip(0..) {
@@ -318,10 +323,10 @@ fn field_merges_survive_a_kill_of_one_node_with_aof() {
             .query(&mut a)
             .unwrap();
     }
-    assert_eq!(pair.a.stat("merge_hashes"), 1);
+    assert_eq!(pair.a.stat("merge_elements"), 1);
     pair.a.restart();
     assert_eq!(
-        pair.a.stat("merge_hashes"),
+        pair.a.stat("merge_elements"),
         1,
         "the metadata did not come back from the AOF"
     );
@@ -358,7 +363,7 @@ fn removals_of_fields_at_rest_reach_a_node_that_writes_all_the_time() {
     }
     pair.wait_converged(Duration::from_secs(10));
     for node in [&pair.a, &pair.b] {
-        common::wait_until(Duration::from_secs(10), || node.stat("merge_hashes") == 0);
+        common::wait_until(Duration::from_secs(10), || node.stat("merge_elements") == 0);
     }
     let done = std::sync::atomic::AtomicBool::new(false);
     thread::scope(|s| {
@@ -398,7 +403,7 @@ fn seeded_at_rest(pair: &Pair, key: &str) {
     let _: i64 = seed.query(&mut pair.a.conn()).unwrap();
     pair.wait_converged(Duration::from_secs(10));
     for node in [&pair.a, &pair.b] {
-        common::wait_until(Duration::from_secs(10), || node.stat("merge_hashes") == 0);
+        common::wait_until(Duration::from_secs(10), || node.stat("merge_elements") == 0);
     }
 }
 

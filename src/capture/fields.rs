@@ -1,12 +1,16 @@
-//! Which hash keys a flush finds changed only field by field, and which
-//! fields (issue 27's hashes, with `merge-hashes`).
+//! Which hashes, sets and sorted sets a flush finds changed only element by
+//! element, and which elements (issue 27, with `merge-elements`).
 //!
-//! The command filter sees `HSET`, `HMSET`, `HSETNX`, `HDEL`, `HINCRBY`
-//! and `HINCRBYFLOAT` with their arguments just before each runs and notes
-//! the key and fields; the keyspace event the command raises once it took
-//! effect (`hset`, `hdel`, `hincrby`, `hincrbyfloat`) claims that note. A
-//! note no event claims (a failed command, `HSETNX` of a field that
-//! exists, one queued in `MULTI`) is dropped by the next filtered command.
+//! The command filter sees `HSET`, `HMSET`, `HSETNX`, `HDEL`, `HINCRBY`,
+//! `HINCRBYFLOAT`, `SADD`, `SREM`, `ZADD`, `ZINCRBY` and `ZREM` with their
+//! arguments just before each runs and notes the key and elements; the
+//! keyspace event the command raises once it took effect (`hset`, `hdel`,
+//! `hincrby`, `hincrbyfloat`, `sadd`, `srem`, `zadd`, `zincr`, `zrem`)
+//! claims that note. A note no event claims (a failed command, `HSETNX` of
+//! a field that exists, one queued in `MULTI`) is dropped by the next
+//! filtered command. What a set's command left is known from the command
+//! (`SADD`: present, `SREM`: absent); a field's value or a score is read at
+//! the flush.
 //! An event with no note (a transaction: its commands pass the filter when
 //! queued), or any other write of the key since the last flush, makes the
 //! key's change a write of the whole key, which still keeps every field
@@ -19,33 +23,49 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use hashbrown::HashMap;
 
-/// `merge-hashes`, set at load.
+use crate::converge::merge::hashes::Kind;
+
+/// `merge-elements`, set at load.
 static ENABLED: AtomicBool = AtomicBool::new(false);
 
-/// Whether hash field changes are recorded (`merge-hashes`).
+/// Whether element changes are recorded (`merge-elements`).
 pub fn enabled() -> bool {
     ENABLED.load(Ordering::Relaxed)
 }
 
-/// Sets `merge-hashes` (at load).
+/// Sets `merge-elements` (at load).
 pub fn set_enabled(on: bool) {
     ENABLED.store(on, Ordering::Relaxed);
 }
 
-/// The fields a filtered command will change, and the event that says it
+/// What an element holds after a command that changed it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Post {
+    /// Its value is read at the flush (a field, a score).
+    Read,
+    /// A set's member, added.
+    Present,
+    /// Removed.
+    Absent,
+}
+
+/// The elements a filtered command will change, and the event that says it
 /// did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldChange<'a> {
     /// The key.
     pub key: &'a [u8],
-    /// The fields, as named (maybe twice).
+    /// The elements, as named (maybe twice).
     pub fields: Vec<&'a [u8]>,
     /// The keyspace event the command raises.
     pub event: &'static [u8],
+    /// What each element holds after it.
+    pub post: Post,
 }
 
-/// A noted change: key, fields, the event that will claim it.
-type Note = (Vec<u8>, Vec<Vec<u8>>, &'static [u8]);
+/// A noted change: key, elements, the event that will claim it, what the
+/// elements hold after it.
+type Note = (Vec<u8>, Vec<Vec<u8>>, &'static [u8], Post);
 
 thread_local! {
     /// The last filtered command's change.
@@ -53,23 +73,38 @@ thread_local! {
     static HAS_NOTE: Cell<bool> = const { Cell::new(false) };
 }
 
-/// The key and fields a hash field command changes (`args`, the name at
-/// 0); `None` for anything else or a malformed call.
+/// A command's elements, the event it raises, what it leaves.
+type Elements<'a> = (Vec<&'a [u8]>, &'static [u8], Post);
+
+/// The key and elements a hash, set or sorted-set command changes (`args`,
+/// the name at 0); `None` for anything else or a malformed call.
 pub fn change_of<'a>(args: &[&'a [u8]]) -> Option<FieldChange<'a>> {
     let name = args.first()?;
     let is = |s: &str| name.eq_ignore_ascii_case(s.as_bytes());
     let n = args.len();
-    let (fields, event): (Vec<&[u8]>, &'static [u8]) =
+    let elements = |from: usize| args.get(from..).map(<[_]>::to_vec);
+    let (fields, event, post): Elements =
         if (is("hset") || is("hmset")) && n >= 4 && n.is_multiple_of(2) {
-            (args[2..].iter().step_by(2).copied().collect(), b"hset")
+            let fields = args[2..].iter().step_by(2).copied().collect();
+            (fields, b"hset", Post::Read)
         } else if is("hsetnx") && n == 4 {
-            (vec![args[2]], b"hset")
+            (vec![args[2]], b"hset", Post::Read)
         } else if is("hdel") && n >= 3 {
-            (args[2..].to_vec(), b"hdel")
+            (elements(2)?, b"hdel", Post::Absent)
         } else if is("hincrby") && n == 4 {
-            (vec![args[2]], b"hincrby")
+            (vec![args[2]], b"hincrby", Post::Read)
         } else if is("hincrbyfloat") && n == 4 {
-            (vec![args[2]], b"hincrbyfloat")
+            (vec![args[2]], b"hincrbyfloat", Post::Read)
+        } else if is("sadd") && n >= 3 {
+            (elements(2)?, b"sadd", Post::Present)
+        } else if is("srem") && n >= 3 {
+            (elements(2)?, b"srem", Post::Absent)
+        } else if is("zrem") && n >= 3 {
+            (elements(2)?, b"zrem", Post::Absent)
+        } else if is("zincrby") && n == 4 {
+            (vec![args[3]], b"zincr", Post::Read)
+        } else if is("zadd") && n >= 4 {
+            zadd_members(&args[2..])?
         } else {
             return None;
         };
@@ -77,15 +112,46 @@ pub fn change_of<'a>(args: &[&'a [u8]]) -> Option<FieldChange<'a>> {
         key: args[1],
         fields,
         event,
+        post,
     })
 }
 
-/// Whether a command named `name` may change hash fields (checked before
-/// its arguments are read).
+/// `ZADD`'s members and event from what follows the key: its options, then
+/// score and member pairs.
+fn zadd_members<'a>(rest: &[&'a [u8]]) -> Option<Elements<'a>> {
+    let options = ["nx", "xx", "gt", "lt", "ch", "incr"];
+    let is_option = |a: &[u8]| options.iter().any(|o| a.eq_ignore_ascii_case(o.as_bytes()));
+    let given = rest.iter().take_while(|a| is_option(a)).count();
+    let incr = rest[..given]
+        .iter()
+        .any(|a| a.eq_ignore_ascii_case(b"incr"));
+    let pairs = &rest[given..];
+    if pairs.is_empty() || !pairs.len().is_multiple_of(2) {
+        return None;
+    }
+    let members = pairs.iter().skip(1).step_by(2).copied().collect();
+    Some((members, if incr { b"zincr" } else { b"zadd" }, Post::Read))
+}
+
+/// Whether a command named `name` may change elements of a hash, set or
+/// sorted set (checked before its arguments are read).
 pub fn may_change_fields(name: &[u8]) -> bool {
+    const NAMES: [&str; 11] = [
+        "hset",
+        "hmset",
+        "hsetnx",
+        "hdel",
+        "hincrby",
+        "hincrbyfloat",
+        "sadd",
+        "srem",
+        "zadd",
+        "zincrby",
+        "zrem",
+    ];
     (4..=12).contains(&name.len())
-        && (name[0] == b'h' || name[0] == b'H')
-        && ["hset", "hmset", "hsetnx", "hdel", "hincrby", "hincrbyfloat"]
+        && matches!(name[0], b'h' | b'H' | b's' | b'S' | b'z' | b'Z')
+        && NAMES
             .iter()
             .any(|c| name.eq_ignore_ascii_case(c.as_bytes()))
 }
@@ -100,64 +166,80 @@ pub fn filtered(args: Option<&[&[u8]]>) {
     HAS_NOTE.set(noted.is_some());
     let owned = noted.map(|c| {
         let fields = c.fields.iter().map(|f| f.to_vec()).collect();
-        (c.key.to_vec(), fields, c.event)
+        (c.key.to_vec(), fields, c.event, c.post)
     });
     NOTED.with(|n| *n.borrow_mut() = owned);
 }
 
 /// Claims the note for `key` and `event`, if the last filtered command
-/// changed those fields.
-fn claim(key: &[u8], event: &[u8]) -> Option<Vec<Vec<u8>>> {
+/// changed those elements: each with what it holds after.
+fn claim(key: &[u8], event: &[u8]) -> Option<Vec<(Vec<u8>, Post)>> {
     if !HAS_NOTE.get() {
         return None;
     }
     HAS_NOTE.set(false);
     NOTED
         .with(|n| n.borrow_mut().take())
-        .filter(|(k, _, e)| k == key && *e == event)
-        .map(|(_, fields, _)| fields)
+        .filter(|(k, _, e, _)| k == key && *e == event)
+        .map(|(_, fields, _, post)| fields.into_iter().map(|f| (f, post)).collect())
 }
 
-/// Per key changed since the last flush only field by field: the fields.
+/// The merged type an element event is of; `None` for other events.
+fn kind_of_event(event: &[u8]) -> Option<Kind> {
+    match event {
+        b"hset" | b"hdel" | b"hincrby" | b"hincrbyfloat" => Some(Kind::Hash),
+        b"sadd" | b"srem" => Some(Kind::Set),
+        b"zadd" | b"zincr" | b"zrem" => Some(Kind::SortedSet),
+        _ => None,
+    }
+}
+
+/// A key's changes since the last flush: its type, each element changed
+/// with what the change left, in order.
+type Changes = (Kind, Vec<(Vec<u8>, Post)>);
+
+/// Per key changed since the last flush only element by element: its
+/// elements.
 #[derive(Debug, Default)]
 pub struct FieldWindow {
-    keys: HashMap<(u32, Vec<u8>), Vec<Vec<u8>>>,
+    keys: HashMap<(u32, Vec<u8>), Changes>,
 }
 
 impl FieldWindow {
     /// A write event on `key` of `db`, before the dirty set marks it
     /// (`already_dirty`: it was changed before in this window, or rests).
     pub fn event(&mut self, db: u32, key: &[u8], event: &[u8], already_dirty: bool) {
-        let fields = match event {
-            b"hset" | b"hdel" | b"hincrby" | b"hincrbyfloat" => claim(key, event),
-            _ => None,
-        };
+        let kind = kind_of_event(event);
+        let fields = kind.and_then(|_| claim(key, event));
         if self.keys.is_empty() && (fields.is_none() || already_dirty) {
             return;
         }
         let k = (db, key.to_vec());
-        match (fields, self.keys.get_mut(&k)) {
-            (Some(f), Some(list)) => list.extend(f),
-            (Some(f), None) if !already_dirty => {
-                self.keys.insert(k, f);
+        match (fields, kind, self.keys.get_mut(&k)) {
+            (Some(f), Some(kind), Some((held, list))) if *held == kind => list.extend(f),
+            (Some(f), Some(kind), None) if !already_dirty => {
+                self.keys.insert(k, (kind, f));
             }
-            (_, Some(_)) => {
+            (_, _, Some(_)) => {
                 self.keys.remove(&k);
             }
-            (_, None) => {}
+            (_, _, None) => {}
         }
     }
 
-    /// The fields of `key` changed since the last flush, each once, if it
-    /// changed only field by field; forgets the key.
-    pub fn take(&mut self, db: u32, key: &[u8]) -> Option<Vec<Vec<u8>>> {
+    /// The elements of `key` changed since the last flush, each once with
+    /// what its last change left, if it changed only element by element;
+    /// forgets the key.
+    pub fn take(&mut self, db: u32, key: &[u8]) -> Option<Changes> {
         if self.keys.is_empty() {
             return None;
         }
-        let mut fields = self.keys.remove(&(db, key.to_vec()))?;
-        fields.sort_unstable();
-        fields.dedup();
-        Some(fields)
+        let (kind, mut fields) = self.keys.remove(&(db, key.to_vec()))?;
+        // Newest first, so that the one kept of each name is its last.
+        fields.reverse();
+        fields.sort_by(|a, b| a.0.cmp(&b.0));
+        fields.dedup_by(|later, kept| later.0 == kept.0);
+        Some((kind, fields))
     }
 
     /// Forgets every key (a flush of the data, a swap of databases).
@@ -189,6 +271,55 @@ mod tests {
     }
 
     #[test]
+    fn set_and_sorted_set_commands_name_their_members() {
+        let c = change_of(&args("SADD s a b")).unwrap();
+        assert_eq!(
+            (c.fields, c.event, c.post),
+            (vec![&b"a"[..], b"b"], &b"sadd"[..], Post::Present)
+        );
+        assert_eq!(change_of(&args("srem s a")).unwrap().post, Post::Absent);
+        let z = change_of(&args("ZADD z NX CH 1 a 2.5 b")).unwrap();
+        assert_eq!((z.fields, z.event), (vec![&b"a"[..], b"b"], &b"zadd"[..]));
+        let z = change_of(&args("zadd z xx incr 1 a")).unwrap();
+        assert_eq!((z.fields, z.event), (vec![&b"a"[..]], &b"zincr"[..]));
+        assert_eq!(
+            change_of(&args("ZINCRBY z 5 m")).unwrap().fields,
+            vec![&b"m"[..]]
+        );
+        assert_eq!(change_of(&args("ZREM z a b")).unwrap().post, Post::Absent);
+        assert!(change_of(&args("ZADD z NX 1")).is_none(), "malformed");
+        assert!(change_of(&args("ZADD z CH")).is_none(), "malformed");
+        assert!(change_of(&args("SADD s")).is_none(), "malformed");
+        assert!(change_of(&args("SMOVE a b m")).is_none(), "two keys: whole");
+        assert!(may_change_fields(b"zincrby") && may_change_fields(b"SREM"));
+        assert!(!may_change_fields(b"SPOP") && !may_change_fields(b"ZPOPMIN"));
+    }
+
+    #[test]
+    fn a_member_s_last_change_is_what_it_holds() {
+        let mut w = FieldWindow::default();
+        filtered(Some(&args("SADD s a b")));
+        w.event(0, b"s", b"sadd", false);
+        filtered(Some(&args("SREM s a")));
+        w.event(0, b"s", b"srem", true);
+        filtered(Some(&args("SADD s a")));
+        w.event(0, b"s", b"sadd", true);
+        filtered(Some(&args("SREM s b")));
+        w.event(0, b"s", b"srem", true);
+        let want = vec![
+            (b"a".to_vec(), Post::Present),
+            (b"b".to_vec(), Post::Absent),
+        ];
+        assert_eq!(w.take(0, b"s"), Some((Kind::Set, want)));
+        // A sorted set's event on a key noted as a set: a whole change.
+        filtered(Some(&args("SADD k a")));
+        w.event(0, b"k", b"sadd", false);
+        filtered(Some(&args("ZADD k 1 a")));
+        w.event(0, b"k", b"zadd", true);
+        assert_eq!(w.take(0, b"k"), None);
+    }
+
+    #[test]
     fn only_keys_changed_field_by_field_are_kept() {
         let mut w = FieldWindow::default();
         filtered(Some(&args("HSET h a 1")));
@@ -202,7 +333,8 @@ mod tests {
         // An event with no note (inside MULTI): the whole key.
         filtered(None);
         w.event(0, b"m", b"hset", false);
-        assert_eq!(w.take(0, b"h"), Some(vec![b"a".to_vec(), b"b".to_vec()]));
+        let h = vec![(b"a".to_vec(), Post::Read), (b"b".to_vec(), Post::Absent)];
+        assert_eq!(w.take(0, b"h"), Some((Kind::Hash, h)));
         assert_eq!(w.take(0, b"g"), None);
         assert_eq!(w.take(0, b"m"), None);
     }

@@ -208,8 +208,8 @@ struct ReadRun {
 
 impl ReadRun {
     /// Reads the keys, stamps each change in order and records its version.
-    /// A hash changed only field by field (`merge-hashes`) ships those
-    /// fields, read alone.
+    /// A hash, set or sorted set changed only element by element
+    /// (`merge-elements`) ships those elements, read alone.
     fn ship(
         &mut self,
         reader: &Reader,
@@ -265,7 +265,7 @@ fn ship_read(
     if let Some(snap) = &snap {
         rest_if_costly(shared, db, &key, snap.read_time, snap.payload.len());
     }
-    let merged_hash = (st.versions.hashes.contains(db, &key) || snap.as_ref().is_some_and(is_hash))
+    let merged_hash = (st.versions.hashes.contains(db, &key) || snap.as_ref().is_some_and(merges))
         && crate::capture::fields::enabled();
     let state = match merged_hash {
         true => {
@@ -297,15 +297,15 @@ fn ship_read(
     Ok(())
 }
 
-/// Whether a read value is a hash (a DUMP payload of one of the hash
-/// encodings without field TTLs).
-fn is_hash(snap: &Snapshot) -> bool {
+/// Whether a read value is of a type whose elements merge (a DUMP payload
+/// of a hash without field TTLs, a set or a sorted set).
+fn merges(snap: &Snapshot) -> bool {
     snap.encoding == crate::proto::entry::Encoding::Dump
-        && crate::redis::dump::is_hash_payload(&snap.payload)
+        && crate::redis::dump::merged_kind(&snap.payload).is_some()
 }
 
 /// Ships the keys of `db` changed only field by field since the last flush
-/// (`merge-hashes`): each stamped, its changed fields read alone; returns
+/// (`merge-elements`): each stamped, its changed fields read alone; returns
 /// the other keys (and any that holds no hash any more), to read whole.
 fn ship_field_changes(
     ctx: &Context,
@@ -506,7 +506,7 @@ fn record_key_change(
 }
 
 /// A change of `key` that ships later from the backlog, as its state then:
-/// with `merge-hashes`, a hash's change is recorded in its table now
+/// with `merge-elements`, a merged key's change is recorded in its table now
 /// (fields changed alone read alone).
 fn record_hash_change(
     ctx: &Context,
@@ -526,9 +526,8 @@ fn record_hash_change(
             return;
         }
     }
-    let is_hash =
-        server::key_info(ctx, key).kind == redis_module::raw::REDISMODULE_KEYTYPE_HASH as i32;
-    if is_hash || st.versions.hashes.contains(db, key) {
+    let merges = server::kind_of_type(server::key_info(ctx, key).kind).is_some();
+    if merges || st.versions.hashes.contains(db, key) {
         // Nothing read now: the backlog reads the whole key when it ships.
         let _ = crate::capture::hashes::whole_change(ctx, shared, st, (db, key), stamp, false);
     }

@@ -1,22 +1,24 @@
-//! Local changes of hashes as the flush records them, and the state every
-//! path that reads a hash with merge metadata ships in place of its plain
-//! value (issue 27, with `merge-hashes`).
+//! Local changes of hashes, sets and sorted sets as the flush records them,
+//! and the state every path that reads such a key with merge metadata
+//! ships in place of its plain value (issue 27, with `merge-elements`).
 //!
-//! A change of some fields ships those fields only: their values read
-//! through the key API, not the whole hash. A whole write of a hash (or a
-//! delete of one with metadata) ships the whole state, which keeps every
-//! field written elsewhere that it had not seen.
+//! A change of some elements ships those elements only: a field's value or
+//! a member's score read through the key API, not the whole key (a set's
+//! command says what it left). A whole write of the key (or a delete of
+//! one with metadata) ships the whole state, which keeps every element
+//! written elsewhere that it had not seen.
 
 use redis_module::Context;
 
 use crate::capture::counters::fallback;
+use crate::capture::fields::Post;
 use crate::catchup::replication::Replication;
 use crate::converge::merge::hash_codec;
-use crate::converge::merge::hashes::Whole;
+use crate::converge::merge::hashes::{Bytes, Kind, Whole};
 use crate::converge::merge::Seen;
 use crate::converge::version::{KeyVersion, Stamp};
 use crate::proto::entry::{Entry, Op};
-use crate::redis::server::{self, HashKey};
+use crate::redis::server::{self, ElementKey};
 use crate::shared::Shared;
 
 /// Whether the hash `key` of `db` may hold a field with a TTL: the state
@@ -24,7 +26,7 @@ use crate::shared::Shared;
 /// merged as a whole key (counted).
 fn has_field_ttls(ctx: &Context, db: u32, key: &[u8]) -> bool {
     server::field_ttls_possible()
-        && HashKey::new(ctx, key).may_hold_field_ttls(server::db_may_hold_field_ttls(ctx, db))
+        && ElementKey::new(ctx, key).may_hold_field_ttls(server::db_may_hold_field_ttls(ctx, db))
 }
 
 /// What this node had applied before its change stamped `stamp`: its own
@@ -43,30 +45,45 @@ pub fn applied_now(shared: &Shared, st: &Replication) -> Seen {
     seen
 }
 
-/// A key changed only in `fields` since the last flush, stamped `stamp`
+/// A `kind` key changed only in the elements of `changed` since the last
+/// flush (each with what its last change left), stamped `stamp`
 /// (`before`: its version before): records the change and returns the
-/// delta to ship, or `None` when the key holds no hash any more (its whole
-/// value is read instead).
+/// delta to ship, or `None` when the key holds no such type any more (its
+/// whole value is read instead).
 pub fn field_change(
     ctx: &Context,
     st: &mut Replication,
     (db, key): (u32, &[u8]),
     stamp: Stamp,
-    fields: Vec<Vec<u8>>,
+    (kind, changed): (Kind, Vec<(Bytes, Post)>),
     before: Option<KeyVersion>,
 ) -> Option<Op> {
-    if has_field_ttls(ctx, db, key) {
+    if kind == Kind::Hash && has_field_ttls(ctx, db, key) {
         return None;
     }
-    let local = HashKey::new(ctx, key);
-    let (values, expiry_ms) = local.values_and_expiry(&fields).ok()?;
-    let changes = fields.into_iter().zip(values).collect();
+    let reads: Vec<Bytes> = changed
+        .iter()
+        .filter(|(_, post)| *post == Post::Read)
+        .map(|(name, _)| name.clone())
+        .collect();
+    let (values, expiry_ms) = ElementKey::new(ctx, key)
+        .values_and_expiry(kind, &reads)
+        .ok()?;
+    let mut values = values.into_iter();
+    let changes = changed
+        .into_iter()
+        .map(|(name, post)| match post {
+            Post::Read => (name, values.next().flatten()),
+            Post::Present => (name, Some(Vec::new())),
+            Post::Absent => (name, None),
+        })
+        .collect();
     let applied = applied_before(st, stamp);
     let created = matches!(before, Some(KeyVersion::Deleted { .. }));
     let state = st
         .versions
         .hashes
-        .local_fields((db, key), stamp, changes, &applied, created);
+        .local_fields((db, key, kind), stamp, changes, &applied, created);
     st.versions.journal_hashes();
     Some(Op::Fields {
         key: key.to_vec(),
@@ -92,25 +109,24 @@ pub fn whole_change(
 ) -> Result<Option<Op>, ()> {
     let info = server::key_info(ctx, key);
     let held = st.versions.hashes.contains(db, key);
-    let now = if !info.exists() {
-        Whole::Absent
-    } else if info.kind == redis_module::raw::REDISMODULE_KEYTYPE_HASH as i32
-        && !has_field_ttls(ctx, db, key)
-    {
-        let fields = if ship {
-            HashKey::new(ctx, key).all().ok_or(())?
-        } else {
-            Vec::new()
-        };
-        Whole::Hash(fields)
-    } else {
-        if held {
-            fallback(
-                shared,
-                "a write of another type over a hash, or a field TTL",
-            );
+    let kind = server::kind_of_type(info.kind)
+        .filter(|k| *k != Kind::Hash || !has_field_ttls(ctx, db, key));
+    let now = match kind {
+        _ if !info.exists() => Whole::Absent,
+        Some(_) if ship => {
+            let (read, elements) = ElementKey::new(ctx, key).all().ok_or(())?;
+            Whole::Elements(read, elements)
         }
-        Whole::Other
+        Some(kind) => Whole::Elements(kind, Vec::new()),
+        None => {
+            if held {
+                fallback(
+                    shared,
+                    "a write of another type over a merged key, or a field TTL",
+                );
+            }
+            Whole::Other
+        }
     };
     let applied = applied_before(st, stamp);
     let state = st
@@ -125,7 +141,7 @@ pub fn whole_change(
     }))
 }
 
-/// Every value or delete in `entries` of a hash with merge metadata ships
+/// Every value or delete in `entries` of a key with merge metadata ships
 /// as its whole state instead (a resend, the backlog, a full sync). Reads
 /// the key again through the key API, in its database. A delete of this
 /// node's (its version: the key is absent since) removes everything this
@@ -146,7 +162,7 @@ pub fn as_states(ctx: &Context, shared: &Shared, st: &mut Replication, entries: 
         if !st.versions.hashes.contains(e.db, key) || !server::select_db(ctx, e.db) {
             continue;
         }
-        let local = HashKey::new(ctx, key);
+        let local = ElementKey::new(ctx, key);
         if let Some(mut state) = st.versions.hashes.whole(e.db, key, &local) {
             if own_delete {
                 state.removed.join(&applied);

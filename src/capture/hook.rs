@@ -359,7 +359,7 @@ pub fn on_command(command: &server::FilteredCommand<'_>) {
     }
 }
 
-/// With `merge-counters` or `merge-hashes`: notes the increment or the
+/// With `merge-counters` or `merge-elements`: notes the increment or the
 /// hash fields the command will make (a client's, not one applied from
 /// the peer or loaded), or drops an older note no event claimed.
 fn note_merged_changes(command: &server::FilteredCommand<'_>) {

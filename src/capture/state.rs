@@ -71,7 +71,7 @@ pub struct MainState {
     pub hot: Part<HotKeys>,
     /// Keys only incremented since the last flush (`merge-counters`).
     pub increments: Part<IncrementWindow>,
-    /// Keys changed only field by field since the last flush (`merge-hashes`).
+    /// Keys changed only field by field since the last flush (`merge-elements`).
     pub fields: Part<FieldWindow>,
     /// Versions, backlog, syncs and acknowledgements with the peer.
     pub replication: Part<Replication>,

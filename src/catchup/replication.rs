@@ -492,7 +492,7 @@ impl Replication {
         Convergence {
             versioned_keys: self.versions.len() as u64,
             merge_counters: self.versions.counters.live_len() as u64,
-            merge_hashes: self.versions.hashes.len() as u64,
+            merge_elements: self.versions.hashes.len() as u64,
             unread_keys: self.unread.len() as u64,
             tombstones: self.versions.tombstones() as u64,
             backlog: self.peer.backlog.len() as u64,

@@ -128,7 +128,8 @@ pub struct VersionStore {
     /// Counters with merge metadata and the merge bound (issue 27):
     /// journaled and persisted with the versions (`merge::journaled`).
     pub counters: crate::converge::merge::counters::Counters,
-    /// Hashes with merge metadata (issue 27, `merge-hashes`).
+    /// Hashes, sets and sorted sets with merge metadata (issue 27,
+    /// `merge-elements`).
     pub hashes: crate::converge::merge::hashes::Hashes,
 }
 

@@ -30,7 +30,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
             *st = Replication::new(config.backlog_ops);
             st.tombstone_limit = config.max_tombstones;
             crate::capture::increments::set_enabled(config.merge_counters);
-            crate::capture::fields::set_enabled(config.merge_hashes);
+            crate::capture::fields::set_enabled(config.merge_elements);
             crate::capture::hook::set_expired_bound(0);
             st.max_clock_offset_ms = config.max_clock_offset_ms;
         }

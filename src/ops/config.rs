@@ -44,8 +44,12 @@ pub const ARG_NAMES: [&str; 21] = [
     "max-clock-offset",
     "max-tombstones",
     "merge-counters",
-    "merge-hashes",
+    "merge-elements",
 ];
+
+/// The name `merge-elements` had while it covered hashes only: still
+/// accepted at load, for the same setting.
+pub const MERGE_ELEMENTS_ALIAS: &str = "merge-hashes";
 
 /// Default bound of the catch-up backlog, in changes.
 pub const DEFAULT_BACKLOG_OPS: usize = 1_000_000;
@@ -75,7 +79,7 @@ pub const MAX_MAX_CLOCK_OFFSET_MS: u64 = 86_400_000;
 pub const SECRET_ARG: &str = "secret";
 
 fn is_known(name: &str) -> bool {
-    name == SECRET_ARG || ARG_NAMES.contains(&name)
+    name == SECRET_ARG || name == MERGE_ELEMENTS_ALIAS || ARG_NAMES.contains(&name)
 }
 
 /// The known arguments for an error message: the configs, with the secret
@@ -194,11 +198,12 @@ pub struct Config {
     /// those made on both nodes at once all count (issue 27; off by
     /// default until every path carries counter metadata durably).
     pub merge_counters: bool,
-    /// `merge-hashes=yes|no`: changes of hash fields (HSET, HDEL...) ship
-    /// as the fields they changed, merged per field on both nodes (issue
-    /// 27; off by default until every path carries field metadata
-    /// durably).
-    pub merge_hashes: bool,
+    /// `merge-elements=yes|no` (also `merge-hashes`): changes of hash
+    /// fields, set members and sorted-set members (HSET, HDEL, SADD, SREM,
+    /// ZADD, ZREM...) ship as the elements they changed, merged per element
+    /// on both nodes (issue 27; off by default until every path carries
+    /// element metadata durably).
+    pub merge_elements: bool,
     /// The shared secret (`secret=` or the contents of `secret-file=`).
     pub secret: Option<Secret>,
     /// Where the secret was read from, if from a file.
@@ -240,7 +245,7 @@ impl Config {
             self.max_clock_offset_ms.to_string(),
             self.max_tombstones.to_string(),
             if self.merge_counters { "yes" } else { "no" }.to_owned(),
-            if self.merge_hashes { "yes" } else { "no" }.to_owned(),
+            if self.merge_elements { "yes" } else { "no" }.to_owned(),
         ]
     }
 
@@ -406,7 +411,7 @@ struct Draft {
     max_clock_offset_ms: Option<u64>,
     max_tombstones: Option<usize>,
     merge_counters: Option<bool>,
-    merge_hashes: Option<bool>,
+    merge_elements: Option<bool>,
     secret: Option<Secret>,
     secret_file: Option<(Secret, PathBuf)>,
     handshake_timeout_ms: Option<u64>,
@@ -454,7 +459,9 @@ impl Draft {
             }
             "persist-versions" => self.persist_versions = Some(parse_yes_no(name, value)?),
             "merge-counters" => self.merge_counters = Some(parse_yes_no(name, value)?),
-            "merge-hashes" => self.merge_hashes = Some(parse_yes_no(name, value)?),
+            "merge-elements" | MERGE_ELEMENTS_ALIAS => {
+                self.merge_elements = Some(parse_yes_no(name, value)?)
+            }
             // Never echo the value: it is the secret.
             SECRET_ARG => {
                 self.secret =
@@ -525,7 +532,7 @@ impl Draft {
                 .unwrap_or(DEFAULT_MAX_CLOCK_OFFSET_MS),
             max_tombstones: self.max_tombstones.unwrap_or(DEFAULT_MAX_TOMBSTONES),
             merge_counters: self.merge_counters.unwrap_or(false),
-            merge_hashes: self.merge_hashes.unwrap_or(false),
+            merge_elements: self.merge_elements.unwrap_or(false),
             secret,
             secret_file,
             handshake_timeout_ms: self

@@ -203,8 +203,9 @@ pub struct Convergence {
     pub versioned_keys: u64,
     /// Counters holding merge metadata (increments not yet collected).
     pub merge_counters: u64,
-    /// Hashes holding merge metadata (field changes not yet collected).
-    pub merge_hashes: u64,
+    /// Hashes, sets and sorted sets holding merge metadata (element
+    /// changes not yet collected).
+    pub merge_elements: u64,
     /// Tombstones held.
     pub tombstones: u64,
     /// Local changes waiting to ship.
@@ -328,7 +329,7 @@ fn convergence_fields(conv: &Convergence) -> Vec<(&'static str, Field)> {
     vec![
         ("versioned_keys", number(conv.versioned_keys)),
         ("merge_counters", number(conv.merge_counters)),
-        ("merge_hashes", number(conv.merge_hashes)),
+        ("merge_elements", number(conv.merge_elements)),
         ("unread_keys", number(conv.unread_keys)),
         ("tombstones", number(conv.tombstones)),
         ("backlog", number(conv.backlog)),

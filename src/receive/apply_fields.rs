@@ -1,8 +1,8 @@
-//! The peer's hash states, and its plain writes of hashes this node holds
-//! with merge metadata, merged per field (issue 27, `merge-hashes`) and
-//! written as the fields that changed.
+//! The peer's states of hashes, sets and sorted sets, and its plain writes
+//! of such keys this node holds with merge metadata, merged per element
+//! (issue 27, `merge-elements`) and written as the elements that changed.
 
-use redis_module::{raw, CallOptions, Context};
+use redis_module::{CallOptions, Context};
 
 use super::apply::run as call;
 use super::apply_plan::Outcome;
@@ -10,36 +10,63 @@ use crate::capture::counters::fallback;
 use crate::capture::state::main_state;
 use crate::catchup::replication::Replication;
 use crate::converge::merge::hash_codec;
-use crate::converge::merge::hashes::Writes;
+use crate::converge::merge::hashes::{score_of, Bytes, HashState, Kind, Writes};
 use crate::converge::version::{KeyVersion, Stamp, GC_AT_NEXT_ACK};
 use crate::proto::entry::{Encoding, Entry, Op};
-use crate::redis::server::{self, HashKey};
+use crate::redis::server::{self, ElementKey};
 use crate::shared::Shared;
 
-/// Fields set or deleted per command.
+/// Elements set or deleted per command.
 const FIELDS_PER_CALL: usize = 512;
 
-/// Makes the server hold the merged value: `DEL` first when every field
-/// without metadata went, then `HSET` and `HDEL` of the fields that
-/// changed.
-fn write(ctx: &Context, opts: &CallOptions, key: &[u8], w: &Writes) -> Result<(), String> {
+/// The commands that set and delete elements of a `kind` key.
+fn commands(kind: Kind) -> (&'static str, &'static str) {
+    match kind {
+        Kind::Hash => ("HSET", "HDEL"),
+        Kind::Set => ("SADD", "SREM"),
+        Kind::SortedSet => ("ZADD", "ZREM"),
+    }
+}
+
+/// The arguments that set one element: a field and its value, a member, a
+/// score (as text that reads back as the same double) and its member.
+fn set_args(kind: Kind, (name, value): &(Bytes, Bytes), args: &mut Vec<Vec<u8>>) {
+    match kind {
+        Kind::Hash => args.extend([name.clone(), value.clone()]),
+        Kind::Set => args.push(name.clone()),
+        Kind::SortedSet => {
+            let score = score_of(value).unwrap_or(0.0);
+            args.extend([format!("{score:e}").into_bytes(), name.clone()]);
+        }
+    }
+}
+
+/// Makes the server hold the merged value of a `kind` key: `DEL` first
+/// when every element without metadata went, then sets and deletes of the
+/// elements that changed.
+fn write(
+    ctx: &Context,
+    opts: &CallOptions,
+    (key, kind): (&[u8], Kind),
+    w: &Writes,
+) -> Result<(), String> {
     if w.clear {
         call(ctx, opts, "DEL", &[key])?;
     }
+    let (set, del) = commands(kind);
     for chunk in w.set.chunks(FIELDS_PER_CALL) {
-        let mut args: Vec<&[u8]> = Vec::with_capacity(1 + 2 * chunk.len());
+        let mut owned = Vec::with_capacity(2 * chunk.len());
+        chunk.iter().for_each(|e| set_args(kind, e, &mut owned));
+        let mut args: Vec<&[u8]> = Vec::with_capacity(1 + owned.len());
         args.push(key);
-        for (f, v) in chunk {
-            args.push(f);
-            args.push(v);
-        }
-        call(ctx, opts, "HSET", &args)?;
+        args.extend(owned.iter().map(Vec::as_slice));
+        call(ctx, opts, set, &args)?;
     }
     for chunk in w.del.chunks(FIELDS_PER_CALL) {
         let mut args: Vec<&[u8]> = Vec::with_capacity(1 + chunk.len());
         args.push(key);
         args.extend(chunk.iter().map(Vec::as_slice));
-        call(ctx, opts, "HDEL", &args)?;
+        call(ctx, opts, del, &args)?;
     }
     Ok(())
 }
@@ -73,7 +100,7 @@ pub(super) fn state(
         exists: info.exists(),
         has_ttl: info.expiry_ms.is_some(),
     };
-    if info.exists() && info.kind != raw::REDISMODULE_KEYTYPE_HASH as i32 {
+    if info.exists() && server::kind_of_type(info.kind) != Some(incoming.kind) {
         if let Some(outcome) = over_other_type(ctx, opts, shared, st, e, &incoming, newest)? {
             return Ok(outcome);
         }
@@ -84,10 +111,11 @@ pub(super) fn state(
     let w = st
         .versions
         .hashes
-        .remote((e.db, key), &incoming, &bound, &HashKey::new(ctx, key));
+        .remote((e.db, key), &incoming, &bound, &ElementKey::new(ctx, key));
     st.versions.journal_hashes();
     let expiry = (!before.exists || w.expiry_from_incoming).then_some(*expiry_ms);
-    settle(ctx, opts, st, (e.db, key), (&w, before), expiry, newest)
+    let key = (e.db, key.as_slice(), incoming.kind);
+    settle(ctx, opts, st, key, (&w, before), expiry, newest)
 }
 
 /// What the key was before a merge wrote it.
@@ -118,38 +146,47 @@ fn note_own_delete(shared: &Shared, st: &mut Replication, (db, key): (u32, &[u8]
     st.versions.hashes.note_delete((db, key), &seen);
 }
 
-/// The peer's hash state meets a value of another type here: a whole
-/// write newer than it replaces it (deleted here; `None`: go on), else the
-/// state is not applied (`Some`). A change of some fields cannot make the
-/// whole hash here: this node's value ships again, newer, and the peer
-/// either takes it or (its hash newer) ships its hash whole.
+/// The peer's state meets a value of another type here: a whole write
+/// newer than it replaces it (deleted here; `None`: go on), else the state
+/// is not applied (`Some`). A change of some elements cannot make the
+/// whole key here: this node's value ships again, newer, and the peer
+/// either takes it or (its key newer) ships its key whole.
 fn over_other_type(
     ctx: &Context,
     opts: &CallOptions,
     shared: &Shared,
     st: &mut Replication,
     e: &Entry,
-    incoming: &crate::converge::merge::hashes::HashState,
+    incoming: &HashState,
     newest: Stamp,
 ) -> Result<Option<Outcome>, String> {
     let Some(key) = e.key() else {
         return Ok(Some(Outcome::Discarded));
     };
     if incoming.base.is_none() {
-        fallback(shared, "a hash change over a write of another type");
+        fallback(shared, "an element change over a write of another type");
         if let Some(mut dirty) = main_state().dirty.get() {
             dirty.mark(e.db, key);
         }
         return Ok(Some(Outcome::Discarded));
     }
     if newest <= version_of(st, e.db, key) {
-        fallback(shared, "a hash change older than a write of another type");
+        fallback(
+            shared,
+            "an element change older than a write of another type",
+        );
         return Ok(Some(Outcome::Discarded));
     }
-    fallback(shared, "a hash change newer than a write of another type");
+    fallback(
+        shared,
+        "an element change newer than a write of another type",
+    );
     call(ctx, opts, "DEL", &[key])?;
     if st.versions.counters.forget(e.db, key) {
         st.versions.journal_counter(e.db, key);
+    }
+    if st.versions.hashes.forget(e.db, key) {
+        st.versions.journal_hashes();
     }
     Ok(None)
 }
@@ -167,13 +204,13 @@ fn settle(
     ctx: &Context,
     opts: &CallOptions,
     st: &mut Replication,
-    (db, key): (u32, &[u8]),
+    (db, key, kind): (u32, &[u8], Kind),
     (w, before): (&Writes, Before),
     expiry: Option<Option<u64>>,
     newest: Stamp,
 ) -> Result<Outcome, String> {
-    write(ctx, opts, key, w)?;
-    // HSET leaves the key there; a delete of fields may have taken it.
+    write(ctx, opts, (key, kind), w)?;
+    // A set leaves the key there; a delete of elements may have taken it.
     let mut exists = !w.set.is_empty()
         || (before.exists && !w.clear && w.del.is_empty())
         || server::key_info(ctx, key).exists();
@@ -197,13 +234,14 @@ fn settle(
     Ok(Outcome::Applied)
 }
 
-/// The peer's plain value or delete of a key this node holds as a hash
-/// with metadata: merged (`None` when the key is not held, or when a value
-/// of another type is the newer write: the caller applies it as any key).
+/// The peer's plain value or delete of a key this node holds with merge
+/// metadata: merged (`None` when the key is not held, or when a value of
+/// another type is the newer write: the caller applies it as any key).
 ///
 /// A plain write comes from a key the peer holds at rest (its own changes
-/// of a hash ship as states): a hash value holds nothing this node lacks,
-/// a delete removes what the peer had applied when it read the batch.
+/// of a merged key ship as states): a value of the held type holds nothing
+/// this node lacks, a delete removes what the peer had applied when it
+/// read the batch.
 pub(super) fn plain(
     ctx: &Context,
     opts: &CallOptions,
@@ -211,7 +249,7 @@ pub(super) fn plain(
     st: &mut Replication,
     e: &Entry,
 ) -> Option<Result<Outcome, String>> {
-    let (key, hash_value) = match &e.op {
+    let (key, value_kind) = match &e.op {
         Op::Value {
             key,
             payload,
@@ -219,20 +257,21 @@ pub(super) fn plain(
             ..
         } => (
             key,
-            *encoding == Encoding::Dump && crate::redis::dump::is_hash_payload(payload),
+            (*encoding == Encoding::Dump)
+                .then(|| crate::redis::dump::merged_kind(payload))
+                .flatten(),
         ),
-        Op::Delete { key } => (key, false),
+        Op::Delete { key } => (key, None),
         _ => return None,
     };
-    if !st.versions.hashes.contains(e.db, key) {
-        return None;
-    }
+    let held_kind = st.versions.hashes.get(e.db, key)?.kind();
+    let same_type = value_kind == Some(held_kind);
     let stamp = Stamp::new(e.clock, e.origin);
     match &e.op {
-        Op::Value { .. } if hash_value => Some(Ok(Outcome::Discarded)),
+        Op::Value { .. } if same_type => Some(Ok(Outcome::Discarded)),
         Op::Value { .. } if stamp > version_of(st, e.db, key) => {
             // Another type, newer: it wins as any write of the key does.
-            fallback(shared, "a write of another type over a hash");
+            fallback(shared, "a write of another type over a merged key");
             st.versions.hashes.forget(e.db, key);
             st.versions.journal_hashes();
             None
@@ -240,28 +279,28 @@ pub(super) fn plain(
         Op::Value { .. } => {
             // Another type, older: this node's hash wins, and ships again
             // whole at a new stamp so that the peer takes it over its own.
-            fallback(shared, "a write of another type older than a hash");
+            fallback(shared, "a write of another type older than a merged key");
             if let Some(mut dirty) = main_state().dirty.get() {
                 dirty.mark(e.db, key);
             }
             Some(Ok(Outcome::Discarded))
         }
-        _ => plain_delete(ctx, opts, st, (e.db, key), stamp),
+        _ => plain_delete(ctx, opts, st, (e.db, key, held_kind), stamp),
     }
 }
 
-/// The peer's plain delete of a held hash: removes what the peer had
+/// The peer's plain delete of a held key: removes what the peer had
 /// applied when it read the batch.
 fn plain_delete(
     ctx: &Context,
     opts: &CallOptions,
     st: &mut Replication,
-    (db, key): (u32, &[u8]),
+    (db, key, kind): (u32, &[u8], Kind),
     stamp: Stamp,
 ) -> Option<Result<Outcome, String>> {
     let applied = st.peer_applied.clone().or_else(|| st.peer_bound.clone())?;
     let bound = st.versions.counters.bound().clone();
-    let local = HashKey::new(ctx, key);
+    let local = ElementKey::new(ctx, key);
     let w = st
         .versions
         .hashes
@@ -271,13 +310,22 @@ fn plain_delete(
         exists: true,
         has_ttl: false,
     };
-    Some(settle(ctx, opts, st, (db, key), (&w, before), None, stamp))
+    Some(settle(
+        ctx,
+        opts,
+        st,
+        (db, key, kind),
+        (&w, before),
+        None,
+        stamp,
+    ))
 }
 
-/// Hashes of `db` written here after a flush the peer made (`keep`, the
-/// survivors just restored whole): the peer flushed the fields it held and
-/// got only the fields changed since, so each ships again whole, at a new
-/// stamp (counted; without `merge-hashes`, nothing to do).
+/// Merged keys of `db` written here after a flush the peer made (`keep`,
+/// the survivors just restored whole): the peer flushed the elements it
+/// held and got only the elements changed since, so each ships again
+/// whole, at a new stamp (counted; without `merge-elements`, nothing to
+/// do).
 pub(super) fn flush_survivors(ctx: &Context, db: u32, keep: &[Box<[u8]>]) {
     if !crate::capture::fields::enabled() || keep.is_empty() {
         return;
@@ -287,7 +335,7 @@ pub(super) fn flush_survivors(ctx: &Context, db: u32, keep: &[Box<[u8]>]) {
         return;
     };
     for key in keep {
-        if server::key_info(ctx, key).kind == raw::REDISMODULE_KEYTYPE_HASH as i32 {
+        if server::kind_of_type(server::key_info(ctx, key).kind).is_some() {
             crate::shared::with_shared(|s| {
                 crate::ops::status::Stats::add(&s.stats.merge_fallbacks, 1)
             });

@@ -24,10 +24,18 @@ pub enum Kind {
     SortedSet = 5,
 }
 
-/// Whether a DUMP payload holds a hash without field TTLs: `RDB_TYPE_HASH`,
-/// the old zipmap and ziplist encodings (9, 13) or a listpack.
-pub fn is_hash_payload(payload: &[u8]) -> bool {
-    matches!(payload.first(), Some(&b) if b == Kind::Hash as u8 || matches!(b, 9 | 13) || b == TYPE_HASH_LISTPACK)
+/// The merged type a DUMP payload holds: a hash without field TTLs
+/// (`RDB_TYPE_HASH`, the old zipmap and ziplist encodings 9 and 13, a
+/// listpack), a set (plain, intset 11, listpack 20) or a sorted set (3 and
+/// `RDB_TYPE_ZSET_2`, ziplist 12, listpack); `None` for any other.
+pub fn merged_kind(payload: &[u8]) -> Option<crate::converge::merge::hashes::Kind> {
+    use crate::converge::merge::hashes::Kind as Merged;
+    match *payload.first()? {
+        4 | 9 | 13 | TYPE_HASH_LISTPACK => Some(Merged::Hash),
+        2 | 11 | 20 => Some(Merged::Set),
+        3 | 5 | 12 | TYPE_ZSET_LISTPACK => Some(Merged::SortedSet),
+        _ => None,
+    }
 }
 
 /// `RDB_TYPE_HASH_LISTPACK`: an RDB string holding the listpack of fields
@@ -479,10 +487,13 @@ mod tests {
         plain.field(b"f", b"v");
         let mut list = DumpWriter::new(Kind::List, 1, 16);
         list.element(b"x");
-        assert!(is_hash_payload(&small.finish().unwrap()));
-        assert!(is_hash_payload(&plain.finish().unwrap()));
-        assert!(!is_hash_payload(&list.finish().unwrap()));
-        assert!(!is_hash_payload(&[]));
+        use crate::converge::merge::hashes::Kind as Merged;
+        assert_eq!(merged_kind(&small.finish().unwrap()), Some(Merged::Hash));
+        assert_eq!(merged_kind(&plain.finish().unwrap()), Some(Merged::Hash));
+        assert_eq!(merged_kind(&list.finish().unwrap()), None);
+        assert_eq!(merged_kind(&[]), None);
+        assert_eq!(merged_kind(&[Kind::Set as u8]), Some(Merged::Set));
+        assert_eq!(merged_kind(&[TYPE_ZSET_LISTPACK]), Some(Merged::SortedSet));
     }
 
     #[test]

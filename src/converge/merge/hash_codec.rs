@@ -2,7 +2,8 @@
 //! decode, little-endian (`codec` for `Seen` and stamps).
 //!
 //! ```text
-//! HashState: u8 flags (1: a whole write), [u64 clock, u64 node: its stamp],
+//! HashState: u8 flags (bit 0: a whole write; bits 1-2: the kind, 0 hash,
+//!              1 set, 2 sorted set), [u64 clock, u64 node: its stamp],
 //!            Seen removed,
 //!            u32 count, then count x (bytes field, bytes value): the whole
 //!              write's fields
@@ -20,7 +21,7 @@
 
 use crate::converge::merge::codec::{put_seen, put_stamp, Cursor, DecodeError};
 use crate::converge::merge::element::Element;
-use crate::converge::merge::hashes::{Bytes, HashState};
+use crate::converge::merge::hashes::{Bytes, HashState, Kind};
 use crate::converge::merge::seen::Seen;
 
 fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
@@ -47,7 +48,7 @@ pub fn encode_hash(state: &HashState) -> Vec<u8> {
         .map(|(f, v)| 8 + f.len() + v.len())
         .sum();
     let mut out = Vec::with_capacity(64 + payload + 64 * state.elements.len());
-    out.push(u8::from(state.base.is_some()));
+    out.push(u8::from(state.base.is_some()) | (state.kind as u8) << 1);
     if let Some(base) = state.base {
         put_stamp(&mut out, base);
     }
@@ -92,10 +93,12 @@ pub fn decode_hash(bytes: &[u8]) -> Result<HashState, DecodeError> {
     let mut c = Cursor { bytes, at: 0 };
     let at = c.at;
     let [flags] = c.array()?;
-    let base = match flags {
+    let Some(kind) = Kind::from_u8(flags >> 1) else {
+        return Err(DecodeError::BadTag { tag: flags, at });
+    };
+    let base = match flags & 1 {
         0 => None,
-        1 => Some(c.stamp()?),
-        tag => return Err(DecodeError::BadTag { tag, at }),
+        _ => Some(c.stamp()?),
     };
     let removed = c.seen()?;
     let n = c.count(4, 8)?;
@@ -112,6 +115,7 @@ pub fn decode_hash(bytes: &[u8]) -> Result<HashState, DecodeError> {
     }
     c.end()?;
     Ok(HashState {
+        kind,
         base,
         removed,
         base_fields,
@@ -192,14 +196,16 @@ mod tests {
         let base = proptest::option::of((1u64..100, 1u64..4).prop_map(|(c, n)| Stamp::new(c, n)));
         let fields = proptest::collection::vec((bytes(), bytes()), 0..4);
         let elements = proptest::collection::vec((bytes(), element()), 0..4);
-        (base, seen(), fields, elements).prop_map(|(base, removed, base_fields, elements)| {
-            HashState {
+        let kind = (0u8..3).prop_map(|k| Kind::from_u8(k).unwrap_or_default());
+        (kind, base, seen(), fields, elements).prop_map(
+            |(kind, base, removed, base_fields, elements)| HashState {
+                kind,
                 base,
                 removed,
                 base_fields,
                 elements,
-            }
-        })
+            },
+        )
     }
 
     proptest! {
@@ -220,6 +226,16 @@ mod tests {
             let cut = cut.min(bytes.len());
             prop_assert!(decode_hash(&bytes[..bytes.len() - cut]).is_err());
         }
+    }
+
+    #[test]
+    fn an_unknown_kind_is_refused() {
+        let mut bytes = encode_hash(&HashState::default());
+        bytes[0] = 3 << 1;
+        assert!(matches!(
+            decode_hash(&bytes),
+            Err(DecodeError::BadTag { tag: 6, at: 0 })
+        ));
     }
 
     #[test]

@@ -8,8 +8,10 @@
 //! then:
 //! - 0: the key has no metadata;
 //! - 1: its parts: `u8 clear | stamp? base | stamp? expiry_of | Seen
-//!   removed` (`stamp?`: `u8` 0, or 1 and the stamp); `clear`: no field
-//!   metadata before the field records that follow;
+//!   removed | u8 kind` (`stamp?`: `u8` 0, or 1 and the stamp); `clear`:
+//!   no field metadata before the field records that follow; `kind` as in
+//!   `hash_codec` (absent in records of hashes written before sets and
+//!   sorted sets merged: a hash);
 //! - 2: a field: `u32 len | field`, then `u8` 0 (no metadata) or 1 and its
 //!   element (`hash_codec`).
 
@@ -17,7 +19,7 @@ use crate::converge::journal::TAG_HASH;
 use crate::converge::merge::codec::{put_seen, put_stamp, Cursor, DecodeError};
 use crate::converge::merge::element::Element;
 use crate::converge::merge::hash_codec::{decode_element, put_element};
-use crate::converge::merge::hashes::{Bytes, Held};
+use crate::converge::merge::hashes::{Bytes, Held, Kind};
 use crate::converge::version::{Stamp, VersionStore};
 
 fn head(key: &[u8], what: u8) -> Vec<u8> {
@@ -49,6 +51,7 @@ pub fn key_record(key: &[u8], held: Option<&Held>, clear: bool) -> Vec<u8> {
     put_optional(&mut out, base);
     put_optional(&mut out, expiry_of);
     put_seen(&mut out, removed);
+    out.push(held.kind() as u8);
     out
 }
 
@@ -76,7 +79,12 @@ pub enum HashRecord<'a> {
     /// metadata was cleared.
     Parts(
         &'a [u8],
-        (Option<Stamp>, crate::converge::merge::Seen, Option<Stamp>),
+        (
+            Option<Stamp>,
+            crate::converge::merge::Seen,
+            Option<Stamp>,
+            Kind,
+        ),
         bool,
     ),
     /// A field's element of `key`.
@@ -110,7 +118,16 @@ pub fn parse_record(bytes: &[u8]) -> Result<HashRecord<'_>, DecodeError> {
             let [clear] = c.array::<1>()?;
             let base = c.optional_stamp()?;
             let expiry_of = c.optional_stamp()?;
-            HashRecord::Parts(key, (base, c.seen()?, expiry_of), clear == 1)
+            let removed = c.seen()?;
+            let kind = match c.at < bytes.len() {
+                true => {
+                    let at = c.at;
+                    let [k] = c.array::<1>()?;
+                    Kind::from_u8(k).ok_or(DecodeError::BadTag { tag: k, at })?
+                }
+                false => Kind::Hash,
+            };
+            HashRecord::Parts(key, (base, removed, expiry_of, kind), clear == 1)
         }
         [2] => {
             let field = c.slice()?;
@@ -181,7 +198,7 @@ impl VersionStore {
 mod tests {
     use super::*;
     use crate::converge::journal::{replay, FORMAT};
-    use crate::converge::merge::hashes::Whole;
+    use crate::converge::merge::hashes::{Kind, Whole};
     use crate::converge::merge::Seen;
 
     #[test]
@@ -189,17 +206,26 @@ mod tests {
         let mut origin = VersionStore::journaled();
         let applied: Seen = [(1, 4), (2, 7)].into_iter().collect();
         let k = (0, &b"h"[..]);
-        let hash = Whole::Hash(vec![(b"a".to_vec(), b"1".to_vec())]);
+        let hash = Whole::Elements(Kind::Hash, vec![(b"a".to_vec(), b"1".to_vec())]);
         origin
             .hashes
             .local_whole(k, Stamp::new(5, 1), hash, &applied);
         origin.journal_hashes();
         let change = vec![(b"b".to_vec(), Some(b"2".to_vec())), (b"a".to_vec(), None)];
+        origin.hashes.local_fields(
+            (0, b"h", Kind::Hash),
+            Stamp::new(6, 1),
+            change,
+            &applied,
+            false,
+        );
+        let members = vec![(b"m".to_vec(), Some(Vec::new()))];
+        let set = (0, &b"s"[..], Kind::Set);
         origin
             .hashes
-            .local_fields(k, Stamp::new(6, 1), change, &applied, false);
+            .local_fields(set, Stamp::new(6, 2), members, &applied, true);
         origin.journal_hashes();
-        let other = (0, &b"gone"[..]);
+        let other = (0, &b"gone"[..], Kind::SortedSet);
         origin.hashes.local_fields(
             other,
             Stamp::new(7, 1),
@@ -209,12 +235,23 @@ mod tests {
         );
         origin.hashes.forget(0, b"gone");
         origin.journal_hashes();
+        // A record of a hash's parts from before the kind was written.
+        let mut old = key_record(b"old", origin.hashes.get(0, b"h"), true);
+        old.pop();
+        origin.journal_record(TAG_HASH, 0, Stamp::ZERO, &old);
+        origin.journal_hashes();
         let mut journal = vec![FORMAT];
         journal.extend(origin.take_journal());
         let mut loaded = VersionStore::journaled();
         replay(&journal, &mut loaded).unwrap();
         assert_eq!(loaded.hashes.get(0, b"h"), origin.hashes.get(0, b"h"));
         assert!(loaded.hashes.get(0, b"h").is_some());
+        assert_eq!(loaded.hashes.get(0, b"s"), origin.hashes.get(0, b"s"));
+        assert_eq!(loaded.hashes.get(0, b"s").map(Held::kind), Some(Kind::Set));
+        assert_eq!(
+            loaded.hashes.get(0, b"old").map(Held::kind),
+            Some(Kind::Hash)
+        );
         assert!(!loaded.hashes.contains(0, b"gone"));
     }
 

@@ -1,9 +1,12 @@
-//! The hashes of one node that carry merge metadata, and the decisions
-//! that change them (issue 27, with `merge-hashes`): a local change of
-//! some fields, a local write of the whole key, the peer's state, and
-//! collection.
+//! The hashes, sets and sorted sets of one node that carry merge metadata,
+//! and the decisions that change them (issue 27, with `merge-elements`): a
+//! local change of some elements, a local write of the whole key, the
+//! peer's state, and collection. The three types merge alike: an element
+//! is a hash's field (its value the field's), a set's member (its value
+//! empty) or a sorted set's member (its value the score, [`score_bytes`]);
+//! "field" below means any of them.
 //!
-//! A hash's value lives in the server; the table keeps only what may
+//! A key's value lives in the server; the table keeps only what may
 //! still conflict:
 //! - `base`: the stamp of the last whole write of the key (a rewrite:
 //!   `RESTORE`, a transaction, `EXPIRE`...) while some site may not have
@@ -35,10 +38,48 @@ use crate::converge::version::Stamp;
 /// A field's name or value.
 pub type Bytes = Vec<u8>;
 
+/// The type of a key whose elements merge: what an element's value is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Kind {
+    /// A hash: field and value.
+    #[default]
+    Hash = 0,
+    /// A set: a member, its value empty.
+    Set = 1,
+    /// A sorted set: a member, its value the score (see [`score_bytes`]).
+    SortedSet = 2,
+}
+
+impl Kind {
+    /// The kind numbered `n` on the wire and in the journal.
+    pub fn from_u8(n: u8) -> Option<Kind> {
+        match n {
+            0 => Some(Kind::Hash),
+            1 => Some(Kind::Set),
+            2 => Some(Kind::SortedSet),
+            _ => None,
+        }
+    }
+}
+
+/// A score as a sorted set's element value: the double's bits, big-endian
+/// (equal scores, equal bytes; `-0` is stored as `0`, as the servers do).
+pub fn score_bytes(score: f64) -> Bytes {
+    let score = if score == 0.0 { 0.0 } else { score };
+    score.to_bits().to_be_bytes().to_vec()
+}
+
+/// The score an element value of a sorted set holds (`None`: not 8 bytes).
+pub fn score_of(value: &[u8]) -> Option<f64> {
+    Some(f64::from_bits(u64::from_be_bytes(value.try_into().ok()?)))
+}
+
 /// A hash's merge state as it travels: a change of some fields (a delta)
 /// or a whole write, with the key's removals.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct HashState {
+    /// The type of the key.
+    pub kind: Kind,
     /// A whole write: its stamp; `base_fields` are every field it wrote.
     pub base: Option<Stamp>,
     /// What removals of the whole key had seen.
@@ -93,8 +134,8 @@ impl Writes {
 /// A whole write of a key as a local read found it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Whole {
-    /// A hash with these fields.
-    Hash(Vec<(Bytes, Bytes)>),
+    /// A key of a merged type with these elements.
+    Elements(Kind, Vec<(Bytes, Bytes)>),
     /// The key is absent.
     Absent,
     /// The key holds another type.
@@ -104,6 +145,7 @@ pub enum Whole {
 /// The merge metadata of one hash.
 #[derive(Debug, Clone, Default)]
 pub struct Held {
+    kind: Kind,
     base: Option<Stamp>,
     removed: Seen,
     fields: BTreeMap<Bytes, Element<Bytes>>,
@@ -118,7 +160,9 @@ pub struct Held {
 /// Equal metadata (the place in the collection order aside).
 impl PartialEq for Held {
     fn eq(&self, other: &Self) -> bool {
-        self.key_parts() == other.key_parts() && self.fields == other.fields
+        self.key_parts() == other.key_parts()
+            && self.kind == other.kind
+            && self.fields == other.fields
     }
 }
 
@@ -127,6 +171,22 @@ impl Held {
     /// the stamp of the whole write whose expiry the key has.
     pub fn key_parts(&self) -> (Option<Stamp>, &Seen, Option<Stamp>) {
         (self.base, &self.removed, self.expiry_of)
+    }
+
+    /// The type of the key.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// The key now holds `kind` (its metadata was of another type): the
+    /// elements go, what removals of the key had seen stays.
+    fn retype(&mut self, kind: Kind) {
+        if self.kind != kind {
+            self.kind = kind;
+            self.fields.clear();
+            self.base = None;
+            self.expiry_of = None;
+        }
     }
 
     /// The fields with metadata.
@@ -325,6 +385,7 @@ impl Held {
             None => Vec::new(),
         };
         HashState {
+            kind: self.kind,
             base: self.base,
             removed: self.removed.clone(),
             base_fields,
@@ -480,11 +541,11 @@ impl Hashes {
     pub fn restore_key(
         &mut self,
         (db, key): (u32, &[u8]),
-        parts: Option<(Option<Stamp>, Seen, Option<Stamp>)>,
+        parts: Option<(Option<Stamp>, Seen, Option<Stamp>, Kind)>,
         clear: bool,
     ) {
         let k = (db, key.to_vec());
-        let Some((base, removed, expiry_of)) = parts else {
+        let Some((base, removed, expiry_of, kind)) = parts else {
             self.keys.remove(&k);
             return;
         };
@@ -493,6 +554,7 @@ impl Hashes {
         if clear {
             held.fields.clear();
         }
+        held.kind = kind;
         held.base = base;
         held.removed = removed;
         held.expiry_of = expiry_of;
@@ -523,25 +585,30 @@ impl Hashes {
         self.keys.iter().map(|((db, k), h)| (*db, k.as_slice(), h))
     }
 
-    /// A local change of some fields stamped `stamp` (`changes`: each
-    /// field's value after it, `None` when removed). `applied` is what this
-    /// node had applied before it; `created`: the key was absent before,
-    /// so everything applied of it was removed. Returns the delta to ship.
+    /// A local change of some elements of a `kind` key stamped `stamp`
+    /// (`changes`: each element's value after it, `None` when removed).
+    /// `applied` is what this node had applied before it; `created`: the
+    /// key was absent before, so everything applied of it was removed.
+    /// Returns the delta to ship.
     pub fn local_fields(
         &mut self,
-        (db, key): (u32, &[u8]),
+        (db, key, kind): (u32, &[u8], Kind),
         stamp: Stamp,
         changes: Vec<(Bytes, Option<Bytes>)>,
         applied: &Seen,
         created: bool,
     ) -> HashState {
         let names = changes.iter().map(|(n, _)| n.clone()).collect();
+        let held = self.keys.get(&(db, key.to_vec()));
+        let created = created || held.is_some_and(|h| h.kind != kind);
         self.touch((db, key), created, names);
         let held = self.keys.entry((db, key.to_vec())).or_default();
         if created {
             held.removed.join(applied);
             held.fields.clear();
             held.base = None;
+            held.expiry_of = None;
+            held.kind = kind;
         }
         let mut elements = Vec::with_capacity(changes.len());
         for (name, now) in changes {
@@ -565,6 +632,7 @@ impl Hashes {
             elements.push((name, element.clone()));
         }
         HashState {
+            kind,
             base: None,
             removed: held.removed.clone(),
             base_fields: Vec::new(),
@@ -599,7 +667,8 @@ impl Hashes {
         held.removed.join(&seen);
         held.fields.clear();
         let base_fields = match now {
-            Whole::Hash(fields) => {
+            Whole::Elements(kind, fields) => {
+                held.kind = kind;
                 held.base = Some(stamp);
                 held.expiry_of = Some(stamp);
                 fields
@@ -610,6 +679,7 @@ impl Hashes {
             }
         };
         Some(HashState {
+            kind: held.kind,
             base: held.base,
             removed: held.removed.clone(),
             base_fields,
@@ -627,11 +697,12 @@ impl Hashes {
     ) -> Writes {
         let whole = incoming.base.is_some() || !incoming.removed.is_empty();
         let names = incoming.elements.iter().map(|(n, _)| n.clone()).collect();
+        let held = self.keys.get(&(db, key.to_vec()));
+        let whole = whole || held.is_some_and(|h| h.kind != incoming.kind);
         self.touch((db, key), whole, names);
-        self.keys
-            .entry((db, key.to_vec()))
-            .or_default()
-            .merge(incoming, bound, local)
+        let held = self.keys.entry((db, key.to_vec())).or_default();
+        held.retype(incoming.kind);
+        held.merge(incoming, bound, local)
     }
 
     /// This node deleted `key` (at rest, so not recorded then) having
@@ -661,6 +732,7 @@ impl Hashes {
         self.touch((db, key), true, Vec::new());
         let held = self.keys.get_mut(&(db, key.to_vec()))?;
         let removal = HashState {
+            kind: held.kind,
             removed: applied.clone(),
             ..HashState::default()
         };

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, VecDeque};
 use proptest::prelude::*;
 
 use crate::converge::merge::hash_codec::{decode_hash, encode_hash};
-use crate::converge::merge::hashes::{Bytes, HashState, Hashes, LocalHash, Whole, Writes};
+use crate::converge::merge::hashes::{Bytes, HashState, Hashes, Kind, LocalHash, Whole, Writes};
 use crate::converge::merge::{Elements, Seen};
 use crate::converge::version::Stamp;
 
@@ -112,9 +112,13 @@ fn local(site: &mut Site, peer: u64, step: &Step) -> Option<Result<HashState, Se
             seen.join(&site.model.observed(&[f]));
             site.model.write(&[f], stamp, vec![v], &Seen::new());
             let changes = vec![(vec![f], Some(vec![v]))];
-            Some(Ok(site
-                .table
-                .local_fields(KEY, stamp, changes, &before, created)))
+            Some(Ok(site.table.local_fields(
+                (KEY.0, KEY.1, Kind::Hash),
+                stamp,
+                changes,
+                &before,
+                created,
+            )))
         }
         Step::Del(f) => {
             site.server.0.remove(&vec![f])?;
@@ -123,9 +127,13 @@ fn local(site: &mut Site, peer: u64, step: &Step) -> Option<Result<HashState, Se
             seen.observe(stamp);
             site.model.remove(&[f], &seen, &Seen::new());
             let changes = vec![(vec![f], None)];
-            Some(Ok(site
-                .table
-                .local_fields(KEY, stamp, changes, &before, created)))
+            Some(Ok(site.table.local_fields(
+                (KEY.0, KEY.1, Kind::Hash),
+                stamp,
+                changes,
+                &before,
+                created,
+            )))
         }
         Step::DelKey | Step::Rewrite(_) => {
             let mut seen = before.clone();
@@ -139,7 +147,7 @@ fn local(site: &mut Site, peer: u64, step: &Step) -> Option<Result<HashState, Se
                 for (f, value) in &site.server.0 {
                     site.model.write(f, stamp, value.clone(), &Seen::new());
                 }
-                Whole::Hash(site.server.fields())
+                Whole::Elements(Kind::Hash, site.server.fields())
             } else {
                 site.server.0.clear();
                 Whole::Absent

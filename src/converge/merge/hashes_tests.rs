@@ -14,15 +14,16 @@ fn seen(pairs: &[(u64, u64)]) -> Seen {
 }
 
 const K: (u32, &[u8]) = (0, b"h");
+const KH: (u32, &[u8], Kind) = (0, b"h", Kind::Hash);
 
 #[test]
 fn fields_written_on_both_sites_are_all_set() {
     let mut a = Hashes::default();
     let change = vec![(b"a".to_vec(), Some(b"1".to_vec()))];
-    let delta = a.local_fields(K, Stamp::new(10, 1), change, &seen(&[(1, 9)]), true);
+    let delta = a.local_fields(KH, Stamp::new(10, 1), change, &seen(&[(1, 9)]), true);
     let mut b = Hashes::default();
     let change = vec![(b"b".to_vec(), Some(b"2".to_vec()))];
-    b.local_fields(K, Stamp::new(9, 2), change, &seen(&[(2, 8)]), true);
+    b.local_fields(KH, Stamp::new(9, 2), change, &seen(&[(2, 8)]), true);
     let mut here = map(&[("b", "2")]);
     let w = b.remote(K, &delta, &Seen::new(), &here);
     if w.clear {
@@ -38,7 +39,7 @@ fn a_delete_keeps_the_fields_it_had_not_seen() {
     let mut b = Hashes::default();
     // B wrote `new` at (12, 2), unseen by A's delete.
     let change = vec![(b"new".to_vec(), Some(b"x".to_vec()))];
-    b.local_fields(K, Stamp::new(12, 2), change, &seen(&[(2, 11)]), false);
+    b.local_fields(KH, Stamp::new(12, 2), change, &seen(&[(2, 11)]), false);
     let here = map(&[("old", "o"), ("new", "x")]);
     let mut a = Hashes::default();
     a.keys.insert((0, b"h".to_vec()), Held::default());
@@ -61,14 +62,14 @@ fn a_removal_of_a_field_loses_to_a_concurrent_write_of_it() {
     let mut b = Hashes::default();
     let here_a = map(&[("f", "v")]);
     let del = a.local_fields(
-        K,
+        KH,
         Stamp::new(10, 1),
         vec![(b"f".to_vec(), None)],
         &seen(&[(1, 9)]),
         false,
     );
     let set = vec![(b"f".to_vec(), Some(b"w".to_vec()))];
-    let write = b.local_fields(K, Stamp::new(9, 2), set, &seen(&[(2, 8)]), false);
+    let write = b.local_fields(KH, Stamp::new(9, 2), set, &seen(&[(2, 8)]), false);
     let on_a = a.remote(K, &write, &Seen::new(), &map(&[]));
     assert_eq!(on_a.set, vec![(b"f".to_vec(), b"w".to_vec())]);
     let on_b = b.remote(K, &del, &Seen::new(), &map(&[("f", "w")]));
@@ -80,7 +81,7 @@ fn a_removal_of_a_field_loses_to_a_concurrent_write_of_it() {
 fn metadata_is_collected_once_the_bound_passes_it() {
     let mut a = Hashes::default();
     let change = vec![(b"f".to_vec(), Some(b"v".to_vec()))];
-    a.local_fields(K, Stamp::new(10, 1), change, &seen(&[(1, 9)]), true);
+    a.local_fields(KH, Stamp::new(10, 1), change, &seen(&[(1, 9)]), true);
     assert!(a.collect(&seen(&[(1, 9)])).is_empty());
     assert_eq!(a.len(), 1);
     assert_eq!(
@@ -94,7 +95,7 @@ fn metadata_is_collected_once_the_bound_passes_it() {
 fn a_write_of_another_type_leaves_the_table() {
     let mut a = Hashes::default();
     let change = vec![(b"f".to_vec(), Some(b"v".to_vec()))];
-    a.local_fields(K, Stamp::new(10, 1), change, &Seen::new(), true);
+    a.local_fields(KH, Stamp::new(10, 1), change, &Seen::new(), true);
     assert!(a
         .local_whole(K, Stamp::new(11, 1), Whole::Other, &Seen::new())
         .is_none());
@@ -111,9 +112,56 @@ fn a_key_changed_again_and_again_keeps_one_place_in_the_collection_order() {
     let mut a = Hashes::default();
     for i in 0..10_000u64 {
         let change = vec![(b"f".to_vec(), Some(i.to_le_bytes().to_vec()))];
-        a.local_fields(K, Stamp::new(i + 1, 1), change, &Seen::new(), false);
+        a.local_fields(KH, Stamp::new(i + 1, 1), change, &Seen::new(), false);
         let _ = a.take_touched();
     }
     assert!(a.order.len() <= 2 * a.len() + 1025, "{}", a.order.len());
     assert_eq!(a.collect(&seen(&[(1, 10_000)])), vec![(0, b"h".to_vec())]);
+}
+
+#[test]
+fn a_key_of_another_kind_starts_its_elements_afresh_and_keeps_its_removals() {
+    let mut a = Hashes::default();
+    let change = vec![(b"f".to_vec(), Some(b"v".to_vec()))];
+    a.local_fields(KH, Stamp::new(10, 1), change, &Seen::new(), true);
+    a.local_whole(K, Stamp::new(11, 1), Whole::Absent, &seen(&[(2, 4)]))
+        .expect("a held key's delete ships");
+    // The key comes back as a set: its hash fields are not its members.
+    let member = vec![(b"m".to_vec(), Some(Vec::new()))];
+    let delta = a.local_fields(
+        (0, b"h", Kind::Set),
+        Stamp::new(12, 1),
+        member,
+        &seen(&[(1, 11), (2, 4)]),
+        false,
+    );
+    assert_eq!(delta.kind, Kind::Set);
+    let held = a.get(0, b"h").expect("held");
+    assert_eq!(held.kind(), Kind::Set);
+    assert_eq!(held.elements().count(), 1);
+    assert!(held.key_parts().1.covers(Stamp::new(11, 1)));
+    // The peer's sorted set meets the set's metadata: it takes the key's
+    // kind, its members start afresh.
+    let mut zset = HashState {
+        kind: Kind::SortedSet,
+        ..HashState::default()
+    };
+    zset.elements.push((b"z".to_vec(), {
+        let mut e = Element::default();
+        e.write(Stamp::new(13, 2), score_bytes(1.5), &Seen::new());
+        e
+    }));
+    let w = a.remote(K, &zset, &Seen::new(), &map(&[]));
+    assert_eq!(w.set, vec![(b"z".to_vec(), score_bytes(1.5))]);
+    let held = a.get(0, b"h").expect("held");
+    assert_eq!((held.kind(), held.elements().count()), (Kind::SortedSet, 1));
+}
+
+#[test]
+fn scores_as_bytes_round_trip_and_zero_has_one_form() {
+    for s in [0.0, 1.5, -2.25, f64::INFINITY, f64::NEG_INFINITY, 1e-300] {
+        assert_eq!(score_of(&score_bytes(s)), Some(s));
+    }
+    assert_eq!(score_bytes(-0.0), score_bytes(0.0));
+    assert_eq!(score_of(b"short"), None);
 }

@@ -73,7 +73,7 @@ unsafe fn fill(
 ///
 /// # Safety
 /// `s` is a live Redis string; the slice is used before it is freed.
-unsafe fn bytes_of<'a>(s: *const raw::RedisModuleString) -> Option<&'a [u8]> {
+pub(super) unsafe fn bytes_of<'a>(s: *const raw::RedisModuleString) -> Option<&'a [u8]> {
     // SAFETY: the API table is filled by RedisModule_Init; reading a pointer.
     let ptr_len = unsafe { raw::RedisModule_StringPtrLen }?;
     let mut len = 0usize;
@@ -89,7 +89,7 @@ unsafe fn bytes_of<'a>(s: *const raw::RedisModuleString) -> Option<&'a [u8]> {
 ///
 /// # Safety
 /// `s` is a string the caller owns and no longer uses.
-unsafe fn free(s: *mut raw::RedisModuleString) {
+pub(super) unsafe fn free(s: *mut raw::RedisModuleString) {
     // SAFETY: the API table is filled by RedisModule_Init; a null context
     // is allowed (the strings were not in automatic memory).
     unsafe {
@@ -136,6 +136,19 @@ unsafe fn read_list(handle: *mut raw::RedisModuleKey, len: usize, out: &mut Dump
 /// # Safety
 /// As [`dump_payload`], for a sorted set.
 unsafe fn read_sorted_set(handle: *mut raw::RedisModuleKey, out: &mut DumpWriter) -> bool {
+    // SAFETY: the caller's contract.
+    unsafe { each_scored(handle, |member, score| out.scored(member, score)) }
+}
+
+/// Calls `visit` with every member of a sorted set and its exact score, in
+/// score order; false when the read did not complete.
+///
+/// # Safety
+/// As [`dump_payload`], for a sorted set.
+pub(super) unsafe fn each_scored(
+    handle: *mut raw::RedisModuleKey,
+    mut visit: impl FnMut(&[u8], f64),
+) -> bool {
     // SAFETY: the API table is filled by RedisModule_Init; reading pointers.
     let api = unsafe {
         (
@@ -167,7 +180,7 @@ unsafe fn read_sorted_set(handle: *mut raw::RedisModuleKey, out: &mut DumpWriter
                 complete = false;
                 break;
             }
-            complete = bytes_of(member).map(|m| out.scored(m, score)).is_some();
+            complete = bytes_of(member).map(|m| visit(m, score)).is_some();
             free(member);
             if !complete || next(handle) == 0 {
                 break;
@@ -244,106 +257,4 @@ unsafe fn scan_key(handle: *mut raw::RedisModuleKey, out: &mut DumpWriter) -> bo
         destroy(cursor);
     }
     state.complete
-}
-
-/// Field `field` of the hash `handle` holds (`Ok(None)`: no such field);
-/// `Err` on a server without the call or a key that is not a hash.
-///
-/// # Safety
-/// `handle` is a live, non-null key handle opened for reading, on the main
-/// thread, with `ctx` the context it was opened with; `field` is a live
-/// Redis string.
-pub(super) unsafe fn hash_field(
-    ctx: *mut raw::RedisModuleCtx,
-    handle: *mut raw::RedisModuleKey,
-    field: *mut raw::RedisModuleString,
-) -> Result<Option<Vec<u8>>, ()> {
-    // SAFETY: the API table is filled by RedisModule_Init; reading pointers.
-    let api = unsafe { (raw::RedisModule_HashGet, raw::RedisModule_FreeString) };
-    let (Some(get), Some(free)) = api else {
-        return Err(());
-    };
-    let mut value: *mut raw::RedisModuleString = std::ptr::null_mut();
-    // SAFETY: HashGet takes (field, &value) pairs ended by a null pointer;
-    // `field` is live and `value` a local the server fills (or leaves
-    // null). The string it returns is owned here: copied, then freed with
-    // the context it was created for.
-    unsafe {
-        let flags = raw::REDISMODULE_HASH_NONE as i32;
-        let status = get(
-            handle,
-            flags,
-            field,
-            &raw mut value,
-            std::ptr::null_mut::<c_void>(),
-        );
-        if status != raw::REDISMODULE_OK as i32 {
-            return Err(());
-        }
-        if value.is_null() {
-            return Ok(None);
-        }
-        let copied = bytes_of(value).map(<[u8]>::to_vec);
-        free(ctx, value);
-        copied.map(Some).ok_or(())
-    }
-}
-
-/// `ScanKey` callback gathering every field and value of a hash.
-unsafe extern "C" fn on_field(
-    _key: *mut raw::RedisModuleKey,
-    field: *mut raw::RedisModuleString,
-    value: *mut raw::RedisModuleString,
-    privdata: *mut c_void,
-) {
-    // SAFETY: `privdata` is the `Option<Vec<..>>` hash_fields passed, alive
-    // for the whole ScanKey call and not aliased meanwhile; field and value
-    // are live strings for the duration of the callback.
-    unsafe {
-        let out = &mut *privdata.cast::<Option<Vec<(Vec<u8>, Vec<u8>)>>>();
-        let pair = match (bytes_of(field), value.is_null()) {
-            (Some(f), false) => bytes_of(value).map(|v| (f.to_vec(), v.to_vec())),
-            _ => None,
-        };
-        match (out.as_mut(), pair) {
-            (Some(fields), Some(pair)) => fields.push(pair),
-            _ => *out = None,
-        }
-    }
-}
-
-/// Every field and value of the hash `handle` holds; `None` on a server
-/// without the calls or a read that did not complete.
-///
-/// # Safety
-/// As [`dump_payload`], for a hash.
-pub(super) unsafe fn hash_fields(
-    handle: *mut raw::RedisModuleKey,
-) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
-    // SAFETY: the API table is filled by RedisModule_Init; reading pointers.
-    let api = unsafe {
-        (
-            raw::RedisModule_ScanCursorCreate,
-            raw::RedisModule_ScanKey,
-            raw::RedisModule_ScanCursorDestroy,
-            raw::RedisModule_ValueLength,
-        )
-    };
-    let (Some(create), Some(scan), Some(destroy), Some(len)) = api else {
-        return None;
-    };
-    // SAFETY: `handle` is live (the caller's contract); the cursor is
-    // created, used only here and destroyed; `out` outlives every ScanKey
-    // call that hands it to the callback.
-    unsafe {
-        let mut out: Option<Vec<(Vec<u8>, Vec<u8>)>> = Some(Vec::with_capacity(len(handle)));
-        let cursor = create();
-        if cursor.is_null() {
-            return None;
-        }
-        let privdata = (&raw mut out).cast::<c_void>();
-        while scan(handle, cursor, Some(on_field), privdata) != 0 {}
-        destroy(cursor);
-        out.filter(|f| f.len() == len(handle))
-    }
 }

@@ -4,7 +4,8 @@
 //! Every `unsafe` block outside `transport/rdma/` lives in this folder.
 
 mod collections;
-mod hash_key;
+mod element_key;
+mod element_reads;
 mod keys;
 mod scan;
 
@@ -13,7 +14,7 @@ pub use keys::{
     restore_access, Access, InPlace, KeyInfo,
 };
 // The module's load probes them (not built in unit tests).
-pub use hash_key::HashKey;
+pub use element_key::{kind_of_type, ElementKey};
 #[cfg(all(feature = "module", not(test)))]
 pub use keys::{probe_field_ttls, FieldTtls};
 pub use scan::KeyScan;
