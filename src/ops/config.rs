@@ -113,6 +113,10 @@ pub fn split_args<S: AsRef<str>>(args: &[S]) -> Result<Vec<(String, String)>> {
                 format!("unknown argument (known: {})", known_list()),
             ));
         }
+        let name = match name {
+            MERGE_ELEMENTS_ALIAS => "merge-elements",
+            other => other,
+        };
         if out.iter().any(|(n, _)| n == name) {
             return Err(bad(name, "given more than once"));
         }
@@ -630,6 +634,15 @@ fn parse_handshake_timeout(arg: &str, value: &str) -> Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn merge_hashes_is_the_old_name_of_merge_elements() {
+        let c = parse_args(&["peer=127.0.0.1", "port=1", "merge-hashes=yes"]).unwrap();
+        assert!(c.merge_elements);
+        let given = split_args(&["merge-hashes=yes"]).unwrap();
+        assert_eq!(given, vec![("merge-elements".to_owned(), "yes".to_owned())]);
+        assert!(split_args(&["merge-hashes=yes", "merge-elements=no"]).is_err());
+    }
 
     fn arg_of(r: Result<Config>) -> String {
         match r {

@@ -608,8 +608,8 @@ impl Hashes {
             held.fields.clear();
             held.base = None;
             held.expiry_of = None;
-            held.kind = kind;
         }
+        held.kind = kind;
         let mut elements = Vec::with_capacity(changes.len());
         for (name, now) in changes {
             let base = held.base;

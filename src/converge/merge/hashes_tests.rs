@@ -165,3 +165,16 @@ fn scores_as_bytes_round_trip_and_zero_has_one_form() {
     assert_eq!(score_bytes(-0.0), score_bytes(0.0));
     assert_eq!(score_of(b"short"), None);
 }
+
+#[test]
+fn a_new_set_s_second_change_removes_nothing() {
+    let mut a = Hashes::default();
+    let set = (0, &b"s"[..], Kind::Set);
+    let first = vec![(b"m1".to_vec(), Some(Vec::new()))];
+    let applied = seen(&[(2, 4)]);
+    a.local_fields(set, Stamp::new(10, 1), first, &applied, false);
+    let second = vec![(b"m2".to_vec(), Some(Vec::new()))];
+    let delta = a.local_fields(set, Stamp::new(11, 1), second, &applied, false);
+    assert!(delta.removed.is_empty(), "{delta:?}");
+    assert_eq!(a.get(0, b"s").map(Held::kind), Some(Kind::Set));
+}
