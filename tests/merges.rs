@@ -7,9 +7,11 @@
 //! Counters merge with `merge-counters=yes` (INCR, INCRBY, DECR, DECRBY):
 //! their tests run, also across a link cut, failed writes, a kill with
 //! AOF, deletes, transactions, scripts and flushes. Hash fields merge with
-//! `merge-hashes=yes` (tests/hash_merges.rs). HINCRBY, sets, sorted sets
-//! and lists still merge whole keys (last writer wins), which loses about
-//! half of such updates: those tests are ignored until their merges ship.
+//! `merge-elements=yes` (tests/hash_merges.rs), and so do set and sorted-set
+//! members (tests/set_merges.rs). HINCRBY and ZINCRBY merge as writes of
+//! their element (last writer wins, not yet as counters) and lists as whole
+//! keys, which loses about half of such updates: those tests are ignored
+//! until their merges ship.
 //! `cargo nextest run --run-ignored only --test merges` prints what each of
 //! them loses today.
 
@@ -99,53 +101,6 @@ fn merged_and_collected(pair: &Pair) {
             node.status()
         );
     }
-}
-
-#[test]
-#[ignore = "per-element merges are not on the data path yet (issue 27)"]
-fn sadd_of_distinct_members_keeps_every_member() {
-    let pair = started();
-    at_once(
-        &pair,
-        |i| cmd(&["SADD", "s", &format!("a{i}")]),
-        |i| cmd(&["SADD", "s", &format!("b{i}")]),
-        integer,
-    );
-    let lost = lost_on_both(&pair, |c| {
-        let members: std::collections::HashSet<String> =
-            redis::cmd("SMEMBERS").arg("s").query(c).unwrap();
-        (0..UPDATES)
-            .flat_map(|i| [format!("a{i}"), format!("b{i}")])
-            .filter(|m| !members.contains(m))
-            .count()
-    });
-    report("SADD distinct members", lost / 2, 2 * UPDATES);
-}
-
-#[test]
-#[ignore = "per-element merges are not on the data path yet (issue 27)"]
-fn zadd_of_distinct_members_keeps_every_member() {
-    let pair = started();
-    at_once(
-        &pair,
-        |i| cmd(&["ZADD", "z", &i.to_string(), &format!("a{i}")]),
-        |i| cmd(&["ZADD", "z", &i.to_string(), &format!("b{i}")]),
-        integer,
-    );
-    let lost = lost_on_both(&pair, |c| {
-        let scores: std::collections::HashMap<String, f64> = redis::cmd("ZRANGE")
-            .arg("z")
-            .arg(0)
-            .arg(-1)
-            .arg("WITHSCORES")
-            .query(c)
-            .unwrap();
-        (0..UPDATES)
-            .flat_map(|i| [(format!("a{i}"), i), (format!("b{i}"), i)])
-            .filter(|(m, i)| scores.get(m) != Some(&(*i as f64)))
-            .count()
-    });
-    report("ZADD distinct members", lost / 2, 2 * UPDATES);
 }
 
 /// Both nodes add 1 to the same counter `UPDATES` times each.
@@ -478,71 +433,4 @@ fn rpush_on_one_list_on_both_nodes_keeps_every_element_in_each_side_s_order() {
         lost
     });
     report("RPUSH one list", lost / 2, 2 * UPDATES);
-}
-
-#[test]
-#[ignore = "per-element merges are not on the data path yet (issue 27)"]
-fn a_delete_on_one_node_keeps_members_it_had_not_seen() {
-    let pair = started();
-    // B adds members while A deletes the set four times, each time in a
-    // transaction that first reads what the delete will remove. A member
-    // no delete saw was added concurrently or later: it must survive; one
-    // a delete saw must stay deleted.
-    let added = std::sync::atomic::AtomicUsize::new(0);
-    let seen_by_deletes = thread::scope(|s| {
-        s.spawn(|| {
-            let mut c = pair.b.conn();
-            for chunk in (0..UPDATES).collect::<Vec<_>>().chunks(PIPELINE) {
-                let mut p = redis::pipe();
-                for &i in chunk {
-                    p.add_command(cmd(&["SADD", "s", &format!("b{i}")]));
-                }
-                let replies: Vec<i64> = p.query(&mut c).expect("SADD");
-                assert!(replies.iter().all(|&r| r == 1));
-                added.fetch_add(chunk.len(), std::sync::atomic::Ordering::SeqCst);
-            }
-        });
-        let deleter = s.spawn(|| {
-            let mut c = pair.a.conn();
-            let mut seen = std::collections::HashSet::new();
-            for k in 1..=4 {
-                while added.load(std::sync::atomic::Ordering::SeqCst) < k * UPDATES / 5 {
-                    thread::sleep(Duration::from_micros(200));
-                }
-                let (members, _): (Vec<String>, i64) = redis::pipe()
-                    .atomic()
-                    .cmd("SMEMBERS")
-                    .arg("s")
-                    .cmd("DEL")
-                    .arg("s")
-                    .query(&mut c)
-                    .unwrap();
-                seen.extend(members);
-            }
-            seen
-        });
-        deleter.join().unwrap()
-    });
-    pair.wait_converged(Duration::from_secs(30));
-    let unseen: Vec<String> = (0..UPDATES)
-        .map(|i| format!("b{i}"))
-        .filter(|m| !seen_by_deletes.contains(m))
-        .collect();
-    let mut resurrected = 0;
-    let lost = lost_on_both(&pair, |c| {
-        let members: std::collections::HashSet<String> =
-            redis::cmd("SMEMBERS").arg("s").query(c).unwrap();
-        resurrected += seen_by_deletes
-            .iter()
-            .filter(|m| members.contains(*m))
-            .count();
-        unseen.iter().filter(|m| !members.contains(*m)).count()
-    });
-    eprintln!(
-        "DEL against concurrent SADD: {} of {} deleted members came back",
-        resurrected / 2,
-        seen_by_deletes.len()
-    );
-    report("DEL against concurrent SADD", lost / 2, unseen.len());
-    assert_eq!(resurrected, 0, "members a delete had seen came back");
 }
