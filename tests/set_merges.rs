@@ -1,0 +1,444 @@
+//! Writers who meet on sets and sorted sets (issue 27,
+//! `merge-elements=yes`): a client on each node changes members of the
+//! same key at the same time, every reply is checked, and once the pair
+//! has converged every acknowledged update must be in the result on both
+//! nodes: per member the newest write wins (a score by stamp), a removal
+//! (SREM, ZREM, DEL, SPOP, a rewrite) removes only what its node had seen.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::thread;
+use std::time::Duration;
+
+use common::writers::{at_once, cmd, integer, lost_on_both, report, write_all, PIPELINE, UPDATES};
+use common::Pair;
+use redis::Connection;
+
+/// A pair that ships member changes as members (`merge-elements=yes`).
+fn started_merging() -> Pair {
+    let on = ["merge-elements=yes"];
+    let pair = Pair::start_with(&on, &on);
+    pair.wait_in_step();
+    pair
+}
+
+/// No write fell back to whole-key last writer wins, and every key's
+/// metadata was collected once the pair settled.
+fn merged_and_collected(pair: &Pair) {
+    for node in [&pair.a, &pair.b] {
+        assert_eq!(node.stat("merge_fallbacks"), 0, "{:?}", node.status());
+        let rested =
+            common::wait_until(Duration::from_secs(10), || node.stat("merge_elements") == 0);
+        assert!(
+            rested,
+            "member metadata never collected: {:?}",
+            node.status()
+        );
+    }
+}
+
+/// Runs `f`; if it panics, names first what each node holds of `key`.
+fn or_explain<T>(pair: &Pair, key: &str, f: impl FnOnce() -> T) -> T {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(v) => v,
+        Err(why) => {
+            for (name, node) in [("a", &pair.a), ("b", &pair.b)] {
+                let mut c = node.conn();
+                let kind: String = redis::cmd("TYPE")
+                    .arg(key)
+                    .query(&mut c)
+                    .unwrap_or_default();
+                let version: String = redis::cmd("RDMASYNC.DEBUG")
+                    .arg("VERSION")
+                    .arg(key)
+                    .query(&mut c)
+                    .unwrap_or_default();
+                let st = node.status();
+                eprintln!(
+                    "{name}: TYPE {key}={kind} {version}; merge_fallbacks={} merge_elements={} apply_errors={}",
+                    st["merge_fallbacks"], st["merge_elements"], st["apply_errors"]
+                );
+            }
+            std::panic::resume_unwind(why)
+        }
+    }
+}
+
+fn members(c: &mut Connection, key: &str) -> HashSet<String> {
+    redis::cmd("SMEMBERS").arg(key).query(c).unwrap()
+}
+
+fn scores(c: &mut Connection, key: &str) -> HashMap<String, f64> {
+    redis::cmd("ZRANGE")
+        .arg(key)
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query(c)
+        .unwrap()
+}
+
+fn sadd(side: &'static str) -> impl Fn(usize) -> redis::Cmd {
+    move |i| cmd(&["SADD", "s", &format!("{side}{i}")])
+}
+
+fn zadd(side: &'static str) -> impl Fn(usize) -> redis::Cmd {
+    move |i| cmd(&["ZADD", "z", &i.to_string(), &format!("{side}{i}")])
+}
+
+/// How many of the members `a{i}` and `b{i}` set `s` lacks.
+fn missing_members(c: &mut Connection) -> usize {
+    let held = members(c, "s");
+    (0..UPDATES)
+        .flat_map(|i| [format!("a{i}"), format!("b{i}")])
+        .filter(|m| !held.contains(m))
+        .count()
+}
+
+/// How many of the members `a{i}` and `b{i}` (score `i`) of `z` are
+/// missing or scored otherwise.
+fn misscored_members(c: &mut Connection) -> usize {
+    let held = scores(c, "z");
+    (0..UPDATES)
+        .flat_map(|i| [(format!("a{i}"), i), (format!("b{i}"), i)])
+        .filter(|(m, i)| held.get(m) != Some(&(*i as f64)))
+        .count()
+}
+
+#[test]
+fn sadd_and_zadd_of_distinct_members_on_both_nodes_keep_every_member() {
+    let pair = started_merging();
+    at_once(&pair, sadd("a"), sadd("b"), integer);
+    at_once(&pair, zadd("a"), zadd("b"), integer);
+    let lost = lost_on_both(&pair, missing_members);
+    report("SADD distinct members", lost / 2, 2 * UPDATES);
+    let lost = lost_on_both(&pair, misscored_members);
+    report("ZADD distinct members", lost / 2, 2 * UPDATES);
+    merged_and_collected(&pair);
+}
+
+#[test]
+fn members_added_on_both_nodes_while_the_link_is_cut_are_all_kept() {
+    let pair = started_merging();
+    common::cut(&pair);
+    thread::scope(|s| {
+        s.spawn(|| {
+            write_all(&pair.a, sadd("a"), integer);
+            write_all(&pair.a, zadd("a"), integer);
+        });
+        s.spawn(|| {
+            write_all(&pair.b, sadd("b"), integer);
+            write_all(&pair.b, zadd("b"), integer);
+        });
+    });
+    assert_eq!(pair.a.stat("merge_elements"), 2);
+    common::heal(&pair);
+    or_explain(&pair, "s", || pair.wait_converged(Duration::from_secs(30)));
+    let lost = lost_on_both(&pair, |c| missing_members(c) + misscored_members(c));
+    report("SADD and ZADD across a link cut", lost / 2, 4 * UPDATES);
+    merged_and_collected(&pair);
+}
+
+#[test]
+fn one_member_scored_on_both_nodes_ends_with_one_score_on_both() {
+    // Both nodes score the same members at once (A: 1e6 + i, B: -i): the
+    // newest write of each wins, so both nodes hold the same score, one of
+    // the two acknowledged.
+    let pair = started_merging();
+    at_once(
+        &pair,
+        |i| {
+            cmd(&[
+                "ZADD",
+                "z",
+                &(1_000_000 + i).to_string(),
+                &format!("m{}", i % 50),
+            ])
+        },
+        |i| cmd(&["ZADD", "z", &format!("-{i}"), &format!("m{}", i % 50)]),
+        integer,
+    );
+    or_explain(&pair, "z", || pair.wait_converged(Duration::from_secs(30)));
+    let (a, b) = (
+        scores(&mut pair.a.conn(), "z"),
+        scores(&mut pair.b.conn(), "z"),
+    );
+    assert_eq!(a, b, "the nodes hold different scores");
+    assert_eq!(a.len(), 50);
+    assert!(a.values().all(|s| *s >= 1_000_000.0 || *s <= 0.0));
+    merged_and_collected(&pair);
+}
+
+#[test]
+fn a_member_removed_on_one_node_keeps_an_add_of_it_the_removal_had_not_seen() {
+    // Members f0..f99 and g0..g99 of a set and of a sorted set rest on both
+    // nodes. With the link cut, B adds f* again (ZADD: a new score), then A
+    // removes every member: after the heal B's adds, unseen by A's
+    // removals, survive; the g members, which A had seen, stay removed.
+    let pair = started_merging();
+    let names = |p: &'static str| (0..100).map(move |i| format!("{p}{i}"));
+    let (mut seed_s, mut seed_z) = (cmd(&["SADD", "s"]), cmd(&["ZADD", "z"]));
+    for m in names("f").chain(names("g")) {
+        seed_s.arg(&m);
+        seed_z.arg(1).arg(&m);
+    }
+    let _: i64 = seed_s.query(&mut pair.a.conn()).unwrap();
+    let _: i64 = seed_z.query(&mut pair.a.conn()).unwrap();
+    pair.wait_converged(Duration::from_secs(10));
+    common::wait_until(Duration::from_secs(10), || {
+        pair.a.stat("merge_elements") == 0
+    });
+    common::cut(&pair);
+    let mut b = pair.b.conn();
+    for m in names("f") {
+        // The member is there already: SADD changes nothing and ships
+        // nothing; SREM then SADD makes it a new add.
+        let _: i64 = cmd(&["SREM", "s", &m]).query(&mut b).unwrap();
+        let _: i64 = cmd(&["SADD", "s", &m]).query(&mut b).unwrap();
+        let _: i64 = cmd(&["ZADD", "z", "2", &m]).query(&mut b).unwrap();
+    }
+    let mut a = pair.a.conn();
+    for m in names("f").chain(names("g")) {
+        let removed: i64 = cmd(&["SREM", "s", &m]).query(&mut a).unwrap();
+        assert_eq!(removed, 1);
+        let removed: i64 = cmd(&["ZREM", "z", &m]).query(&mut a).unwrap();
+        assert_eq!(removed, 1);
+    }
+    common::heal(&pair);
+    or_explain(&pair, "s", || pair.wait_converged(Duration::from_secs(30)));
+    let lost = lost_on_both(&pair, |c| {
+        let (held, scored) = (members(c, "s"), scores(c, "z"));
+        let f_lost = names("f").filter(|m| !held.contains(m) || scored.get(m) != Some(&2.0));
+        let g_back = names("g").filter(|m| held.contains(m) || scored.contains_key(m));
+        f_lost.count() + g_back.count()
+    });
+    report("SREM and ZREM on A against unseen adds on B", lost / 2, 200);
+    merged_and_collected(&pair);
+}
+
+#[test]
+fn members_added_in_transactions_and_scripts_are_all_kept() {
+    // In MULTI the filter sees SADD when it is queued: A's changes ship as
+    // whole writes of the set, which keep every member of B's they had not
+    // seen. B's script calls pass the filter: they ship as members.
+    let pair = started_merging();
+    thread::scope(|s| {
+        s.spawn(|| {
+            let mut c = pair.a.conn();
+            for i in 0..UPDATES {
+                let (n, m): (i64, i64) = redis::pipe()
+                    .atomic()
+                    .cmd("SADD")
+                    .arg("s")
+                    .arg(format!("a{i}"))
+                    .cmd("ZADD")
+                    .arg("z")
+                    .arg(i)
+                    .arg(format!("a{i}"))
+                    .query(&mut c)
+                    .unwrap();
+                assert_eq!((n, m), (1, 1));
+            }
+        });
+        let script = "redis.call('SADD', KEYS[1], ARGV[1]) \
+                      return redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])";
+        let b = &pair.b;
+        s.spawn(move || {
+            let add = |i: usize| {
+                let m = format!("b{i}");
+                cmd(&["EVAL", script, "2", "s", "z", &m, &i.to_string()])
+            };
+            write_all(b, add, integer)
+        });
+    });
+    or_explain(&pair, "s", || pair.wait_converged(Duration::from_secs(30)));
+    let lost = lost_on_both(&pair, |c| missing_members(c) + misscored_members(c));
+    report(
+        "SADD/ZADD in MULTI on A against EVAL on B",
+        lost / 2,
+        4 * UPDATES,
+    );
+    merged_and_collected(&pair);
+}
+
+#[test]
+fn spop_on_one_node_removes_what_it_popped_and_keeps_unseen_adds() {
+    // B adds members while A pops: each popped member was returned to A's
+    // client and must be gone on both nodes; every member B added that no
+    // pop returned must be on both.
+    let pair = started_merging();
+    let popped = thread::scope(|s| {
+        s.spawn(|| write_all(&pair.b, sadd("b"), integer));
+        let popper = s.spawn(|| {
+            let mut c = pair.a.conn();
+            let mut popped = Vec::new();
+            for _ in 0..UPDATES / 4 {
+                let got: Vec<String> = cmd(&["SPOP", "s", "3"]).query(&mut c).unwrap();
+                popped.extend(got);
+                thread::sleep(Duration::from_micros(300));
+            }
+            popped
+        });
+        popper.join().unwrap()
+    });
+    or_explain(&pair, "s", || pair.wait_converged(Duration::from_secs(30)));
+    let popped: HashSet<String> = popped.into_iter().collect();
+    let lost = lost_on_both(&pair, |c| {
+        let held = members(c, "s");
+        let kept = (0..UPDATES)
+            .map(|i| format!("b{i}"))
+            .filter(|m| !popped.contains(m) && !held.contains(m));
+        kept.count() + popped.iter().filter(|m| held.contains(*m)).count()
+    });
+    eprintln!("SPOP popped {} members", popped.len());
+    report("SPOP on A against SADD on B", lost / 2, UPDATES);
+    merged_and_collected(&pair);
+}
+
+#[test]
+fn a_delete_on_one_node_keeps_members_it_had_not_seen() {
+    let pair = started_merging();
+    // B adds members while A deletes the set four times, each time in a
+    // transaction that first reads what the delete will remove. A member
+    // no delete saw was added concurrently or later: it must survive; one
+    // a delete saw must stay deleted.
+    let added = std::sync::atomic::AtomicUsize::new(0);
+    let seen_by_deletes = thread::scope(|s| {
+        s.spawn(|| {
+            let mut c = pair.b.conn();
+            for chunk in (0..UPDATES).collect::<Vec<_>>().chunks(PIPELINE) {
+                let mut p = redis::pipe();
+                for &i in chunk {
+                    p.add_command(cmd(&["SADD", "s", &format!("b{i}")]));
+                }
+                let replies: Vec<i64> = p.query(&mut c).expect("SADD");
+                assert!(replies.iter().all(|&r| r == 1));
+                added.fetch_add(chunk.len(), std::sync::atomic::Ordering::SeqCst);
+            }
+        });
+        let deleter = s.spawn(|| {
+            let mut c = pair.a.conn();
+            let mut seen = std::collections::HashSet::new();
+            for k in 1..=4 {
+                while added.load(std::sync::atomic::Ordering::SeqCst) < k * UPDATES / 5 {
+                    thread::sleep(Duration::from_micros(200));
+                }
+                let (members, _): (Vec<String>, i64) = redis::pipe()
+                    .atomic()
+                    .cmd("SMEMBERS")
+                    .arg("s")
+                    .cmd("DEL")
+                    .arg("s")
+                    .query(&mut c)
+                    .unwrap();
+                seen.extend(members);
+            }
+            seen
+        });
+        deleter.join().unwrap()
+    });
+    or_explain(&pair, "s", || pair.wait_converged(Duration::from_secs(30)));
+    let unseen: Vec<String> = (0..UPDATES)
+        .map(|i| format!("b{i}"))
+        .filter(|m| !seen_by_deletes.contains(m))
+        .collect();
+    let mut resurrected = 0;
+    let lost = lost_on_both(&pair, |c| {
+        let members: std::collections::HashSet<String> =
+            redis::cmd("SMEMBERS").arg("s").query(c).unwrap();
+        resurrected += seen_by_deletes
+            .iter()
+            .filter(|m| members.contains(*m))
+            .count();
+        unseen.iter().filter(|m| !members.contains(*m)).count()
+    });
+    eprintln!(
+        "DEL against concurrent SADD: {} of {} deleted members came back",
+        resurrected / 2,
+        seen_by_deletes.len()
+    );
+    report("DEL against concurrent SADD", lost / 2, unseen.len());
+    assert_eq!(resurrected, 0, "members a delete had seen came back");
+    merged_and_collected(&pair);
+}
+
+/// A pair merging elements, each node with an AOF written at every change.
+fn merging_with_aof() -> Pair {
+    Pair::start_with_aof(&["merge-elements=yes"])
+}
+
+#[test]
+fn member_merges_survive_a_kill_of_one_node_with_aof() {
+    // With the link cut, B adds f* (SREM then SADD: new adds) that A then
+    // removes unseen, and A removes g* (seen); each adds members of its
+    // own. A is killed and starts again from its AOF, which holds its
+    // member metadata: after the heal B's f* survive, the g* stay removed,
+    // and every added member is on both nodes.
+    let mut pair = merging_with_aof();
+    let names = |p: &'static str| (0..100).map(move |i| format!("{p}{i}"));
+    let mut seed = cmd(&["SADD", "s"]);
+    for m in names("f").chain(names("g")) {
+        seed.arg(m);
+    }
+    let _: i64 = seed.query(&mut pair.a.conn()).unwrap();
+    pair.wait_converged(Duration::from_secs(10));
+    common::wait_until(Duration::from_secs(10), || {
+        pair.a.stat("merge_elements") == 0
+    });
+    common::cut(&pair);
+    let (mut a, mut b) = (pair.a.conn(), pair.b.conn());
+    for (m, i) in names("f").zip(0..) {
+        let _: i64 = cmd(&["SREM", "s", &m]).query(&mut b).unwrap();
+        let _: i64 = cmd(&["SADD", "s", &m, &format!("b{i}")])
+            .query(&mut b)
+            .unwrap();
+    }
+    for (m, i) in names("f").chain(names("g")).zip(0..) {
+        let _: i64 = cmd(&["SREM", "s", &m]).query(&mut a).unwrap();
+        let _: i64 = cmd(&["SADD", "s", &format!("a{i}")]).query(&mut a).unwrap();
+    }
+    assert_eq!(pair.a.stat("merge_elements"), 1);
+    pair.a.restart();
+    assert_eq!(
+        pair.a.stat("merge_elements"),
+        1,
+        "the metadata did not come back from the AOF"
+    );
+    common::heal(&pair);
+    or_explain(&pair, "s", || pair.wait_converged(Duration::from_secs(30)));
+    let lost = lost_on_both(&pair, |c| {
+        let held = members(c, "s");
+        let f_lost = names("f").filter(|m| !held.contains(m)).count();
+        let g_back = names("g").filter(|m| held.contains(m)).count();
+        let added = (0..200)
+            .map(|i| format!("a{i}"))
+            .chain((0..100).map(|i| format!("b{i}")));
+        f_lost + g_back + added.filter(|m| !held.contains(m)).count()
+    });
+    report("SREM and SADD across a kill with AOF", lost / 2, 500);
+    merged_and_collected(&pair);
+}
+
+#[test]
+fn a_string_written_over_a_set_on_one_node_against_adds_on_the_other_converges() {
+    // A writes a string over the set while B adds members: one whole value
+    // wins on both nodes (counted as a fall-back), never a mix.
+    let pair = started_merging();
+    let _: i64 = cmd(&["SADD", "k", "m"]).query(&mut pair.a.conn()).unwrap();
+    pair.wait_converged(Duration::from_secs(10));
+    common::cut(&pair);
+    let _: i64 = cmd(&["SADD", "k", "b0", "b1"])
+        .query(&mut pair.b.conn())
+        .unwrap();
+    thread::sleep(Duration::from_millis(5));
+    let _: () = cmd(&["SET", "k", "string"])
+        .query(&mut pair.a.conn())
+        .unwrap();
+    common::heal(&pair);
+    or_explain(&pair, "k", || pair.wait_converged(Duration::from_secs(30)));
+    let value: String = cmd(&["GET", "k"]).query(&mut pair.b.conn()).unwrap();
+    assert_eq!(value, "string", "the newest write, A's string, wins");
+    let fallbacks = pair.a.stat("merge_fallbacks") + pair.b.stat("merge_fallbacks");
+    assert!(fallbacks > 0, "a type change is counted");
+}
