@@ -1,14 +1,17 @@
-//! Two sites running the hash table's decisions against a server each (a
-//! map), with random local changes, in-order delivery and collection, and
-//! a model that keeps every site's full [`Elements`] state: every site
-//! ends holding the model's merged value (property test).
+//! Two sites running the element table's decisions against a server each
+//! (a map), with random local changes, in-order delivery and collection,
+//! and a model that keeps every site's full [`Elements`] state: every site
+//! ends holding the model's merged value (property test), for a hash, a
+//! set (every value empty) and a sorted set (values are scores).
 
 use std::collections::{BTreeMap, VecDeque};
 
 use proptest::prelude::*;
 
 use crate::converge::merge::hash_codec::{decode_hash, encode_hash};
-use crate::converge::merge::hashes::{Bytes, HashState, Hashes, Kind, LocalHash, Whole, Writes};
+use crate::converge::merge::hashes::{
+    score_bytes, Bytes, HashState, Hashes, Kind, LocalHash, Whole, Writes,
+};
 use crate::converge::merge::{Elements, Seen};
 use crate::converge::version::Stamp;
 
@@ -50,6 +53,7 @@ type Message = (Result<HashState, Seen>, Elements<Bytes>, Stamp);
 
 #[derive(Default)]
 struct Site {
+    kind: Kind,
     node: u64,
     clock: u64,
     server: Server,
@@ -65,6 +69,15 @@ impl Site {
         [(self.node, self.clock), (peer, self.applied_peer)]
             .into_iter()
             .collect()
+    }
+
+    /// The value written for `v` in a key of the site's kind.
+    fn value(&self, v: u8) -> Bytes {
+        match self.kind {
+            Kind::Hash => vec![v],
+            Kind::Set => Vec::new(),
+            Kind::SortedSet => score_bytes(f64::from(v) - 3.5),
+        }
     }
 
     fn tick(&mut self) -> Stamp {
@@ -107,13 +120,14 @@ fn local(site: &mut Site, peer: u64, step: &Step) -> Option<Result<HashState, Se
     let created = site.server.0.is_empty();
     match *step {
         Step::Set(f, v) => {
-            site.server.0.insert(vec![f], vec![v]);
+            let value = site.value(v);
+            site.server.0.insert(vec![f], value.clone());
             let mut seen = before.clone();
             seen.join(&site.model.observed(&[f]));
-            site.model.write(&[f], stamp, vec![v], &Seen::new());
-            let changes = vec![(vec![f], Some(vec![v]))];
+            site.model.write(&[f], stamp, value.clone(), &Seen::new());
+            let changes = vec![(vec![f], Some(value))];
             Some(Ok(site.table.local_fields(
-                (KEY.0, KEY.1, Kind::Hash),
+                (KEY.0, KEY.1, site.kind),
                 stamp,
                 changes,
                 &before,
@@ -128,7 +142,7 @@ fn local(site: &mut Site, peer: u64, step: &Step) -> Option<Result<HashState, Se
             site.model.remove(&[f], &seen, &Seen::new());
             let changes = vec![(vec![f], None)];
             Some(Ok(site.table.local_fields(
-                (KEY.0, KEY.1, Kind::Hash),
+                (KEY.0, KEY.1, site.kind),
                 stamp,
                 changes,
                 &before,
@@ -140,14 +154,15 @@ fn local(site: &mut Site, peer: u64, step: &Step) -> Option<Result<HashState, Se
             seen.join(&site.model.observed_all());
             site.model.remove_all(&seen, &Seen::new());
             let whole = if let Step::Rewrite(v) = *step {
+                let new = site.value(v);
                 for value in site.server.0.values_mut() {
-                    *value = vec![v];
+                    *value = new.clone();
                 }
-                site.server.0.insert(vec![9], vec![v]);
+                site.server.0.insert(vec![9], new);
                 for (f, value) in &site.server.0 {
                     site.model.write(f, stamp, value.clone(), &Seen::new());
                 }
-                Whole::Elements(Kind::Hash, site.server.fields())
+                Whole::Elements(site.kind, site.server.fields())
             } else {
                 site.server.0.clear();
                 Whole::Absent
@@ -184,13 +199,15 @@ fn deliver(to: &mut Site) {
     to.model.merge(&model, &Seen::new());
 }
 
-fn run(steps: Vec<(bool, Step)>) -> Result<(), TestCaseError> {
+fn run(kind: Kind, steps: Vec<(bool, Step)>) -> Result<(), TestCaseError> {
     let mut sites = [
         Site {
+            kind,
             node: 1,
             ..Site::default()
         },
         Site {
+            kind,
             node: 2,
             ..Site::default()
         },
@@ -246,6 +263,14 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(2000))]
     #[test]
     fn two_sites_end_with_the_model_s_merged_hash(steps in proptest::collection::vec(step(), 0..60)) {
-        run(steps)?;
+        run(Kind::Hash, steps)?;
+    }
+
+    #[test]
+    fn two_sites_end_with_the_model_s_merged_set_and_sorted_set(
+        steps in proptest::collection::vec(step(), 0..60),
+        sorted in any::<bool>(),
+    ) {
+        run(if sorted { Kind::SortedSet } else { Kind::Set }, steps)?;
     }
 }
