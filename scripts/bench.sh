@@ -34,7 +34,10 @@
 #   BG_RATE (background writes/s for the loaded lag run, default 50000),
 #   BENCH_TESTS / BENCH_PIPELINES (the write-path tests and pipelines, default all;
 #   `incr` increments one hot counter, `hset-big` sets random fields of one
-#   hash of 1,000,000 fields, filled before the run; neither in the default set),
+#   hash of 1,000,000 fields, `sadd-big` adds random members to one set of
+#   1,000,000 (new members: an SADD of one already there changes nothing)
+#   and `zadd-big` scores random members of one sorted set of
+#   1,000,000, each filled before the run; none in the default set),
 #   BENCH_MODULE_ARGS (extra module arguments of the measured pair, e.g.
 #   merge-counters=yes; not given to the --before pair).
 set -euo pipefail
@@ -178,12 +181,18 @@ requests() { # test pipeline
   local n=$N1; [ "$2" = 16 ] && n=$N16
   # hset and lpush grow ONE key by n elements (a whole-key copy per shipment
   # for the module): a fifth of the requests keeps the run short.
-  case $1 in hset|lpush|hset-big) n=$((n / 5)) ;; esac
+  case $1 in hset|lpush|hset-big|sadd-big|zadd-big) n=$((n / 5)) ;; esac
   echo "$n"
 }
-prefill() { # test port [peer port of a module pair]: the key hset-big writes to
-  [ "$1" = hset-big ] || return 0
-  redis-cli -p "$2" eval "for i = 1, 1000000 do redis.call('HSET', KEYS[1], 'f:' .. string.format('%012d', i - 1), 'v') end" 1 big >/dev/null
+prefill() { # test port [peer port of a module pair]: the key the *-big tests write to
+  local add
+  case $1 in
+    hset-big) add="redis.call('HSET', KEYS[1], 'f:' .. string.format('%012d', i - 1), 'v')" ;;
+    sadd-big) add="redis.call('SADD', KEYS[1], 'm:' .. string.format('%012d', i - 1))" ;;
+    zadd-big) add="redis.call('ZADD', KEYS[1], i, 'm:' .. string.format('%012d', i - 1))" ;;
+    *) return 0 ;;
+  esac
+  redis-cli -p "$2" eval "for i = 1, 1000000 do $add end" 1 big >/dev/null
   if [ -n "${3:-}" ]; then quiet "$2" "$3"; else sleep 2; fi
 }
 bench_one() { # port test pipeline
@@ -194,6 +203,8 @@ bench_one() { # port test pipeline
     lpush-keys) args=(lpush "l:__rand_int__" v) ;;
     incr) args=(incr counter) ;;
     hset-big) args=(-r 1000000 hset big "f:__rand_int__" v) ;;
+    sadd-big) args=(-r 1000000 sadd big "n:__rand_int__") ;;
+    zadd-big) args=(-r 1000000 zadd big __rand_int__ "m:__rand_int__") ;;
   esac
   redis-benchmark -p "$1" -c 50 -n "$n" -P "$3" -r 100000 --csv "${args[@]}" | tail -1 | awk -F'"' '{ print $4 }'
 }

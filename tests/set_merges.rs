@@ -442,3 +442,30 @@ fn a_string_written_over_a_set_on_one_node_against_adds_on_the_other_converges()
     let fallbacks = pair.a.stat("merge_fallbacks") + pair.b.stat("merge_fallbacks");
     assert!(fallbacks > 0, "a type change is counted");
 }
+
+#[test]
+fn an_sadd_that_adds_some_members_adds_every_member_it_names() {
+    // Both nodes hold {a}. Cut: B removes a; A's SADD of a and c adds c:
+    // it ships a as added too (the client's add), so after the heal a is
+    // on both nodes (an add wins over a removal that had not seen it).
+    // A conditional ZADD of several members is counted as inexact.
+    let pair = started_merging();
+    let _: i64 = cmd(&["SADD", "s", "a"]).query(&mut pair.a.conn()).unwrap();
+    pair.wait_converged(Duration::from_secs(10));
+    common::cut(&pair);
+    let _: i64 = cmd(&["SREM", "s", "a"]).query(&mut pair.b.conn()).unwrap();
+    let added: i64 = cmd(&["SADD", "s", "a", "c"])
+        .query(&mut pair.a.conn())
+        .unwrap();
+    assert_eq!(added, 1);
+    let _: i64 = cmd(&["ZADD", "z", "NX", "1", "x", "2", "y"])
+        .query(&mut pair.a.conn())
+        .unwrap();
+    assert_eq!(pair.a.stat("merge_fallbacks"), 1, "the conditional ZADD");
+    common::heal(&pair);
+    or_explain(&pair, "s", || pair.wait_converged(Duration::from_secs(30)));
+    for node in [&pair.a, &pair.b] {
+        let held = members(&mut node.conn(), "s");
+        assert!(held.contains("a") && held.contains("c"), "{held:?}");
+    }
+}

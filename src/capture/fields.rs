@@ -61,11 +61,15 @@ pub struct FieldChange<'a> {
     pub event: &'static [u8],
     /// What each element holds after it.
     pub post: Post,
+    /// Some element it names may be left as it was and still ship as
+    /// written (a conditional `ZADD` of several members: the event says
+    /// that one changed, not which).
+    pub inexact: bool,
 }
 
 /// A noted change: key, elements, the event that will claim it, what the
-/// elements hold after it.
-type Note = (Vec<u8>, Vec<Vec<u8>>, &'static [u8], Post);
+/// elements hold after it, whether it is inexact.
+type Note = (Vec<u8>, Vec<Vec<u8>>, &'static [u8], Post, bool);
 
 thread_local! {
     /// The last filtered command's change.
@@ -83,6 +87,7 @@ pub fn change_of<'a>(args: &[&'a [u8]]) -> Option<FieldChange<'a>> {
     let is = |s: &str| name.eq_ignore_ascii_case(s.as_bytes());
     let n = args.len();
     let elements = |from: usize| args.get(from..).map(<[_]>::to_vec);
+    let mut inexact = false;
     let (fields, event, post): Elements =
         if (is("hset") || is("hmset")) && n >= 4 && n.is_multiple_of(2) {
             let fields = args[2..].iter().step_by(2).copied().collect();
@@ -104,7 +109,9 @@ pub fn change_of<'a>(args: &[&'a [u8]]) -> Option<FieldChange<'a>> {
         } else if is("zincrby") && n == 4 {
             (vec![args[3]], b"zincr", Post::Read)
         } else if is("zadd") && n >= 4 {
-            zadd_members(&args[2..])?
+            let (elements, conditional) = zadd_members(&args[2..])?;
+            inexact = conditional && elements.0.len() > 1;
+            elements
         } else {
             return None;
         };
@@ -113,24 +120,26 @@ pub fn change_of<'a>(args: &[&'a [u8]]) -> Option<FieldChange<'a>> {
         fields,
         event,
         post,
+        inexact,
     })
 }
 
-/// `ZADD`'s members and event from what follows the key: its options, then
-/// score and member pairs.
-fn zadd_members<'a>(rest: &[&'a [u8]]) -> Option<Elements<'a>> {
+/// `ZADD`'s members, event and whether it is conditional (NX, XX, GT, LT)
+/// from what follows the key: its options, then score and member pairs.
+fn zadd_members<'a>(rest: &[&'a [u8]]) -> Option<(Elements<'a>, bool)> {
     let options = ["nx", "xx", "gt", "lt", "ch", "incr"];
     let is_option = |a: &[u8]| options.iter().any(|o| a.eq_ignore_ascii_case(o.as_bytes()));
     let given = rest.iter().take_while(|a| is_option(a)).count();
-    let incr = rest[..given]
-        .iter()
-        .any(|a| a.eq_ignore_ascii_case(b"incr"));
+    let has = |o: &[u8]| rest[..given].iter().any(|a| a.eq_ignore_ascii_case(o));
+    let incr = has(b"incr");
+    let conditional = [&b"nx"[..], b"xx", b"gt", b"lt"].iter().any(|o| has(o));
     let pairs = &rest[given..];
     if pairs.is_empty() || !pairs.len().is_multiple_of(2) {
         return None;
     }
     let members = pairs.iter().skip(1).step_by(2).copied().collect();
-    Some((members, if incr { b"zincr" } else { b"zadd" }, Post::Read))
+    let event: &'static [u8] = if incr { b"zincr" } else { b"zadd" };
+    Some(((members, event, Post::Read), conditional))
 }
 
 /// Whether a command named `name` may change elements of a hash, set or
@@ -166,22 +175,25 @@ pub fn filtered(args: Option<&[&[u8]]>) {
     HAS_NOTE.set(noted.is_some());
     let owned = noted.map(|c| {
         let fields = c.fields.iter().map(|f| f.to_vec()).collect();
-        (c.key.to_vec(), fields, c.event, c.post)
+        (c.key.to_vec(), fields, c.event, c.post, c.inexact)
     });
     NOTED.with(|n| *n.borrow_mut() = owned);
 }
 
 /// Claims the note for `key` and `event`, if the last filtered command
-/// changed those elements: each with what it holds after.
-fn claim(key: &[u8], event: &[u8]) -> Option<Vec<(Vec<u8>, Post)>> {
+/// changed those elements: each with what it holds after, and whether the
+/// note is inexact.
+fn claim(key: &[u8], event: &[u8]) -> Option<(Changed, bool)> {
     if !HAS_NOTE.get() {
         return None;
     }
     HAS_NOTE.set(false);
     NOTED
         .with(|n| n.borrow_mut().take())
-        .filter(|(k, _, e, _)| k == key && *e == event)
-        .map(|(_, fields, _, post)| fields.into_iter().map(|f| (f, post)).collect())
+        .filter(|(k, _, e, _, _)| k == key && *e == event)
+        .map(|(_, fields, _, post, inexact)| {
+            (fields.into_iter().map(|f| (f, post)).collect(), inexact)
+        })
 }
 
 /// The merged type an element event is of; `None` for other events.
@@ -194,9 +206,11 @@ fn kind_of_event(event: &[u8]) -> Option<Kind> {
     }
 }
 
-/// A key's changes since the last flush: its type, each element changed
-/// with what the change left, in order.
-type Changes = (Kind, Vec<(Vec<u8>, Post)>);
+/// Elements changed, each with what the change left, in order.
+type Changed = Vec<(Vec<u8>, Post)>;
+
+/// A key's changes since the last flush: its type and elements.
+type Changes = (Kind, Changed);
 
 /// Per key changed since the last flush only element by element: its
 /// elements.
@@ -207,17 +221,25 @@ pub struct FieldWindow {
 
 impl FieldWindow {
     /// A write event on `key` of `db`, before the dirty set marks it
-    /// (`already_dirty`: it was changed before in this window, or rests).
-    pub fn event(&mut self, db: u32, key: &[u8], event: &[u8], already_dirty: bool) {
+    /// (`already_dirty`: it was changed before in this window, or rests);
+    /// whether it claimed an inexact note (counted as a fall-back).
+    pub fn event(&mut self, db: u32, key: &[u8], event: &[u8], already_dirty: bool) -> bool {
         let kind = kind_of_event(event);
-        let fields = kind.and_then(|_| claim(key, event));
+        let (fields, inexact) = match kind.and_then(|_| claim(key, event)) {
+            Some((fields, inexact)) => (Some(fields), inexact),
+            None => (None, false),
+        };
         if self.keys.is_empty() && (fields.is_none() || already_dirty) {
-            return;
+            return inexact;
         }
         let k = (db, key.to_vec());
         match (fields, kind, self.keys.get_mut(&k)) {
-            (Some(f), Some(kind), Some((held, list))) if *held == kind => list.extend(f),
-            (Some(f), Some(kind), None) if !already_dirty => {
+            (Some(f), Some(kind), Some((held, list))) if *held == kind && already_dirty => {
+                list.extend(f)
+            }
+            // Not dirty: what the window held of the key is stale (the
+            // dirty set was dropped without it).
+            (Some(f), Some(kind), _) if !already_dirty => {
                 self.keys.insert(k, (kind, f));
             }
             (_, _, Some(_)) => {
@@ -225,6 +247,7 @@ impl FieldWindow {
             }
             (_, _, None) => {}
         }
+        inexact
     }
 
     /// The elements of `key` changed since the last flush, each once with
@@ -293,6 +316,32 @@ mod tests {
         assert!(change_of(&args("SMOVE a b m")).is_none(), "two keys: whole");
         assert!(may_change_fields(b"zincrby") && may_change_fields(b"SREM"));
         assert!(!may_change_fields(b"SPOP") && !may_change_fields(b"ZPOPMIN"));
+    }
+
+    #[test]
+    fn a_conditional_zadd_of_several_members_is_inexact() {
+        let mut w = FieldWindow::default();
+        filtered(Some(&args("ZADD z NX 1 a 2 b")));
+        assert!(w.event(0, b"z", b"zadd", false), "counted");
+        filtered(Some(&args("ZADD z GT 5 a")));
+        assert!(!w.event(0, b"z", b"zadd", true), "one member: it changed");
+        filtered(Some(&args("ZADD z 1 a 2 b")));
+        assert!(
+            !w.event(0, b"z", b"zadd", true),
+            "unconditional: both written"
+        );
+    }
+
+    #[test]
+    fn what_a_key_not_dirty_had_in_the_window_is_replaced() {
+        let mut w = FieldWindow::default();
+        filtered(Some(&args("SADD s a")));
+        w.event(0, b"s", b"sadd", false);
+        // The dirty set was dropped (a reload) without a flush taking it.
+        filtered(Some(&args("SREM s b")));
+        w.event(0, b"s", b"srem", false);
+        let only_b = vec![(b"b".to_vec(), Post::Absent)];
+        assert_eq!(w.take(0, b"s"), Some((Kind::Set, only_b)));
     }
 
     #[test]

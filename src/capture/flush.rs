@@ -719,6 +719,9 @@ fn flush_changes(ctx: &Context, shared: &Shared, may_wait: bool, propagate: bool
     if server::is_replica_or_loading() {
         // A replica's data comes from its master; it has nothing of its own to ship.
         Stats::add(&shared.stats.entries_dropped, ops.len() as u64);
+        if let Some(mut window) = main.fields.get() {
+            window.clear();
+        }
         return;
     }
     let expired = main.expired.get().map(|mut e| std::mem::take(&mut *e));

@@ -159,10 +159,18 @@ pub fn as_states(ctx: &Context, shared: &Shared, st: &mut Replication, entries: 
             Op::Delete { key } => (key, None, e.origin == shared.node_id),
             _ => continue,
         };
-        if !st.versions.hashes.contains(e.db, key) || !server::select_db(ctx, e.db) {
+        let Some(held_kind) = st.versions.hashes.get(e.db, key).map(|h| h.kind()) else {
+            continue;
+        };
+        if !server::select_db(ctx, e.db) {
             continue;
         }
         let local = ElementKey::new(ctx, key);
+        if !own_delete && local.kind() != Some(held_kind) {
+            // The key holds another type since (its change not flushed
+            // yet): its plain value ships, the flush records the change.
+            continue;
+        }
         if let Some(mut state) = st.versions.hashes.whole(e.db, key, &local) {
             if own_delete {
                 state.removed.join(&applied);

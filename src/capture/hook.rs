@@ -112,8 +112,14 @@ fn mark_written(main: &crate::capture::state::MainState, db: u32, key: &[u8], ev
         }
     }
     if fields::enabled() {
-        if let Some(mut window) = main.fields.get() {
-            window.event(db, key, event, dirty.contains(db, key));
+        let inexact = main
+            .fields
+            .get()
+            .is_some_and(|mut w| w.event(db, key, event, dirty.contains(db, key)));
+        if inexact {
+            crate::shared::with_shared(|s| {
+                crate::ops::status::Stats::add(&s.stats.merge_fallbacks, 1)
+            });
         }
     }
     dirty.mark(db, key);
@@ -537,5 +543,9 @@ pub fn on_flush_or_swap(event: server::ServerEvent) {
 /// the loaded keys raise no notifications. Nothing pending may ship (it would
 /// wipe the peer); returns how many pending ops were discarded.
 pub fn on_dataset_replaced() -> usize {
-    main_state().dirty.get().map_or(0, |mut d| d.take().len())
+    let main = main_state();
+    if let Some(mut window) = main.fields.get() {
+        window.clear();
+    }
+    main.dirty.get().map_or(0, |mut d| d.take().len())
 }

@@ -29,16 +29,24 @@ fn commands(kind: Kind) -> (&'static str, &'static str) {
 }
 
 /// The arguments that set one element: a field and its value, a member, a
-/// score (as text that reads back as the same double) and its member.
-fn set_args(kind: Kind, (name, value): &(Bytes, Bytes), args: &mut Vec<Vec<u8>>) {
+/// score (as text that reads back as the same double) and its member;
+/// `Err` for a score that is not one.
+fn set_args(
+    kind: Kind,
+    (name, value): &(Bytes, Bytes),
+    args: &mut Vec<Vec<u8>>,
+) -> Result<(), String> {
     match kind {
         Kind::Hash => args.extend([name.clone(), value.clone()]),
         Kind::Set => args.push(name.clone()),
         Kind::SortedSet => {
-            let score = score_of(value).unwrap_or(0.0);
+            let score = score_of(value)
+                .filter(|s| !s.is_nan())
+                .ok_or_else(|| format!("a score of {} bytes in the peer's state", value.len()))?;
             args.extend([format!("{score:e}").into_bytes(), name.clone()]);
         }
     }
+    Ok(())
 }
 
 /// Makes the server hold the merged value of a `kind` key: `DEL` first
@@ -56,7 +64,9 @@ fn write(
     let (set, del) = commands(kind);
     for chunk in w.set.chunks(FIELDS_PER_CALL) {
         let mut owned = Vec::with_capacity(2 * chunk.len());
-        chunk.iter().for_each(|e| set_args(kind, e, &mut owned));
+        for element in chunk {
+            set_args(kind, element, &mut owned)?;
+        }
         let mut args: Vec<&[u8]> = Vec::with_capacity(1 + owned.len());
         args.push(key);
         args.extend(owned.iter().map(Vec::as_slice));

@@ -63,9 +63,8 @@ impl Kind {
 }
 
 /// A score as a sorted set's element value: the double's bits, big-endian
-/// (equal scores, equal bytes; `-0` is stored as `0`, as the servers do).
+/// (`-0` and `0` differ, as they do in the servers, which keep the sign).
 pub fn score_bytes(score: f64) -> Bytes {
-    let score = if score == 0.0 { 0.0 } else { score };
     score.to_bits().to_be_bytes().to_vec()
 }
 

@@ -158,11 +158,16 @@ fn a_key_of_another_kind_starts_its_elements_afresh_and_keeps_its_removals() {
 }
 
 #[test]
-fn scores_as_bytes_round_trip_and_zero_has_one_form() {
+fn scores_as_bytes_round_trip_with_their_sign() {
     for s in [0.0, 1.5, -2.25, f64::INFINITY, f64::NEG_INFINITY, 1e-300] {
         assert_eq!(score_of(&score_bytes(s)), Some(s));
     }
-    assert_eq!(score_bytes(-0.0), score_bytes(0.0));
+    assert_ne!(
+        score_bytes(-0.0),
+        score_bytes(0.0),
+        "the servers keep the sign"
+    );
+    assert_eq!(format!("{:e}", -0.0f64), "-0e0", "as ZADD's argument");
     assert_eq!(score_of(b"short"), None);
 }
 
