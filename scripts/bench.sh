@@ -37,7 +37,8 @@
 #   hash of 1,000,000 fields, `sadd-big` adds random members to one set of
 #   1,000,000 (new members: an SADD of one already there changes nothing)
 #   and `zadd-big` scores random members of one sorted set of
-#   1,000,000, each filled before the run; none in the default set),
+#   1,000,000, each filled before the run, and `sadd-keys` adds members to
+#   100,000 small sets; none in the default set),
 #   BENCH_MODULE_ARGS (extra module arguments of the measured pair, e.g.
 #   merge-counters=yes; not given to the --before pair).
 set -euo pipefail
@@ -204,6 +205,7 @@ bench_one() { # port test pipeline
     incr) args=(incr counter) ;;
     hset-big) args=(-r 1000000 hset big "f:__rand_int__" v) ;;
     sadd-big) args=(-r 1000000 sadd big "n:__rand_int__") ;;
+    sadd-keys) args=(sadd "s:__rand_int__" "m:__rand_int__") ;;
     zadd-big) args=(-r 1000000 zadd big __rand_int__ "m:__rand_int__") ;;
   esac
   redis-benchmark -p "$1" -c 50 -n "$n" -P "$3" -r 100000 --csv "${args[@]}" | tail -1 | awk -F'"' '{ print $4 }'

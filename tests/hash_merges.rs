@@ -287,6 +287,56 @@ fn expire_on_one_node_survives_fields_added_on_the_other() {
     merged_and_collected(&pair);
 }
 
+#[test]
+fn expire_on_one_node_does_not_bring_back_fields_removed_on_the_other() {
+    // Fields f0..f99 rest on both nodes. With the link cut, B removes them
+    // and then A sets a TTL on the hash (the newer change): an EXPIRE
+    // writes no field, so after the heal the fields are gone on both
+    // nodes and the hash has A's TTL on both. Also for a set and SREM.
+    let pair = started_merging_hashes();
+    let names = || (0..100).map(|i| format!("f{i}"));
+    let (mut h, mut s) = (
+        cmd(&["HSET", "h", "keep", "1"]),
+        cmd(&["SADD", "s", "keep"]),
+    );
+    for f in names() {
+        h.arg(&f).arg("old");
+        s.arg(&f);
+    }
+    let _: i64 = h.query(&mut pair.a.conn()).unwrap();
+    let _: i64 = s.query(&mut pair.a.conn()).unwrap();
+    pair.wait_converged(Duration::from_secs(10));
+    for node in [&pair.a, &pair.b] {
+        common::wait_until(Duration::from_secs(10), || node.stat("merge_elements") == 0);
+    }
+    common::cut(&pair);
+    let mut b = pair.b.conn();
+    for f in names() {
+        let _: i64 = cmd(&["HDEL", "h", &f]).query(&mut b).unwrap();
+        let _: i64 = cmd(&["SREM", "s", &f]).query(&mut b).unwrap();
+    }
+    thread::sleep(Duration::from_millis(5));
+    for key in ["h", "s"] {
+        let set: i64 = cmd(&["EXPIRE", key, "100000"])
+            .query(&mut pair.a.conn())
+            .unwrap();
+        assert_eq!(set, 1);
+    }
+    common::heal(&pair);
+    or_explain(&pair, "h", || pair.wait_converged(Duration::from_secs(30)));
+    let lost = lost_on_both(&pair, |c| {
+        let back = fields_of(c, "h").len() - 1;
+        let members: HashSet<String> = cmd(&["SMEMBERS", "s"]).query(c).unwrap();
+        let ttls: Vec<i64> = ["h", "s"]
+            .iter()
+            .map(|k| cmd(&["TTL", k]).query(c).unwrap())
+            .collect();
+        back + members.len() - 1 + ttls.iter().filter(|t| **t < 99_000).count()
+    });
+    report("EXPIRE on A against HDEL and SREM on B", lost / 2, 202);
+    merged_and_collected(&pair);
+}
+
 /// A pair merging hashes, each node with an AOF written at every change.
 fn merging_hashes_with_aof() -> Pair {
     Pair::start_with_aof(&["merge-hashes=yes"])

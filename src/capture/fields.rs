@@ -10,7 +10,9 @@
 //! a field that exists, one queued in `MULTI`) is dropped by the next
 //! filtered command. What a set's command left is known from the command
 //! (`SADD`: present, `SREM`: absent); a field's value or a score is read at
-//! the flush.
+//! the flush. An `expire` or `persist` event (EXPIRE, PEXPIRE, EXPIREAT,
+//! PEXPIREAT, PERSIST) is a write of the key's TTL alone: it joins the
+//! key's element changes instead of making them whole.
 //! An event with no note (a transaction: its commands pass the filter when
 //! queued), or any other write of the key since the last flush, makes the
 //! key's change a write of the whole key, which still keeps every field
@@ -209,11 +211,24 @@ fn kind_of_event(event: &[u8]) -> Option<Kind> {
 /// Elements changed, each with what the change left, in order.
 type Changed = Vec<(Vec<u8>, Post)>;
 
-/// A key's changes since the last flush: its type and elements.
-type Changes = (Kind, Changed);
+/// Whether an event writes the key's TTL alone.
+fn writes_ttl(event: &[u8]) -> bool {
+    matches!(event, b"expire" | b"persist")
+}
 
-/// Per key changed since the last flush only element by element: its
-/// elements.
+/// A key's changes since the last flush.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Changes {
+    /// Its type, if an element changed (a TTL alone does not say).
+    pub kind: Option<Kind>,
+    /// The elements changed, each once with what its last change left.
+    pub changed: Changed,
+    /// Its TTL was written (EXPIRE, PEXPIRE..., PERSIST).
+    pub ttl: bool,
+}
+
+/// Per key changed since the last flush only element by element (and in
+/// its TTL): what changed.
 #[derive(Debug, Default)]
 pub struct FieldWindow {
     keys: HashMap<(u32, Vec<u8>), Changes>,
@@ -229,40 +244,49 @@ impl FieldWindow {
             Some((fields, inexact)) => (Some(fields), inexact),
             None => (None, false),
         };
-        if self.keys.is_empty() && (fields.is_none() || already_dirty) {
+        let ttl = writes_ttl(event);
+        let noted = fields.is_some() || ttl;
+        if self.keys.is_empty() && (!noted || already_dirty) {
             return inexact;
         }
         let k = (db, key.to_vec());
-        match (fields, kind, self.keys.get_mut(&k)) {
-            (Some(f), Some(kind), Some((held, list))) if *held == kind && already_dirty => {
-                list.extend(f)
-            }
+        let fresh = || Changes {
+            kind,
+            changed: fields.clone().unwrap_or_default(),
+            ttl,
+        };
+        match self.keys.get_mut(&k) {
             // Not dirty: what the window held of the key is stale (the
             // dirty set was dropped without it).
-            (Some(f), Some(kind), _) if !already_dirty => {
-                self.keys.insert(k, (kind, f));
+            _ if noted && !already_dirty => {
+                self.keys.insert(k, fresh());
             }
-            (_, _, Some(_)) => {
+            Some(held) if noted && kind.is_none_or(|k| held.kind.is_none_or(|h| h == k)) => {
+                held.kind = held.kind.or(kind);
+                held.changed.extend(fields.unwrap_or_default());
+                held.ttl |= ttl;
+            }
+            Some(_) => {
                 self.keys.remove(&k);
             }
-            (_, _, None) => {}
+            None => {}
         }
         inexact
     }
 
-    /// The elements of `key` changed since the last flush, each once with
-    /// what its last change left, if it changed only element by element;
-    /// forgets the key.
+    /// What changed of `key` since the last flush, each element once with
+    /// what its last change left, if it changed only element by element
+    /// (and in its TTL); forgets the key.
     pub fn take(&mut self, db: u32, key: &[u8]) -> Option<Changes> {
         if self.keys.is_empty() {
             return None;
         }
-        let (kind, mut fields) = self.keys.remove(&(db, key.to_vec()))?;
+        let mut changes = self.keys.remove(&(db, key.to_vec()))?;
         // Newest first, so that the one kept of each name is its last.
-        fields.reverse();
-        fields.sort_by(|a, b| a.0.cmp(&b.0));
-        fields.dedup_by(|later, kept| later.0 == kept.0);
-        Some((kind, fields))
+        changes.changed.reverse();
+        changes.changed.sort_by(|a, b| a.0.cmp(&b.0));
+        changes.changed.dedup_by(|later, kept| later.0 == kept.0);
+        Some(changes)
     }
 
     /// Forgets every key (a flush of the data, a swap of databases).
@@ -277,6 +301,39 @@ mod tests {
 
     fn args(words: &str) -> Vec<&[u8]> {
         words.split(' ').map(str::as_bytes).collect()
+    }
+
+    fn changes(kind: Kind, changed: Changed, ttl: bool) -> Changes {
+        Changes {
+            kind: Some(kind),
+            changed,
+            ttl,
+        }
+    }
+
+    #[test]
+    fn a_ttl_alone_is_noted_and_joins_element_changes() {
+        let mut w = FieldWindow::default();
+        filtered(Some(&args("EXPIRE k 10")));
+        w.event(0, b"k", b"expire", false);
+        let ttl_only = Changes {
+            kind: None,
+            changed: Vec::new(),
+            ttl: true,
+        };
+        assert_eq!(w.take(0, b"k"), Some(ttl_only));
+        filtered(Some(&args("PERSIST k")));
+        w.event(0, b"k", b"persist", false);
+        filtered(Some(&args("SADD k a")));
+        w.event(0, b"k", b"sadd", true);
+        let both = changes(Kind::Set, vec![(b"a".to_vec(), Post::Present)], true);
+        assert_eq!(w.take(0, b"k"), Some(both));
+        // Any other write makes it whole.
+        filtered(Some(&args("EXPIRE k 10")));
+        w.event(0, b"k", b"expire", false);
+        filtered(None);
+        w.event(0, b"k", b"rename_to", true);
+        assert_eq!(w.take(0, b"k"), None);
     }
 
     #[test]
@@ -341,7 +398,7 @@ mod tests {
         filtered(Some(&args("SREM s b")));
         w.event(0, b"s", b"srem", false);
         let only_b = vec![(b"b".to_vec(), Post::Absent)];
-        assert_eq!(w.take(0, b"s"), Some((Kind::Set, only_b)));
+        assert_eq!(w.take(0, b"s"), Some(changes(Kind::Set, only_b, false)));
     }
 
     #[test]
@@ -359,7 +416,7 @@ mod tests {
             (b"a".to_vec(), Post::Present),
             (b"b".to_vec(), Post::Absent),
         ];
-        assert_eq!(w.take(0, b"s"), Some((Kind::Set, want)));
+        assert_eq!(w.take(0, b"s"), Some(changes(Kind::Set, want, false)));
         // A sorted set's event on a key noted as a set: a whole change.
         filtered(Some(&args("SADD k a")));
         w.event(0, b"k", b"sadd", false);
@@ -383,8 +440,13 @@ mod tests {
         filtered(None);
         w.event(0, b"m", b"hset", false);
         let h = vec![(b"a".to_vec(), Post::Read), (b"b".to_vec(), Post::Absent)];
-        assert_eq!(w.take(0, b"h"), Some((Kind::Hash, h)));
-        assert_eq!(w.take(0, b"g"), None);
+        assert_eq!(w.take(0, b"h"), Some(changes(Kind::Hash, h, false)));
+        let g = vec![(b"a".to_vec(), Post::Read)];
+        assert_eq!(
+            w.take(0, b"g"),
+            Some(changes(Kind::Hash, g, true)),
+            "EXPIRE: its TTL"
+        );
         assert_eq!(w.take(0, b"m"), None);
     }
 

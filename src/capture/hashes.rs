@@ -11,7 +11,7 @@
 use redis_module::Context;
 
 use crate::capture::counters::fallback;
-use crate::capture::fields::Post;
+use crate::capture::fields::{Changes, Post};
 use crate::catchup::replication::Replication;
 use crate::converge::merge::hash_codec;
 use crate::converge::merge::hashes::{Bytes, Kind, Whole};
@@ -45,32 +45,36 @@ pub fn applied_now(shared: &Shared, st: &Replication) -> Seen {
     seen
 }
 
-/// A `kind` key changed only in the elements of `changed` since the last
-/// flush (each with what its last change left), stamped `stamp`
-/// (`before`: its version before): records the change and returns the
-/// delta to ship, or `None` when the key holds no such type any more (its
-/// whole value is read instead).
+/// A key changed only in some elements (and maybe its TTL) since the last
+/// flush, as `noted`, stamped `stamp` (`before`: its version before):
+/// records the change and returns the delta to ship, or `None` when the key
+/// holds no merged type any more, or not the one noted (its whole value is
+/// read instead).
 pub fn field_change(
     ctx: &Context,
     st: &mut Replication,
     (db, key): (u32, &[u8]),
     stamp: Stamp,
-    (kind, changed): (Kind, Vec<(Bytes, Post)>),
+    noted: Changes,
     before: Option<KeyVersion>,
 ) -> Option<Op> {
+    let local = ElementKey::new(ctx, key);
+    let kind = local
+        .kind()
+        .filter(|k| noted.kind.is_none_or(|n| n == *k))?;
     if kind == Kind::Hash && has_field_ttls(ctx, db, key) {
         return None;
     }
-    let reads: Vec<Bytes> = changed
+    let reads: Vec<Bytes> = noted
+        .changed
         .iter()
         .filter(|(_, post)| *post == Post::Read)
         .map(|(name, _)| name.clone())
         .collect();
-    let (values, expiry_ms) = ElementKey::new(ctx, key)
-        .values_and_expiry(kind, &reads)
-        .ok()?;
+    let (values, expiry_ms) = local.values_and_expiry(kind, &reads).ok()?;
     let mut values = values.into_iter();
-    let changes = changed
+    let changes: Vec<(Bytes, Option<Bytes>)> = noted
+        .changed
         .into_iter()
         .map(|(name, post)| match post {
             Post::Read => (name, values.next().flatten()),
@@ -80,10 +84,13 @@ pub fn field_change(
         .collect();
     let applied = applied_before(st, stamp);
     let created = matches!(before, Some(KeyVersion::Deleted { .. }));
-    let state = st
-        .versions
-        .hashes
-        .local_fields((db, key, kind), stamp, changes, &applied, created);
+    let state = st.versions.hashes.local_fields(
+        (db, key, kind),
+        stamp,
+        (changes, noted.ttl),
+        &applied,
+        created,
+    );
     st.versions.journal_hashes();
     Some(Op::Fields {
         key: key.to_vec(),

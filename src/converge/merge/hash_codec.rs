@@ -3,7 +3,9 @@
 //!
 //! ```text
 //! HashState: u8 flags (bit 0: a whole write; bits 1-2: the kind, 0 hash,
-//!              1 set, 2 sorted set), [u64 clock, u64 node: its stamp],
+//!              1 set, 2 sorted set; bit 3: a write of the TTL),
+//!              [u64 clock, u64 node: the whole write's stamp],
+//!              [u64 clock, u64 node: the TTL write's stamp],
 //!            Seen removed,
 //!            u32 count, then count x (bytes field, bytes value): the whole
 //!              write's fields
@@ -23,6 +25,9 @@ use crate::converge::merge::codec::{put_seen, put_stamp, Cursor, DecodeError};
 use crate::converge::merge::element::Element;
 use crate::converge::merge::hashes::{Bytes, HashState, Kind};
 use crate::converge::merge::seen::Seen;
+
+/// The flag bit that says a TTL write's stamp follows.
+const TTL_SHIFT: u8 = 3;
 
 fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
@@ -48,9 +53,13 @@ pub fn encode_hash(state: &HashState) -> Vec<u8> {
         .map(|(f, v)| 8 + f.len() + v.len())
         .sum();
     let mut out = Vec::with_capacity(64 + payload + 64 * state.elements.len());
-    out.push(u8::from(state.base.is_some()) | (state.kind as u8) << 1);
+    let ttl = u8::from(state.ttl.is_some()) << TTL_SHIFT;
+    out.push(u8::from(state.base.is_some()) | (state.kind as u8) << 1 | ttl);
     if let Some(base) = state.base {
         put_stamp(&mut out, base);
+    }
+    if let Some(ttl) = state.ttl {
+        put_stamp(&mut out, ttl);
     }
     put_seen(&mut out, &state.removed);
     out.extend_from_slice(&(state.base_fields.len() as u32).to_le_bytes());
@@ -93,10 +102,15 @@ pub fn decode_hash(bytes: &[u8]) -> Result<HashState, DecodeError> {
     let mut c = Cursor { bytes, at: 0 };
     let at = c.at;
     let [flags] = c.array()?;
-    let Some(kind) = Kind::from_u8(flags >> 1) else {
+    let kind = Kind::from_u8((flags >> 1) & 3);
+    let (Some(kind), 0) = (kind, flags >> (TTL_SHIFT + 1)) else {
         return Err(DecodeError::BadTag { tag: flags, at });
     };
     let base = match flags & 1 {
+        0 => None,
+        _ => Some(c.stamp()?),
+    };
+    let ttl = match flags >> TTL_SHIFT {
         0 => None,
         _ => Some(c.stamp()?),
     };
@@ -116,6 +130,7 @@ pub fn decode_hash(bytes: &[u8]) -> Result<HashState, DecodeError> {
     c.end()?;
     Ok(HashState {
         kind,
+        ttl,
         base,
         removed,
         base_fields,
@@ -197,9 +212,11 @@ mod tests {
         let fields = proptest::collection::vec((bytes(), bytes()), 0..4);
         let elements = proptest::collection::vec((bytes(), element()), 0..4);
         let kind = (0u8..3).prop_map(|k| Kind::from_u8(k).unwrap_or_default());
-        (kind, base, seen(), fields, elements).prop_map(
-            |(kind, base, removed, base_fields, elements)| HashState {
+        let ttl = proptest::option::of((1u64..100, 1u64..4).prop_map(|(c, n)| Stamp::new(c, n)));
+        ((kind, ttl), base, seen(), fields, elements).prop_map(
+            |((kind, ttl), base, removed, base_fields, elements)| HashState {
                 kind,
+                ttl,
                 base,
                 removed,
                 base_fields,
@@ -236,6 +253,8 @@ mod tests {
             decode_hash(&bytes),
             Err(DecodeError::BadTag { tag: 6, at: 0 })
         ));
+        bytes[0] = 1 << 4;
+        assert!(decode_hash(&bytes).is_err(), "an unknown flag");
     }
 
     #[test]

@@ -158,7 +158,7 @@ impl VersionStore {
             let held = self.hashes.get(db, key);
             // A change of fields alone leaves the key's parts as they were.
             let mut records = Vec::new();
-            if t.whole || held.is_none() {
+            if t.whole || t.parts || held.is_none() {
                 records.push(key_record(key, held, t.whole));
             }
             if let Some(held) = held {
@@ -215,7 +215,7 @@ mod tests {
         origin.hashes.local_fields(
             (0, b"h", Kind::Hash),
             Stamp::new(6, 1),
-            change,
+            (change, false),
             &applied,
             false,
         );
@@ -223,13 +223,13 @@ mod tests {
         let set = (0, &b"s"[..], Kind::Set);
         origin
             .hashes
-            .local_fields(set, Stamp::new(6, 2), members, &applied, true);
+            .local_fields(set, Stamp::new(6, 2), (members, true), &applied, true);
         origin.journal_hashes();
         let other = (0, &b"gone"[..], Kind::SortedSet);
         origin.hashes.local_fields(
             other,
             Stamp::new(7, 1),
-            vec![(b"x".to_vec(), None)],
+            (vec![(b"x".to_vec(), None)], false),
             &applied,
             true,
         );

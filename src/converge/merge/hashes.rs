@@ -79,6 +79,9 @@ pub fn score_of(value: &[u8]) -> Option<f64> {
 pub struct HashState {
     /// The type of the key.
     pub kind: Kind,
+    /// A write of the key's TTL alone (EXPIRE, PERSIST...): its stamp; the
+    /// entry carries the expiry it left.
+    pub ttl: Option<Stamp>,
     /// A whole write: its stamp; `base_fields` are every field it wrote.
     pub base: Option<Stamp>,
     /// What removals of the whole key had seen.
@@ -96,7 +99,11 @@ impl HashState {
             .elements
             .iter()
             .flat_map(|(_, e)| e.writes().iter().map(|(s, _)| *s));
-        writes.chain(self.base).max().unwrap_or(Stamp::ZERO)
+        writes
+            .chain(self.base)
+            .chain(self.ttl)
+            .max()
+            .unwrap_or(Stamp::ZERO)
     }
 }
 
@@ -268,6 +275,12 @@ impl Held {
             touched.extend(self.fields.keys().cloned());
         }
         self.merge_whole(incoming, bound, local, &mut w, &mut touched);
+        if let Some(at) = incoming.ttl {
+            if !bound.covers(at) && self.expiry_of.is_none_or(|e| e < at) {
+                self.expiry_of = Some(at);
+                w.expiry_from_incoming = true;
+            }
+        }
         for (name, theirs) in &incoming.elements {
             self.element(name, local, w.clear).merge(theirs, bound);
             touched.insert(name.clone());
@@ -342,6 +355,7 @@ impl Held {
     fn collect(&mut self, bound: &Seen) -> bool {
         let settled = |e: &Element<Bytes>| e.settled(&self.removed, bound);
         if self.base.is_none_or(|b| bound.covers(b))
+            && self.expiry_of.is_none_or(|e| bound.covers(e))
             && bound.dominates(&self.removed)
             && self.fields.values().all(settled)
         {
@@ -370,7 +384,10 @@ impl Held {
         if bound.dominates(&self.removed) && !still_covers {
             self.removed = Seen::new();
         }
-        self.base.is_some() || !self.fields.is_empty() || !self.removed.is_empty()
+        self.base.is_some()
+            || self.expiry_of.is_some()
+            || !self.fields.is_empty()
+            || !self.removed.is_empty()
     }
 
     /// This state as it travels whole: the base's fields read from `local`.
@@ -385,6 +402,7 @@ impl Held {
         };
         HashState {
             kind: self.kind,
+            ttl: self.expiry_of.filter(|e| self.base.is_none_or(|b| b < *e)),
             base: self.base,
             removed: self.removed.clone(),
             base_fields,
@@ -458,6 +476,8 @@ pub struct Touched {
     pub key: (u32, Bytes),
     /// Every field may have changed (and fields may have gone).
     pub whole: bool,
+    /// The key's parts changed (its TTL's stamp), not only the fields.
+    pub parts: bool,
     /// The fields that changed, when not whole.
     pub fields: Vec<Bytes>,
 }
@@ -525,8 +545,20 @@ impl Hashes {
         self.touched.push(Touched {
             key: (db, key.to_vec()),
             whole,
+            parts: false,
             fields,
         });
+    }
+
+    /// Notes that `key`'s parts changed (its TTL's stamp) for the journal.
+    fn note_parts(&mut self, (db, key): (u32, &[u8])) {
+        if let Some(last) = self
+            .touched
+            .last_mut()
+            .filter(|t| t.key.0 == db && t.key.1 == key)
+        {
+            last.parts = true;
+        }
     }
 
     /// The changes since the last call, for the journal.
@@ -593,7 +625,7 @@ impl Hashes {
         &mut self,
         (db, key, kind): (u32, &[u8], Kind),
         stamp: Stamp,
-        changes: Vec<(Bytes, Option<Bytes>)>,
+        (changes, ttl): (Vec<(Bytes, Option<Bytes>)>, bool),
         applied: &Seen,
         created: bool,
     ) -> HashState {
@@ -601,7 +633,13 @@ impl Hashes {
         let held = self.keys.get(&(db, key.to_vec()));
         let created = created || held.is_some_and(|h| h.kind != kind);
         self.touch((db, key), created, names);
+        if ttl {
+            self.note_parts((db, key));
+        }
         let held = self.keys.entry((db, key.to_vec())).or_default();
+        if ttl {
+            held.expiry_of = Some(stamp);
+        }
         if created {
             held.removed.join(applied);
             held.fields.clear();
@@ -632,6 +670,7 @@ impl Hashes {
         }
         HashState {
             kind,
+            ttl: ttl.then_some(stamp),
             base: None,
             removed: held.removed.clone(),
             base_fields: Vec::new(),
@@ -679,6 +718,7 @@ impl Hashes {
         };
         Some(HashState {
             kind: held.kind,
+            ttl: None,
             base: held.base,
             removed: held.removed.clone(),
             base_fields,
@@ -694,7 +734,8 @@ impl Hashes {
         bound: &Seen,
         local: &impl LocalHash,
     ) -> Writes {
-        let whole = incoming.base.is_some() || !incoming.removed.is_empty();
+        let whole =
+            incoming.base.is_some() || !incoming.removed.is_empty() || incoming.ttl.is_some();
         let names = incoming.elements.iter().map(|(n, _)| n.clone()).collect();
         let held = self.keys.get(&(db, key.to_vec()));
         let whole = whole || held.is_some_and(|h| h.kind != incoming.kind);
@@ -732,6 +773,7 @@ impl Hashes {
         let held = self.keys.get_mut(&(db, key.to_vec()))?;
         let removal = HashState {
             kind: held.kind,
+            ttl: None,
             removed: applied.clone(),
             ..HashState::default()
         };

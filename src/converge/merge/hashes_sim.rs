@@ -129,7 +129,7 @@ fn local(site: &mut Site, peer: u64, step: &Step) -> Option<Result<HashState, Se
             Some(Ok(site.table.local_fields(
                 (KEY.0, KEY.1, site.kind),
                 stamp,
-                changes,
+                (changes, false),
                 &before,
                 created,
             )))
@@ -144,7 +144,7 @@ fn local(site: &mut Site, peer: u64, step: &Step) -> Option<Result<HashState, Se
             Some(Ok(site.table.local_fields(
                 (KEY.0, KEY.1, site.kind),
                 stamp,
-                changes,
+                (changes, false),
                 &before,
                 created,
             )))

@@ -20,10 +20,22 @@ const KH: (u32, &[u8], Kind) = (0, b"h", Kind::Hash);
 fn fields_written_on_both_sites_are_all_set() {
     let mut a = Hashes::default();
     let change = vec![(b"a".to_vec(), Some(b"1".to_vec()))];
-    let delta = a.local_fields(KH, Stamp::new(10, 1), change, &seen(&[(1, 9)]), true);
+    let delta = a.local_fields(
+        KH,
+        Stamp::new(10, 1),
+        (change, false),
+        &seen(&[(1, 9)]),
+        true,
+    );
     let mut b = Hashes::default();
     let change = vec![(b"b".to_vec(), Some(b"2".to_vec()))];
-    b.local_fields(KH, Stamp::new(9, 2), change, &seen(&[(2, 8)]), true);
+    b.local_fields(
+        KH,
+        Stamp::new(9, 2),
+        (change, false),
+        &seen(&[(2, 8)]),
+        true,
+    );
     let mut here = map(&[("b", "2")]);
     let w = b.remote(K, &delta, &Seen::new(), &here);
     if w.clear {
@@ -39,7 +51,13 @@ fn a_delete_keeps_the_fields_it_had_not_seen() {
     let mut b = Hashes::default();
     // B wrote `new` at (12, 2), unseen by A's delete.
     let change = vec![(b"new".to_vec(), Some(b"x".to_vec()))];
-    b.local_fields(KH, Stamp::new(12, 2), change, &seen(&[(2, 11)]), false);
+    b.local_fields(
+        KH,
+        Stamp::new(12, 2),
+        (change, false),
+        &seen(&[(2, 11)]),
+        false,
+    );
     let here = map(&[("old", "o"), ("new", "x")]);
     let mut a = Hashes::default();
     a.keys.insert((0, b"h".to_vec()), Held::default());
@@ -64,12 +82,12 @@ fn a_removal_of_a_field_loses_to_a_concurrent_write_of_it() {
     let del = a.local_fields(
         KH,
         Stamp::new(10, 1),
-        vec![(b"f".to_vec(), None)],
+        (vec![(b"f".to_vec(), None)], false),
         &seen(&[(1, 9)]),
         false,
     );
     let set = vec![(b"f".to_vec(), Some(b"w".to_vec()))];
-    let write = b.local_fields(KH, Stamp::new(9, 2), set, &seen(&[(2, 8)]), false);
+    let write = b.local_fields(KH, Stamp::new(9, 2), (set, false), &seen(&[(2, 8)]), false);
     let on_a = a.remote(K, &write, &Seen::new(), &map(&[]));
     assert_eq!(on_a.set, vec![(b"f".to_vec(), b"w".to_vec())]);
     let on_b = b.remote(K, &del, &Seen::new(), &map(&[("f", "w")]));
@@ -81,7 +99,13 @@ fn a_removal_of_a_field_loses_to_a_concurrent_write_of_it() {
 fn metadata_is_collected_once_the_bound_passes_it() {
     let mut a = Hashes::default();
     let change = vec![(b"f".to_vec(), Some(b"v".to_vec()))];
-    a.local_fields(KH, Stamp::new(10, 1), change, &seen(&[(1, 9)]), true);
+    a.local_fields(
+        KH,
+        Stamp::new(10, 1),
+        (change, false),
+        &seen(&[(1, 9)]),
+        true,
+    );
     assert!(a.collect(&seen(&[(1, 9)])).is_empty());
     assert_eq!(a.len(), 1);
     assert_eq!(
@@ -95,7 +119,7 @@ fn metadata_is_collected_once_the_bound_passes_it() {
 fn a_write_of_another_type_leaves_the_table() {
     let mut a = Hashes::default();
     let change = vec![(b"f".to_vec(), Some(b"v".to_vec()))];
-    a.local_fields(KH, Stamp::new(10, 1), change, &Seen::new(), true);
+    a.local_fields(KH, Stamp::new(10, 1), (change, false), &Seen::new(), true);
     assert!(a
         .local_whole(K, Stamp::new(11, 1), Whole::Other, &Seen::new())
         .is_none());
@@ -112,7 +136,13 @@ fn a_key_changed_again_and_again_keeps_one_place_in_the_collection_order() {
     let mut a = Hashes::default();
     for i in 0..10_000u64 {
         let change = vec![(b"f".to_vec(), Some(i.to_le_bytes().to_vec()))];
-        a.local_fields(KH, Stamp::new(i + 1, 1), change, &Seen::new(), false);
+        a.local_fields(
+            KH,
+            Stamp::new(i + 1, 1),
+            (change, false),
+            &Seen::new(),
+            false,
+        );
         let _ = a.take_touched();
     }
     assert!(a.order.len() <= 2 * a.len() + 1025, "{}", a.order.len());
@@ -123,7 +153,7 @@ fn a_key_changed_again_and_again_keeps_one_place_in_the_collection_order() {
 fn a_key_of_another_kind_starts_its_elements_afresh_and_keeps_its_removals() {
     let mut a = Hashes::default();
     let change = vec![(b"f".to_vec(), Some(b"v".to_vec()))];
-    a.local_fields(KH, Stamp::new(10, 1), change, &Seen::new(), true);
+    a.local_fields(KH, Stamp::new(10, 1), (change, false), &Seen::new(), true);
     a.local_whole(K, Stamp::new(11, 1), Whole::Absent, &seen(&[(2, 4)]))
         .expect("a held key's delete ships");
     // The key comes back as a set: its hash fields are not its members.
@@ -131,7 +161,7 @@ fn a_key_of_another_kind_starts_its_elements_afresh_and_keeps_its_removals() {
     let delta = a.local_fields(
         (0, b"h", Kind::Set),
         Stamp::new(12, 1),
-        member,
+        (member, false),
         &seen(&[(1, 11), (2, 4)]),
         false,
     );
@@ -177,9 +207,55 @@ fn a_new_set_s_second_change_removes_nothing() {
     let set = (0, &b"s"[..], Kind::Set);
     let first = vec![(b"m1".to_vec(), Some(Vec::new()))];
     let applied = seen(&[(2, 4)]);
-    a.local_fields(set, Stamp::new(10, 1), first, &applied, false);
+    a.local_fields(set, Stamp::new(10, 1), (first, false), &applied, false);
     let second = vec![(b"m2".to_vec(), Some(Vec::new()))];
-    let delta = a.local_fields(set, Stamp::new(11, 1), second, &applied, false);
+    let delta = a.local_fields(set, Stamp::new(11, 1), (second, false), &applied, false);
     assert!(delta.removed.is_empty(), "{delta:?}");
     assert_eq!(a.get(0, b"s").map(Held::kind), Some(Kind::Set));
+}
+
+#[test]
+fn a_ttl_write_wins_by_stamp_writes_no_element_and_waits_for_the_bound() {
+    let mut a = Hashes::default();
+    let mut b = Hashes::default();
+    let here = map(&[("f", "v")]);
+    // B removes f (seen at rest); A then writes the TTL alone, newer.
+    let del = b.local_fields(
+        KH,
+        Stamp::new(10, 2),
+        (vec![(b"f".to_vec(), None)], false),
+        &seen(&[(2, 9)]),
+        false,
+    );
+    let ttl = a.local_fields(
+        KH,
+        Stamp::new(11, 1),
+        (Vec::new(), true),
+        &seen(&[(1, 10)]),
+        false,
+    );
+    assert_eq!(ttl.ttl, Some(Stamp::new(11, 1)));
+    let w = a.remote(K, &del, &Seen::new(), &here);
+    assert_eq!(w.del, vec![b"f".to_vec()], "the TTL wrote no field");
+    let w = b.remote(K, &ttl, &Seen::new(), &map(&[]));
+    assert!(w.expiry_from_incoming && w.set.is_empty());
+    // An older TTL write loses.
+    let mut c = Hashes::default();
+    let old = c.local_fields(
+        KH,
+        Stamp::new(5, 3),
+        (Vec::new(), true),
+        &Seen::new(),
+        false,
+    );
+    assert!(
+        !b.remote(K, &old, &Seen::new(), &map(&[]))
+            .expiry_from_incoming
+    );
+    // Kept until the bound covers the TTL write, then collected.
+    assert!(b.collect(&seen(&[(2, 10)])).is_empty());
+    assert_eq!(
+        b.collect(&seen(&[(1, 11), (2, 10), (3, 5)])),
+        vec![(0, b"h".to_vec())]
+    );
 }
