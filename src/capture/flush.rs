@@ -701,6 +701,16 @@ pub fn flush_before_save(ctx: &Context, shared: &Shared) {
 /// Stamps and ships what changed (`may_wait`: unless a resting hot key
 /// holds it back); `propagate`: the stamps go into the AOF and to replicas
 /// now (else at the next flush that may).
+/// A replica's data comes from its master: it has nothing of its own to
+/// ship, and drops the `n` changes taken (and what the element window
+/// held of them).
+fn drop_changes(shared: &Shared, main: &crate::capture::state::MainState, n: usize) {
+    Stats::add(&shared.stats.entries_dropped, n as u64);
+    if let Some(mut window) = main.fields.get() {
+        window.clear();
+    }
+}
+
 fn flush_changes(ctx: &Context, shared: &Shared, may_wait: bool, propagate: bool) {
     crate::capture::hook::resolve_silent(ctx);
     let main = main_state();
@@ -717,11 +727,7 @@ fn flush_changes(ctx: &Context, shared: &Shared, may_wait: bool, propagate: bool
         Stats::add(&shared.stats.flushes_deferred, 1);
     }
     if server::is_replica_or_loading() {
-        // A replica's data comes from its master; it has nothing of its own to ship.
-        Stats::add(&shared.stats.entries_dropped, ops.len() as u64);
-        if let Some(mut window) = main.fields.get() {
-            window.clear();
-        }
+        drop_changes(shared, &main, ops.len());
         return;
     }
     let expired = main.expired.get().map(|mut e| std::mem::take(&mut *e));

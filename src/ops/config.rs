@@ -78,6 +78,14 @@ pub const MAX_MAX_CLOCK_OFFSET_MS: u64 = 86_400_000;
 /// The one argument that is not a config: `CONFIG GET` must never show it.
 pub const SECRET_ARG: &str = "secret";
 
+/// The name an argument is known by (`merge-hashes`: `merge-elements`).
+fn canonical(name: &str) -> &str {
+    match name {
+        MERGE_ELEMENTS_ALIAS => "merge-elements",
+        other => other,
+    }
+}
+
 fn is_known(name: &str) -> bool {
     name == SECRET_ARG || name == MERGE_ELEMENTS_ALIAS || ARG_NAMES.contains(&name)
 }
@@ -113,10 +121,7 @@ pub fn split_args<S: AsRef<str>>(args: &[S]) -> Result<Vec<(String, String)>> {
                 format!("unknown argument (known: {})", known_list()),
             ));
         }
-        let name = match name {
-            MERGE_ELEMENTS_ALIAS => "merge-elements",
-            other => other,
-        };
+        let name = canonical(name);
         if out.iter().any(|(n, _)| n == name) {
             return Err(bad(name, "given more than once"));
         }
@@ -386,6 +391,7 @@ pub fn parse_args<S: AsRef<str>>(args: &[S]) -> Result<Config> {
         let Some((name, value)) = raw.split_once('=') else {
             return Err(bad(raw, "expected name=value"));
         };
+        let name = canonical(name);
         if seen.contains(&name) {
             return Err(bad(name, "given more than once"));
         }
@@ -463,9 +469,7 @@ impl Draft {
             }
             "persist-versions" => self.persist_versions = Some(parse_yes_no(name, value)?),
             "merge-counters" => self.merge_counters = Some(parse_yes_no(name, value)?),
-            "merge-elements" | MERGE_ELEMENTS_ALIAS => {
-                self.merge_elements = Some(parse_yes_no(name, value)?)
-            }
+            "merge-elements" => self.merge_elements = Some(parse_yes_no(name, value)?),
             // Never echo the value: it is the secret.
             SECRET_ARG => {
                 self.secret =

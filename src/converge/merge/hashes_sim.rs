@@ -80,6 +80,19 @@ impl Site {
         }
     }
 
+    /// A local change of some elements, recorded: the delta to ship.
+    fn changed(
+        &mut self,
+        stamp: Stamp,
+        changes: Vec<(Bytes, Option<Bytes>)>,
+        before: &Seen,
+        created: bool,
+    ) -> HashState {
+        let key = (KEY.0, KEY.1, self.kind);
+        self.table
+            .local_fields(key, stamp, (changes, false), before, created)
+    }
+
     fn tick(&mut self) -> Stamp {
         self.clock += 1;
         Stamp::new(self.clock, self.node)
@@ -126,13 +139,7 @@ fn local(site: &mut Site, peer: u64, step: &Step) -> Option<Result<HashState, Se
             seen.join(&site.model.observed(&[f]));
             site.model.write(&[f], stamp, value.clone(), &Seen::new());
             let changes = vec![(vec![f], Some(value))];
-            Some(Ok(site.table.local_fields(
-                (KEY.0, KEY.1, site.kind),
-                stamp,
-                (changes, false),
-                &before,
-                created,
-            )))
+            Some(Ok(site.changed(stamp, changes, &before, created)))
         }
         Step::Del(f) => {
             site.server.0.remove(&vec![f])?;
@@ -141,13 +148,7 @@ fn local(site: &mut Site, peer: u64, step: &Step) -> Option<Result<HashState, Se
             seen.observe(stamp);
             site.model.remove(&[f], &seen, &Seen::new());
             let changes = vec![(vec![f], None)];
-            Some(Ok(site.table.local_fields(
-                (KEY.0, KEY.1, site.kind),
-                stamp,
-                (changes, false),
-                &before,
-                created,
-            )))
+            Some(Ok(site.changed(stamp, changes, &before, created)))
         }
         Step::DelKey | Step::Rewrite(_) => {
             let mut seen = before.clone();
