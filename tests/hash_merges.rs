@@ -337,6 +337,74 @@ fn expire_on_one_node_does_not_bring_back_fields_removed_on_the_other() {
     merged_and_collected(&pair);
 }
 
+#[test]
+fn a_delete_on_one_node_against_expire_and_a_write_on_the_other_keeps_one_ttl() {
+    // Cut: A deletes h; B sets a TTL on h and writes a field. B's TTL and
+    // field were unseen by A's delete: after the heal h is {g} with B's
+    // TTL on both nodes (the digests compare TTLs too).
+    let pair = started_merging_hashes();
+    seeded_at_rest(&pair, "h");
+    common::cut(&pair);
+    let _: i64 = cmd(&["DEL", "h"]).query(&mut pair.a.conn()).unwrap();
+    let mut b = pair.b.conn();
+    let _: i64 = cmd(&["EXPIRE", "h", "100000"]).query(&mut b).unwrap();
+    let _: i64 = cmd(&["HSET", "h", "g", "1"]).query(&mut b).unwrap();
+    common::heal(&pair);
+    or_explain(&pair, "h", || pair.wait_converged(Duration::from_secs(30)));
+    for node in [&pair.a, &pair.b] {
+        let mut c = node.conn();
+        assert_eq!(fields_of(&mut c, "h").len(), 1);
+        let ttl: i64 = cmd(&["TTL", "h"]).query(&mut c).unwrap();
+        assert!(ttl > 99_000, "B's TTL: {ttl}");
+    }
+    merged_and_collected(&pair);
+}
+
+#[test]
+fn a_hash_that_expires_and_is_written_again_in_one_iteration_ships_as_new() {
+    // In one pipeline A gives h a TTL of 5 ms, sleeps past it and writes a
+    // field: the write finds h expired and makes a new h {f}. B must end
+    // with that h, not its old fields plus f.
+    let pair = started_merging_hashes();
+    seeded_at_rest(&pair, "h");
+    let (n,): (i64,) = redis::pipe()
+        .cmd("PEXPIRE")
+        .arg("h")
+        .arg(5)
+        .ignore()
+        .cmd("DEBUG")
+        .arg("SLEEP")
+        .arg("0.02")
+        .ignore()
+        .cmd("HSET")
+        .arg("h")
+        .arg("f")
+        .arg("v")
+        .query(&mut pair.a.conn())
+        .unwrap();
+    assert_eq!(n, 1, "h had expired: f is new");
+    or_explain(&pair, "h", || pair.wait_converged(Duration::from_secs(30)));
+    let held = fields_of(&mut pair.b.conn(), "h");
+    assert_eq!(held.keys().collect::<Vec<_>>(), vec!["f"]);
+    // A TTL set in an earlier iteration reached B, which expires the key
+    // too: a write after the expiry makes the same new key on both.
+    let _: i64 = cmd(&["HSET", "g", "old", "1"])
+        .query(&mut pair.a.conn())
+        .unwrap();
+    let _: i64 = cmd(&["PEXPIRE", "g", "20"])
+        .query(&mut pair.a.conn())
+        .unwrap();
+    pair.wait_converged(Duration::from_secs(10));
+    thread::sleep(Duration::from_millis(40));
+    let n: i64 = cmd(&["HSET", "g", "f", "v"])
+        .query(&mut pair.a.conn())
+        .unwrap();
+    assert_eq!(n, 1, "g had expired: f is new");
+    or_explain(&pair, "g", || pair.wait_converged(Duration::from_secs(30)));
+    let held = fields_of(&mut pair.b.conn(), "g");
+    assert_eq!(held.keys().collect::<Vec<_>>(), vec!["f"]);
+}
+
 /// A pair merging hashes, each node with an AOF written at every change.
 fn merging_hashes_with_aof() -> Pair {
     Pair::start_with_aof(&["merge-hashes=yes"])

@@ -849,10 +849,13 @@ fn take_changes(main: &MainState, may_wait: bool) -> (Vec<PendingOp>, bool) {
 fn record_expired(ctx: &Context, reader: &Reader, st: &mut Replication, expired: Vec<ExpiredKey>) {
     for (db, key) in expired {
         server::select_db(ctx, db);
-        // Written again since it expired: that write has its own version.
+        // Written again since it expired: that write has its own version,
+        // and made a new key: it ships whole, not as elements of the old.
         if !reader.exists(&key) {
             let gc_after = st.peer.last_pushed;
             st.versions.expired(db, &key, gc_after);
+        } else if let Some(mut window) = main_state().fields.get() {
+            window.take(db, &key);
         }
     }
 }

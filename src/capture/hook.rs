@@ -75,6 +75,13 @@ pub fn on_keyspace_event(ctx: &Context, class: i32, event: &[u8], key: &[u8]) {
             }
             return;
         }
+        if fields::enabled() {
+            // What the window held of the key went with it: a write of
+            // it later in this iteration makes a new key, shipped whole.
+            if let Some(mut window) = main.fields.get() {
+                window.event(db, key, b"del", true);
+            }
+        }
         note_expired(&main, db, key);
         return;
     }

@@ -108,7 +108,7 @@ pub(super) fn state(
     let info = server::key_info(ctx, key);
     let mut before = Before {
         exists: info.exists(),
-        has_ttl: info.expiry_ms.is_some(),
+        expiry_ms: info.expiry_ms,
     };
     if info.exists() && server::kind_of_type(info.kind) != Some(incoming.kind) {
         if let Some(outcome) = over_other_type(ctx, opts, shared, st, e, &incoming, newest)? {
@@ -132,7 +132,7 @@ pub(super) fn state(
 #[derive(Debug, Clone, Copy, Default)]
 struct Before {
     exists: bool,
-    has_ttl: bool,
+    expiry_ms: Option<u64>,
 }
 
 /// A state arrives for a key this node deleted at rest (its tombstone is
@@ -224,8 +224,13 @@ fn settle(
     let mut exists = !w.set.is_empty()
         || (before.exists && !w.clear && w.del.is_empty())
         || server::key_info(ctx, key).exists();
-    // A key written again after a DEL, or new, has no TTL.
-    let had_ttl = before.exists && before.has_ttl && !w.clear;
+    // A key written again after a DEL, or new, has no TTL, unless this
+    // node's TTL write survives the removal that cleared it.
+    let kept = before
+        .expiry_ms
+        .filter(|_| before.exists && w.clear && w.expiry_survives);
+    let expiry = expiry.or(kept.map(Some));
+    let had_ttl = before.exists && before.expiry_ms.is_some() && !w.clear;
     match expiry {
         Some(Some(at)) if exists => {
             let at = at.to_string();
@@ -318,7 +323,7 @@ fn plain_delete(
     st.versions.journal_hashes();
     let before = Before {
         exists: true,
-        has_ttl: false,
+        expiry_ms: server::key_info(ctx, key).expiry_ms,
     };
     Some(settle(
         ctx,

@@ -9,9 +9,12 @@
 //! A key's value lives in the server; the table keeps only what may
 //! still conflict:
 //! - `base`: the stamp of the last whole write of the key (a rewrite:
-//!   `RESTORE`, a transaction, `EXPIRE`...) while some site may not have
+//!   `RESTORE`, a transaction, `SPOP`...) while some site may not have
 //!   it. Every field without metadata of its own was written at it.
 //!   Without a base, such fields are at rest: every site holds them.
+//! - `expiry_of`: the stamp of the last write of the key's TTL (`EXPIRE`,
+//!   `PERSIST`, a whole write, a new key) while some site may not have it:
+//!   TTL writes are ordered by stamp among themselves.
 //! - `fields`: fields changed since (each an [`Element`]: each origin's
 //!   newest write, and what removals of it had seen).
 //! - `removed`: what removals of the whole key (DEL, a rewrite) had seen.
@@ -126,8 +129,12 @@ pub struct Writes {
     pub set: Vec<(Bytes, Bytes)>,
     /// Fields to delete (after `clear`, none).
     pub del: Vec<Bytes>,
-    /// The incoming whole write is the newest: its expiry is the key's.
+    /// The incoming state's expiry is the key's: its whole write or TTL
+    /// write is the newest one.
     pub expiry_from_incoming: bool,
+    /// The key is cleared but this node's TTL write, which the removal had
+    /// not seen, stays: the expiry read before the clear is set again.
+    pub expiry_survives: bool,
 }
 
 impl Writes {
@@ -155,8 +162,9 @@ pub struct Held {
     base: Option<Stamp>,
     removed: Seen,
     fields: BTreeMap<Bytes, Element<Bytes>>,
-    /// The newest whole write's stamp: the key's expiry is the one it
-    /// carried.
+    /// The stamp of the newest write of the key's TTL (a TTL write, or a
+    /// whole write, which carries one): the key's expiry is the one it
+    /// set.
     expiry_of: Option<Stamp>,
     /// The number of its place in the collection order (see
     /// `Hashes::order`): older places of the key there are stale.
@@ -270,6 +278,7 @@ impl Held {
             }
             if unlisted_go && (self.base.is_some() || local.field_count() > 0) {
                 w.clear = true;
+                w.expiry_survives = self.expiry_of.is_some_and(|e| !incoming.removed.covers(e));
                 self.base = None;
             }
             touched.extend(self.fields.keys().cloned());
@@ -505,6 +514,7 @@ impl Hashes {
                 .any(|(node, clock)| wanted(Stamp::new(clock, node)))
         };
         held.base.is_some_and(&wanted)
+            || held.expiry_of.is_some_and(&wanted)
             || seen_wanted(&held.removed)
             || held
                 .fields
@@ -633,18 +643,19 @@ impl Hashes {
         let held = self.keys.get(&(db, key.to_vec()));
         let created = created || held.is_some_and(|h| h.kind != kind);
         self.touch((db, key), created, names);
-        if ttl {
+        if ttl || created {
             self.note_parts((db, key));
         }
         let held = self.keys.entry((db, key.to_vec())).or_default();
-        if ttl {
-            held.expiry_of = Some(stamp);
-        }
         if created {
             held.removed.join(applied);
             held.fields.clear();
             held.base = None;
-            held.expiry_of = None;
+        }
+        // A new key's TTL (none, or one set since) is written with it.
+        let ttl = ttl || created;
+        if ttl {
+            held.expiry_of = Some(stamp);
         }
         held.kind = kind;
         let mut elements = Vec::with_capacity(changes.len());

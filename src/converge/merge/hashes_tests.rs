@@ -259,3 +259,45 @@ fn a_ttl_write_wins_by_stamp_writes_no_element_and_waits_for_the_bound() {
         vec![(0, b"h".to_vec())]
     );
 }
+
+#[test]
+fn a_new_key_writes_its_ttl_and_a_sync_finds_a_ttl_write() {
+    let mut a = Hashes::default();
+    let change = (vec![(b"f".to_vec(), Some(b"v".to_vec()))], false);
+    let delta = a.local_fields(KH, Stamp::new(10, 1), change, &Seen::new(), true);
+    assert_eq!(
+        delta.ttl,
+        Some(Stamp::new(10, 1)),
+        "a new key has its own TTL"
+    );
+    let ttl = a.local_fields(
+        KH,
+        Stamp::new(11, 1),
+        (Vec::new(), true),
+        &Seen::new(),
+        false,
+    );
+    assert_eq!(ttl.ttl, Some(Stamp::new(11, 1)));
+    assert!(a.changed_after(0, b"h", |s| s == Stamp::new(11, 1)));
+}
+
+#[test]
+fn a_ttl_write_the_removal_had_not_seen_survives_the_clear() {
+    let mut b = Hashes::default();
+    let ttl = (Vec::new(), true);
+    b.local_fields(KH, Stamp::new(10, 2), ttl, &seen(&[(2, 9)]), false);
+    let here = map(&[("old", "o")]);
+    // A's delete had seen only the fields at rest.
+    let delete = HashState {
+        removed: seen(&[(1, 12), (2, 5)]),
+        ..HashState::default()
+    };
+    let w = b.remote(K, &delete, &seen(&[(1, 5), (2, 5)]), &here);
+    assert!(w.clear && w.expiry_survives, "{w:?}");
+    let seen_it = HashState {
+        removed: seen(&[(1, 13), (2, 10)]),
+        ..HashState::default()
+    };
+    let w = b.remote(K, &seen_it, &seen(&[(1, 5), (2, 5)]), &map(&[("x", "1")]));
+    assert!(!w.expiry_survives, "{w:?}");
+}
