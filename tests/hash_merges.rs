@@ -405,6 +405,26 @@ fn a_hash_that_expires_and_is_written_again_in_one_iteration_ships_as_new() {
     assert_eq!(held.keys().collect::<Vec<_>>(), vec!["f"]);
 }
 
+#[test]
+fn a_node_that_lost_its_data_gets_a_held_hash_whole_in_the_full_sync() {
+    // g0..g9 rest on both nodes. Cut: A writes one more field (the hash
+    // holds metadata until B has it); B restarts without persistence and
+    // comes back empty. The full sync ships h as its state: B must get
+    // the fields at rest too, not only the one changed.
+    let mut pair = started_merging_hashes();
+    seeded_at_rest(&pair, "h");
+    common::cut(&pair);
+    let _: i64 = cmd(&["HSET", "h", "new", "1"])
+        .query(&mut pair.a.conn())
+        .unwrap();
+    assert_eq!(pair.a.stat("merge_elements"), 1);
+    pair.b.restart();
+    common::heal(&pair);
+    or_explain(&pair, "h", || pair.wait_converged(Duration::from_secs(30)));
+    assert_eq!(fields_of(&mut pair.b.conn(), "h").len(), 11);
+    merged_and_collected(&pair);
+}
+
 /// A pair merging hashes, each node with an AOF written at every change.
 fn merging_hashes_with_aof() -> Pair {
     Pair::start_with_aof(&["merge-hashes=yes"])

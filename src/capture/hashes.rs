@@ -153,8 +153,16 @@ pub fn whole_change(
 /// the key again through the key API, in its database. A delete of this
 /// node's (its version: the key is absent since) removes everything this
 /// node has applied: a delete not recorded in the table when it was made
-/// (the key was at rest) is not lost by the state taking its place.
-pub fn as_states(ctx: &Context, shared: &Shared, st: &mut Replication, entries: &mut [Entry]) {
+/// (the key was at rest) is not lost by the state taking its place. With
+/// `rest` (a sync), a state carries the elements at rest too, for a peer
+/// that lost its data.
+pub fn as_states(
+    ctx: &Context,
+    shared: &Shared,
+    st: &mut Replication,
+    entries: &mut [Entry],
+    rest: bool,
+) {
     if st.versions.hashes.is_empty() {
         return;
     }
@@ -178,7 +186,7 @@ pub fn as_states(ctx: &Context, shared: &Shared, st: &mut Replication, entries: 
             // yet): its plain value ships, the flush records the change.
             continue;
         }
-        if let Some(mut state) = st.versions.hashes.whole(e.db, key, &local) {
+        if let Some(mut state) = st.versions.hashes.whole(e.db, key, &local, rest) {
             if own_delete {
                 state.removed.join(&applied);
             }

@@ -47,7 +47,7 @@ pub fn retry_unread(reader: &Reader, shared: &Shared, st: &mut Replication) {
     if failed > 0 {
         count_read_failures(shared, failed);
     }
-    crate::capture::hashes::as_states(reader.ctx(), shared, st, &mut entries);
+    crate::capture::hashes::as_states(reader.ctx(), shared, st, &mut entries, false);
     if let Err(entries) = push(shared, st, entries, true) {
         for e in entries {
             if let Op::Value { key, .. } | Op::Counter { key, .. } | Op::Fields { key, .. } = e.op {
@@ -158,7 +158,7 @@ pub fn drain_backlog(reader: &Reader, shared: &Shared, st: &mut Replication, dea
             .into_iter()
             .filter_map(|op| backlog_entry(reader, shared, st, op))
             .collect();
-        crate::capture::hashes::as_states(reader.ctx(), shared, st, &mut entries);
+        crate::capture::hashes::as_states(reader.ctx(), shared, st, &mut entries, false);
         let n = entries.len() as u64;
         if let Err(entries) = push(shared, st, entries, true) {
             let ops = entries.iter().filter_map(pending_of).collect();
@@ -210,7 +210,7 @@ pub fn advance_full_sync(
             .into_iter()
             .map(|(db, stamp, op)| entry(db, stamp, op))
             .collect();
-        crate::capture::hashes::as_states(reader.ctx(), shared, st, &mut entries);
+        crate::capture::hashes::as_states(reader.ctx(), shared, st, &mut entries, true);
         keep_unread(shared, st, sync);
         let refused = || shared.stats.entries_refused.load(Ordering::Relaxed);
         let before = refused();

@@ -9,7 +9,9 @@
 //!            Seen removed,
 //!            u32 count, then count x (bytes field, bytes value): the whole
 //!              write's fields
-//!            u32 count, then count x (bytes field, Element)
+//!            u32 count, then count x (bytes field, Element),
+//!            [if flag bit 4: u32 count, then count x (bytes field, bytes
+//!              value): the sender's fields at rest, in a full sync]
 //! Element:   u16 count, then count x (u64 clock, u64 node, bytes value),
 //!            Seen removed
 //! bytes:     u32 length, then the bytes
@@ -28,6 +30,8 @@ use crate::converge::merge::seen::Seen;
 
 /// The flag bit that says a TTL write's stamp follows.
 const TTL_SHIFT: u8 = 3;
+/// The flag bit that says the sender's fields at rest follow.
+const REST_SHIFT: u8 = 4;
 
 fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
@@ -54,7 +58,8 @@ pub fn encode_hash(state: &HashState) -> Vec<u8> {
         .sum();
     let mut out = Vec::with_capacity(64 + payload + 64 * state.elements.len());
     let ttl = u8::from(state.ttl.is_some()) << TTL_SHIFT;
-    out.push(u8::from(state.base.is_some()) | (state.kind as u8) << 1 | ttl);
+    let rest = u8::from(!state.rest.is_empty()) << REST_SHIFT;
+    out.push(u8::from(state.base.is_some()) | (state.kind as u8) << 1 | ttl | rest);
     if let Some(base) = state.base {
         put_stamp(&mut out, base);
     }
@@ -71,6 +76,13 @@ pub fn encode_hash(state: &HashState) -> Vec<u8> {
     for (field, element) in &state.elements {
         put_bytes(&mut out, field);
         put_element(&mut out, element);
+    }
+    if !state.rest.is_empty() {
+        out.extend_from_slice(&(state.rest.len() as u32).to_le_bytes());
+        for (field, value) in &state.rest {
+            put_bytes(&mut out, field);
+            put_bytes(&mut out, value);
+        }
     }
     out
 }
@@ -103,14 +115,14 @@ pub fn decode_hash(bytes: &[u8]) -> Result<HashState, DecodeError> {
     let at = c.at;
     let [flags] = c.array()?;
     let kind = Kind::from_u8((flags >> 1) & 3);
-    let (Some(kind), 0) = (kind, flags >> (TTL_SHIFT + 1)) else {
+    let (Some(kind), 0) = (kind, flags >> (REST_SHIFT + 1)) else {
         return Err(DecodeError::BadTag { tag: flags, at });
     };
     let base = match flags & 1 {
         0 => None,
         _ => Some(c.stamp()?),
     };
-    let ttl = match flags >> TTL_SHIFT {
+    let ttl = match (flags >> TTL_SHIFT) & 1 {
         0 => None,
         _ => Some(c.stamp()?),
     };
@@ -127,6 +139,15 @@ pub fn decode_hash(bytes: &[u8]) -> Result<HashState, DecodeError> {
         let field = c.bytes()?;
         elements.push((field, c.element()?));
     }
+    let mut rest = Vec::new();
+    if (flags >> REST_SHIFT) & 1 == 1 {
+        let n = c.count(4, 8)?;
+        rest.reserve(n);
+        for _ in 0..n {
+            let field = c.bytes()?;
+            rest.push((field, c.bytes()?));
+        }
+    }
     c.end()?;
     Ok(HashState {
         kind,
@@ -135,6 +156,7 @@ pub fn decode_hash(bytes: &[u8]) -> Result<HashState, DecodeError> {
         removed,
         base_fields,
         elements,
+        rest,
     })
 }
 
@@ -213,10 +235,12 @@ mod tests {
         let elements = proptest::collection::vec((bytes(), element()), 0..4);
         let kind = (0u8..3).prop_map(|k| Kind::from_u8(k).unwrap_or_default());
         let ttl = proptest::option::of((1u64..100, 1u64..4).prop_map(|(c, n)| Stamp::new(c, n)));
-        ((kind, ttl), base, seen(), fields, elements).prop_map(
-            |((kind, ttl), base, removed, base_fields, elements)| HashState {
+        let rest = proptest::collection::vec((bytes(), bytes()), 0..3);
+        ((kind, ttl, rest), base, seen(), fields, elements).prop_map(
+            |((kind, ttl, rest), base, removed, base_fields, elements)| HashState {
                 kind,
                 ttl,
+                rest,
                 base,
                 removed,
                 base_fields,
@@ -253,7 +277,7 @@ mod tests {
             decode_hash(&bytes),
             Err(DecodeError::BadTag { tag: 6, at: 0 })
         ));
-        bytes[0] = 1 << 4;
+        bytes[0] = 1 << 5;
         assert!(decode_hash(&bytes).is_err(), "an unknown flag");
     }
 

@@ -93,6 +93,10 @@ pub struct HashState {
     pub base_fields: Vec<(Bytes, Bytes)>,
     /// Fields with metadata of their own.
     pub elements: Vec<(Bytes, Element<Bytes>)>,
+    /// Fields at rest on the sender (no metadata, no base), in a state
+    /// shipped by a full sync: a receiver without metadata of the key
+    /// lacks them only if it lost its data, and takes them.
+    pub rest: Vec<(Bytes, Bytes)>,
 }
 
 impl HashState {
@@ -295,7 +299,29 @@ impl Held {
             touched.insert(name.clone());
         }
         self.settle(touched, local, &mut w);
+        self.restore_rest(incoming, local, &mut w);
         w
+    }
+
+    /// The sender's fields at rest this node lacks though it has no
+    /// metadata saying why (no removal of the key, none of the field): it
+    /// lost its data (a restart without persistence); they are written.
+    fn restore_rest(&self, incoming: &HashState, local: &impl LocalHash, w: &mut Writes) {
+        if incoming.rest.is_empty() || !self.removed.is_empty() || w.clear {
+            return;
+        }
+        let empty = local.field_count() == 0;
+        for (name, value) in &incoming.rest {
+            let lacks = match self.fields.get(name) {
+                // Metadata from this very state (the sender's element at
+                // rest): nothing written, nothing removed here.
+                Some(e) => e.value(&self.removed).is_none() && e.removed().is_empty(),
+                None => empty || local.field(name).is_none(),
+            };
+            if lacks {
+                w.set.push((name.clone(), value.clone()));
+            }
+        }
     }
 
     /// The incoming whole write's fields, unless every site had it or a
@@ -399,15 +425,29 @@ impl Held {
             || !self.removed.is_empty()
     }
 
-    /// This state as it travels whole: the base's fields read from `local`.
-    fn whole(&self, local: &impl LocalHash) -> HashState {
-        let base_fields = match self.base {
-            Some(_) => local
+    /// This state as it travels whole: the base's fields read from `local`
+    /// (with `rest`, the fields at rest too when there is no base).
+    fn whole(&self, local: &impl LocalHash, rest: bool) -> HashState {
+        let unlisted = || {
+            local
                 .fields()
                 .into_iter()
                 .filter(|(n, _)| !self.fields.contains_key(n))
-                .collect(),
-            None => Vec::new(),
+                .collect()
+        };
+        // With the fields at rest, the elements whose value is at rest.
+        let resting = || {
+            let mut all: Vec<(Bytes, Bytes)> = unlisted();
+            all.extend(self.fields.iter().filter_map(|(n, e)| {
+                let (at, v) = e.value(&self.removed)?;
+                at.is_none().then(|| (n.clone(), v.clone()))
+            }));
+            all
+        };
+        let (base_fields, rest) = match self.base {
+            Some(_) => (unlisted(), Vec::new()),
+            None if rest => (Vec::new(), resting()),
+            None => (Vec::new(), Vec::new()),
         };
         HashState {
             kind: self.kind,
@@ -420,6 +460,7 @@ impl Held {
                 .iter()
                 .map(|(n, e)| (n.clone(), e.clone()))
                 .collect(),
+            rest,
         }
     }
 }
@@ -686,6 +727,7 @@ impl Hashes {
             removed: held.removed.clone(),
             base_fields: Vec::new(),
             elements,
+            rest: Vec::new(),
         }
     }
 
@@ -734,6 +776,7 @@ impl Hashes {
             removed: held.removed.clone(),
             base_fields,
             elements: Vec::new(),
+            rest: Vec::new(),
         })
     }
 
@@ -791,9 +834,16 @@ impl Hashes {
         Some(held.merge(&removal, bound, local))
     }
 
-    /// The whole state of a held key, to ship (catch-up, full sync).
-    pub fn whole(&self, db: u32, key: &[u8], local: &impl LocalHash) -> Option<HashState> {
-        Some(self.get(db, key)?.whole(local))
+    /// The whole state of a held key, to ship (catch-up, full sync; with
+    /// `rest`, its fields at rest too).
+    pub fn whole(
+        &self,
+        db: u32,
+        key: &[u8],
+        local: &impl LocalHash,
+        rest: bool,
+    ) -> Option<HashState> {
+        Some(self.get(db, key)?.whole(local, rest))
     }
 
     /// Puts `key` at the back of the collection order (it just changed);

@@ -126,7 +126,7 @@ fn step() -> impl Strategy<Value = (bool, Step)> {
 fn local(site: &mut Site, peer: u64, step: &Step) -> Option<Result<HashState, Seen>> {
     if let Step::Resend = step {
         // A catch-up: the held key's whole state, again.
-        return site.table.whole(KEY.0, KEY.1, &site.server).map(Ok);
+        return site.table.whole(KEY.0, KEY.1, &site.server, true).map(Ok);
     }
     let before = site.applied(peer);
     let stamp = site.tick();
