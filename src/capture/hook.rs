@@ -107,27 +107,23 @@ fn mark_written(main: &crate::capture::state::MainState, db: u32, key: &[u8], ev
     let Some(mut dirty) = main.dirty.get() else {
         return;
     };
-    if increments::enabled() {
-        let unpaired = main
+    let contains = dirty.contains(db, key);
+    // An increment the filter did not note, or an inexact element note.
+    let unpaired = increments::enabled()
+        && main
             .increments
             .get()
-            .is_some_and(|mut w| w.event(db, key, event, dirty.contains(db, key)));
-        if unpaired {
-            crate::shared::with_shared(|s| {
-                crate::ops::status::Stats::add(&s.stats.merge_fallbacks, 1)
-            });
-        }
-    }
-    if fields::enabled() {
-        let inexact = main
+            .is_some_and(|mut w| w.event(db, key, event, contains));
+    let inexact = fields::enabled()
+        && main
             .fields
             .get()
-            .is_some_and(|mut w| w.event(db, key, event, dirty.contains(db, key)));
-        if inexact {
-            crate::shared::with_shared(|s| {
-                crate::ops::status::Stats::add(&s.stats.merge_fallbacks, 1)
-            });
-        }
+            .is_some_and(|mut w| w.event(db, key, event, contains));
+    let fallbacks = u64::from(unpaired) + u64::from(inexact);
+    if fallbacks > 0 {
+        crate::shared::with_shared(|s| {
+            crate::ops::status::Stats::add(&s.stats.merge_fallbacks, fallbacks)
+        });
     }
     dirty.mark(db, key);
 }
