@@ -62,6 +62,10 @@ struct Site {
     applied_peer: u64,
     inbox: VecDeque<Message>,
     model: Elements<Bytes>,
+    /// The stamp of this site's plain delete of the key (not held then),
+    /// while it is the key's version: `note_own_delete` of
+    /// `receive::apply_fields` records it once a state of the key arrives.
+    own_delete: Option<Stamp>,
 }
 
 impl Site {
@@ -133,6 +137,7 @@ fn local(site: &mut Site, peer: u64, step: &Step) -> Option<Result<HashState, Se
     let created = site.server.0.is_empty();
     match *step {
         Step::Set(f, v) => {
+            site.own_delete = None;
             let value = site.value(v);
             site.server.0.insert(vec![f], value.clone());
             let mut seen = before.clone();
@@ -168,9 +173,13 @@ fn local(site: &mut Site, peer: u64, step: &Step) -> Option<Result<HashState, Se
                 site.server.0.clear();
                 Whole::Absent
             };
+            site.own_delete = None;
             match site.table.local_whole(KEY, stamp, whole, &before) {
                 Some(state) => Some(Ok(state)),
-                None => Some(Err(before)),
+                None => {
+                    site.own_delete = Some(stamp);
+                    Some(Err(before))
+                }
             }
         }
         _ => None,
@@ -181,22 +190,34 @@ fn deliver(to: &mut Site) {
     let Some((state, model, stamp)) = to.inbox.pop_front() else {
         return;
     };
-    to.clock = to.clock.max(stamp.clock);
-    to.applied_peer = to.applied_peer.max(stamp.clock);
+    let own_delete = to.own_delete.take();
     let w = match state {
         Ok(state) => {
+            if let Some(deleted) = own_delete.filter(|_| !to.table.contains(KEY.0, KEY.1)) {
+                // What it applied since of the key would have brought it back.
+                let mut seen: Seen = [(to.node, deleted.clock - 1), (stamp.node, to.applied_peer)]
+                    .into_iter()
+                    .collect();
+                seen.observe(deleted);
+                to.table.note_delete(KEY, &seen);
+            }
             let state = decode_hash(&encode_hash(&state)).expect("round trip");
             to.table.remote(KEY, &state, &to.bound, &to.server)
         }
-        Err(applied) => to
-            .table
-            .remote_delete(KEY, &applied, &to.bound, &to.server)
-            .unwrap_or(Writes {
-                clear: true,
-                ..Writes::default()
-            }),
+        Err(applied) => {
+            // The newer delete is the key's version.
+            to.own_delete = own_delete.filter(|own| *own > stamp);
+            to.table
+                .remote_delete(KEY, &applied, &to.bound, &to.server)
+                .unwrap_or(Writes {
+                    clear: true,
+                    ..Writes::default()
+                })
+        }
     };
     to.server.apply(w);
+    to.clock = to.clock.max(stamp.clock);
+    to.applied_peer = to.applied_peer.max(stamp.clock);
     to.model.merge(&model, &Seen::new());
 }
 
@@ -226,6 +247,8 @@ fn run(kind: Kind, steps: Vec<(bool, Step)>) -> Result<(), TestCaseError> {
                 for s in &mut sites {
                     s.bound.join(&bound);
                     s.table.collect(&s.bound);
+                    // Acknowledged: the tombstone goes.
+                    s.own_delete = s.own_delete.filter(|d| !s.bound.covers(*d));
                 }
             }
             Step::Collect => {}
@@ -235,7 +258,7 @@ fn run(kind: Kind, steps: Vec<(bool, Step)>) -> Result<(), TestCaseError> {
                     let sent = (
                         state,
                         sites[me].model.clone(),
-                        Stamp::new(sites[me].clock, 0),
+                        Stamp::new(sites[me].clock, sites[me].node),
                     );
                     sites[peer].inbox.push_back(sent);
                 }
