@@ -6,7 +6,9 @@
 # must hold the same data (tests/server-suite/peer-check.tcl: DEBUG DIGEST
 # and the DUMP of every stream).
 #
-#   scripts/server-suite.sh [--server redis-server] [--so PATH] [unit ...]
+#   scripts/server-suite.sh [--server redis-server] [--so PATH] [--no-b-pass] [unit ...]
+#
+# --no-b-pass: the type files against node A only.
 #
 # Tests that assert the exact replication stream are skipped on both
 # (tests/server-suite/replication-stream-tests.py says why).
@@ -21,11 +23,13 @@ ROOT=$PWD
 SERVER=redis-server
 SO=$ROOT/target/debug/librdmasync.so
 UNITS=()
+B_PASS=yes
 while [ $# -gt 0 ]; do
   case $1 in
     --server) SERVER=$2; shift 2 ;;
     --so) SO=$2; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    --no-b-pass) B_PASS=no; shift ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     -*) echo "server-suite: unknown option $1" >&2; exit 2 ;;
     *) UNITS+=("$1"); shift ;;
   esac
@@ -150,7 +154,7 @@ rm -f "$OUT/plain.status" "$OUT/on-b.status"
 done); echo $? > "$OUT/plain.status") &
 PLAIN=$!
 ( (for unit in "${UNITS[@]}"; do
-  [[ $unit == type/* ]] || continue
+  [[ $unit == type/* && $B_PASS == yes ]] || continue
   start_pair a-of-b b-of-b
   run_file b "$PB" "$PA" "$unit"
   stop a-of-b "$PA"; stop b-of-b "$PB"
