@@ -33,7 +33,8 @@
 # Environment: BENCH_PORT (default 26400: ports BENCH_PORT+1..+14 are used),
 #   BG_RATE (background writes/s for the loaded lag run, default 50000),
 #   BENCH_TESTS / BENCH_PIPELINES (the write-path tests and pipelines, default all;
-#   `incr` increments one hot counter, `hset-big` sets random fields of one
+#   `incr` increments one hot counter, `hincrby` one hot field of one hash,
+#   `hset-big` sets random fields of one
 #   hash of 1,000,000 fields, `sadd-big` adds random members to one set of
 #   1,000,000 (new members: an SADD of one already there changes nothing)
 #   and `zadd-big` scores random members of one sorted set of
@@ -203,6 +204,7 @@ bench_one() { # port test pipeline
     hset-keys) args=(hset "h:__rand_int__" "f:__rand_int__" v) ;;
     lpush-keys) args=(lpush "l:__rand_int__" v) ;;
     incr) args=(incr counter) ;;
+    hincrby) args=(hincrby hot f 1) ;;
     hset-big) args=(-r 1000000 hset big "f:__rand_int__" v) ;;
     sadd-big) args=(-r 1000000 sadd big "n:__rand_int__") ;;
     sadd-keys) args=(sadd "s:__rand_int__" "m:__rand_int__") ;;

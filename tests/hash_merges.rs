@@ -609,3 +609,110 @@ fn a_field_written_over_a_value_of_another_type_converges() {
         .unwrap();
     eprintln!("SET on B against a later HSET on A: both hold a {kind}");
 }
+
+/// Update `i` of the HINCRBY family on field `f` of `h`: +1, +3, -1, +2 in
+/// turn (+5 a cycle).
+fn hincrby_family(i: usize) -> redis::Cmd {
+    let by = ["1", "3", "-1", "2"][i % 4];
+    cmd(&["HINCRBY", "h", "f", by])
+}
+
+fn field_f(c: &mut Connection) -> i64 {
+    redis::cmd("HGET").arg("h").arg("f").query(c).unwrap()
+}
+
+#[test]
+fn hincrby_of_one_field_on_both_nodes_counts_every_increment() {
+    let pair = started_merging_hashes();
+    // Another field written beside, so the hash is more than a counter.
+    let _: i64 = cmd(&["HSET", "h", "name", "x"])
+        .query(&mut pair.a.conn())
+        .unwrap();
+    or_explain(&pair, "h", || {
+        at_once(&pair, hincrby_family, hincrby_family, integer)
+    });
+    let want = 2 * (UPDATES as i64 / 4) * 5;
+    let lost = lost_on_both(&pair, |c| (want - field_f(c)).unsigned_abs() as usize);
+    report("HINCRBY one field", lost / 2, 2 * UPDATES);
+    merged_and_collected(&pair);
+}
+
+#[test]
+fn increments_of_one_field_made_while_the_link_is_cut_all_count() {
+    let pair = started_merging_hashes();
+    common::cut(&pair);
+    thread::scope(|s| {
+        s.spawn(|| write_all(&pair.a, hincrby_family, integer));
+        s.spawn(|| write_all(&pair.b, hincrby_family, integer));
+    });
+    common::heal(&pair);
+    or_explain(&pair, "h", || pair.wait_converged(Duration::from_secs(30)));
+    let want = 2 * (UPDATES as i64 / 4) * 5;
+    let lost = lost_on_both(&pair, |c| (want - field_f(c)).unsigned_abs() as usize);
+    report("HINCRBY one field across a link cut", lost / 2, 2 * UPDATES);
+    merged_and_collected(&pair);
+}
+
+#[test]
+fn a_write_or_removal_of_a_counting_field_keeps_the_increments_it_had_not_seen() {
+    // While cut: A increments f and g 10 times, then HSETs f to 1000 and
+    // HDELs g (both had seen A's increments); B increments each 7 times,
+    // unseen by them. After the heal: f = 1000 + 7, g = 7 on both.
+    let pair = started_merging_hashes();
+    common::cut(&pair);
+    let (mut a, mut b) = (pair.a.conn(), pair.b.conn());
+    for _ in 0..10 {
+        for f in ["f", "g"] {
+            let _: i64 = cmd(&["HINCRBY", "h", f, "2"]).query(&mut a).unwrap();
+        }
+    }
+    let _: i64 = cmd(&["HSET", "h", "f", "1000"]).query(&mut a).unwrap();
+    let _: i64 = cmd(&["HDEL", "h", "g"]).query(&mut a).unwrap();
+    for _ in 0..7 {
+        for f in ["f", "g"] {
+            let _: i64 = cmd(&["HINCRBY", "h", f, "1"]).query(&mut b).unwrap();
+        }
+    }
+    common::heal(&pair);
+    or_explain(&pair, "h", || pair.wait_converged(Duration::from_secs(30)));
+    for node in [&pair.a, &pair.b] {
+        let fields = fields_of(&mut node.conn(), "h");
+        assert_eq!(
+            fields.get("f").map(String::as_str),
+            Some("1007"),
+            "{fields:?}"
+        );
+        assert_eq!(fields.get("g").map(String::as_str), Some("7"), "{fields:?}");
+    }
+    merged_and_collected(&pair);
+}
+
+#[test]
+fn increments_of_one_field_survive_a_kill_of_one_node_with_aof() {
+    // Cut, both increment; A is killed and starts again from its AOF, which
+    // holds its increments' metadata: after the heal each counts once.
+    let mut pair = merging_hashes_with_aof();
+    common::cut(&pair);
+    for node in [&pair.a, &pair.b] {
+        let mut c = node.conn();
+        for i in 0..UPDATES {
+            let _: i64 = hincrby_family(i).query(&mut c).unwrap();
+        }
+    }
+    pair.a.restart();
+    assert_eq!(
+        pair.a.stat("merge_elements"),
+        1,
+        "the metadata did not come back from the AOF"
+    );
+    common::heal(&pair);
+    or_explain(&pair, "h", || pair.wait_converged(Duration::from_secs(30)));
+    let want = 2 * (UPDATES as i64 / 4) * 5;
+    let lost = lost_on_both(&pair, |c| (want - field_f(c)).unsigned_abs() as usize);
+    report(
+        "HINCRBY one field across a kill with AOF",
+        lost / 2,
+        2 * UPDATES,
+    );
+    merged_and_collected(&pair);
+}

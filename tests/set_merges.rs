@@ -11,7 +11,9 @@ use std::collections::{HashMap, HashSet};
 use std::thread;
 use std::time::Duration;
 
-use common::writers::{at_once, cmd, integer, lost_on_both, report, write_all, PIPELINE, UPDATES};
+use common::writers::{
+    at_once, cmd, integer, lost_on_both, okay, report, write_all, PIPELINE, UPDATES,
+};
 use common::Pair;
 use redis::Connection;
 
@@ -468,4 +470,56 @@ fn an_sadd_that_adds_some_members_adds_every_member_it_names() {
         let held = members(&mut node.conn(), "s");
         assert!(held.contains("a") && held.contains("c"), "{held:?}");
     }
+}
+
+/// Update `i` of the ZINCRBY family on member `m` of `z`: +1, +3, -1, +2
+/// in turn (+5 a cycle).
+fn zincrby_family(i: usize) -> redis::Cmd {
+    let by = ["1", "3", "-1", "2"][i % 4];
+    cmd(&["ZINCRBY", "z", by, "m"])
+}
+
+fn score_of_m(c: &mut Connection) -> f64 {
+    redis::cmd("ZSCORE").arg("z").arg("m").query(c).unwrap()
+}
+
+#[test]
+fn zincrby_of_one_member_on_both_nodes_counts_every_increment() {
+    let pair = started_merging();
+    let _: i64 = cmd(&["ZADD", "z", "7", "other"])
+        .query(&mut pair.a.conn())
+        .unwrap();
+    or_explain(&pair, "z", || {
+        at_once(&pair, zincrby_family, zincrby_family, okay)
+    });
+    let want = 2.0 * (UPDATES / 4) as f64 * 5.0;
+    let lost = lost_on_both(&pair, |c| (want - score_of_m(c)).abs() as usize);
+    report("ZINCRBY one member", lost / 2, 2 * UPDATES);
+    merged_and_collected(&pair);
+}
+
+#[test]
+fn a_zadd_of_a_counting_member_keeps_the_increments_it_had_not_seen() {
+    // While cut: A increments m 10 times, then ZADDs it at 1000 (having seen
+    // its increments); B increments it 7 times, unseen by the ZADD, and
+    // increments n by 0.5 (not an integer: a write of the score it left).
+    let pair = started_merging();
+    common::cut(&pair);
+    let (mut a, mut b) = (pair.a.conn(), pair.b.conn());
+    for _ in 0..10 {
+        let _: f64 = cmd(&["ZINCRBY", "z", "2", "m"]).query(&mut a).unwrap();
+    }
+    let _: i64 = cmd(&["ZADD", "z", "1000", "m"]).query(&mut a).unwrap();
+    for _ in 0..7 {
+        let _: f64 = cmd(&["ZINCRBY", "z", "1", "m"]).query(&mut b).unwrap();
+    }
+    let _: f64 = cmd(&["ZINCRBY", "z", "0.5", "n"]).query(&mut b).unwrap();
+    common::heal(&pair);
+    or_explain(&pair, "z", || pair.wait_converged(Duration::from_secs(30)));
+    for node in [&pair.a, &pair.b] {
+        let held = scores(&mut node.conn(), "z");
+        assert_eq!(held.get("m"), Some(&1007.0), "{held:?}");
+        assert_eq!(held.get("n"), Some(&0.5), "{held:?}");
+    }
+    merged_and_collected(&pair);
 }

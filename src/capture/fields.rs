@@ -49,6 +49,36 @@ pub enum Post {
     Present,
     /// Removed.
     Absent,
+    /// Incremented by an integer (`HINCRBY`, `ZINCRBY`), its value read at
+    /// the flush.
+    Incr(i128),
+}
+
+impl Post {
+    /// What two changes of one element in a row leave: increments add up;
+    /// an increment after another change is a write of what it left; any
+    /// other change replaces what came before.
+    fn then(self, next: Post) -> Post {
+        match (self, next) {
+            (Post::Incr(a), Post::Incr(b)) => a.checked_add(b).map_or(Post::Read, Post::Incr),
+            (_, Post::Incr(_)) => Post::Read,
+            (_, next) => next,
+        }
+    }
+}
+
+/// An integer increment as `HINCRBY` takes it.
+fn integer_delta(arg: &[u8]) -> Option<i128> {
+    crate::converge::merge::counters::integer_of(arg)
+}
+
+/// An increment of a score that is an integer a double holds exactly
+/// (`ZINCRBY 5 m`); others are writes of the score they leave.
+fn integral_score_delta(arg: &[u8]) -> Option<i128> {
+    let text = std::str::from_utf8(arg).ok()?;
+    let x: f64 = text.trim().parse().ok()?;
+    let exact = x.is_finite() && x.fract() == 0.0 && x.abs() <= 9_007_199_254_740_992.0;
+    exact.then_some(x as i128)
 }
 
 /// The elements a filtered command will change, and the event that says it
@@ -99,7 +129,8 @@ pub fn change_of<'a>(args: &[&'a [u8]]) -> Option<FieldChange<'a>> {
         } else if is("hdel") && n >= 3 {
             (elements(2)?, b"hdel", Post::Absent)
         } else if is("hincrby") && n == 4 {
-            (vec![args[2]], b"hincrby", Post::Read)
+            let post = integer_delta(args[3]).map_or(Post::Read, Post::Incr);
+            (vec![args[2]], b"hincrby", post)
         } else if is("hincrbyfloat") && n == 4 {
             (vec![args[2]], b"hincrbyfloat", Post::Read)
         } else if is("sadd") && n >= 3 {
@@ -109,7 +140,8 @@ pub fn change_of<'a>(args: &[&'a [u8]]) -> Option<FieldChange<'a>> {
         } else if is("zrem") && n >= 3 {
             (elements(2)?, b"zrem", Post::Absent)
         } else if is("zincrby") && n == 4 {
-            (vec![args[3]], b"zincr", Post::Read)
+            let post = integral_score_delta(args[2]).map_or(Post::Read, Post::Incr);
+            (vec![args[3]], b"zincr", post)
         } else if is("zadd") && n >= 4 {
             let (elements, conditional) = zadd_members(&args[2..])?;
             inexact = conditional && elements.0.len() > 1;
@@ -275,17 +307,22 @@ impl FieldWindow {
     }
 
     /// What changed of `key` since the last flush, each element once with
-    /// what its last change left, if it changed only element by element
+    /// what its changes left (see `Post::then`), if it changed only element by element
     /// (and in its TTL); forgets the key.
     pub fn take(&mut self, db: u32, key: &[u8]) -> Option<Changes> {
         if self.keys.is_empty() {
             return None;
         }
         let mut changes = self.keys.remove(&(db, key.to_vec()))?;
-        // Newest first, so that the one kept of each name is its last.
-        changes.changed.reverse();
+        // By name, each name's changes in their order (a stable sort).
         changes.changed.sort_by(|a, b| a.0.cmp(&b.0));
-        changes.changed.dedup_by(|later, kept| later.0 == kept.0);
+        changes.changed.dedup_by(|later, kept| {
+            let same = later.0 == kept.0;
+            if same {
+                kept.1 = kept.1.then(later.1);
+            }
+            same
+        });
         Some(changes)
     }
 
@@ -399,6 +436,38 @@ mod tests {
         w.event(0, b"s", b"srem", false);
         let only_b = vec![(b"b".to_vec(), Post::Absent)];
         assert_eq!(w.take(0, b"s"), Some(changes(Kind::Set, only_b, false)));
+    }
+
+    #[test]
+    fn integer_increments_of_a_field_add_up_and_others_are_writes() {
+        let post = |words: &str| change_of(&args(words)).map(|c| c.post);
+        assert_eq!(post("HINCRBY h f -3"), Some(Post::Incr(-3)));
+        assert_eq!(post("HINCRBY h f 1.5"), Some(Post::Read));
+        assert_eq!(post("HINCRBYFLOAT h f 2"), Some(Post::Read));
+        assert_eq!(post("ZINCRBY z 4 m"), Some(Post::Incr(4)));
+        assert_eq!(post("ZINCRBY z 4.0 m"), Some(Post::Incr(4)));
+        assert_eq!(post("ZINCRBY z 0.5 m"), Some(Post::Read));
+        assert_eq!(post("ZINCRBY z inf m"), Some(Post::Read));
+        let mut w = FieldWindow::default();
+        let commands: [(&str, &[u8]); 6] = [
+            ("HINCRBY h a 2", b"hincrby"),
+            ("HINCRBY h a 5", b"hincrby"),
+            ("HSET h b 1", b"hset"),
+            ("HINCRBY h b 5", b"hincrby"),
+            ("HINCRBY h c 5", b"hincrby"),
+            ("HDEL h c", b"hdel"),
+        ];
+        for (i, (words, event)) in commands.into_iter().enumerate() {
+            filtered(Some(&args(words)));
+            // The first change makes the key dirty.
+            w.event(0, b"h", event, i > 0);
+        }
+        let want = vec![
+            (b"a".to_vec(), Post::Incr(7)),
+            (b"b".to_vec(), Post::Read),
+            (b"c".to_vec(), Post::Absent),
+        ];
+        assert_eq!(w.take(0, b"h"), Some(changes(Kind::Hash, want, false)));
     }
 
     #[test]

@@ -330,7 +330,15 @@ fn ship_field_changes(
         };
         let stamp = Stamp::new(shared.clock.tick(wall), shared.node_id);
         let before = st.versions.get(db, &key);
-        match crate::capture::hashes::field_change(ctx, st, (db, &key), stamp, fields, before) {
+        match crate::capture::hashes::field_change(
+            ctx,
+            shared,
+            st,
+            (db, &key),
+            stamp,
+            fields,
+            before,
+        ) {
             Some(op) => {
                 st.last_local_stamp = stamp.clock;
                 st.versions.record_write(db, &key, stamp);
@@ -521,7 +529,9 @@ fn record_hash_change(
     }
     let fields = main_state().fields.get().and_then(|mut w| w.take(db, key));
     if let Some(fields) = fields {
-        if crate::capture::hashes::field_change(ctx, st, (db, key), stamp, fields, before).is_some()
+        let change = (db, key);
+        if crate::capture::hashes::field_change(ctx, shared, st, change, stamp, fields, before)
+            .is_some()
         {
             return;
         }

@@ -14,7 +14,7 @@ use crate::capture::counters::fallback;
 use crate::capture::fields::{Changes, Post};
 use crate::catchup::replication::Replication;
 use crate::converge::merge::hash_codec;
-use crate::converge::merge::hashes::{Bytes, Kind, Whole};
+use crate::converge::merge::hashes::{Bytes, Change, Kind, Whole};
 use crate::converge::merge::Seen;
 use crate::converge::version::{KeyVersion, Stamp};
 use crate::proto::entry::{Entry, Op};
@@ -52,6 +52,7 @@ pub fn applied_now(shared: &Shared, st: &Replication) -> Seen {
 /// read instead).
 pub fn field_change(
     ctx: &Context,
+    shared: &Shared,
     st: &mut Replication,
     (db, key): (u32, &[u8]),
     stamp: Stamp,
@@ -68,29 +69,46 @@ pub fn field_change(
     let reads: Vec<Bytes> = noted
         .changed
         .iter()
-        .filter(|(_, post)| *post == Post::Read)
+        .filter(|(_, post)| matches!(post, Post::Read | Post::Incr(_)))
         .map(|(name, _)| name.clone())
         .collect();
     let (values, expiry_ms) = local.values_and_expiry(kind, &reads).ok()?;
     let mut values = values.into_iter();
-    let changes: Vec<(Bytes, Option<Bytes>)> = noted
+    let changes: Vec<(Bytes, Change)> = noted
         .changed
         .into_iter()
-        .map(|(name, post)| match post {
-            Post::Read => (name, values.next().flatten()),
-            Post::Present => (name, Some(Vec::new())),
-            Post::Absent => (name, None),
+        .map(|(name, post)| {
+            let change = match post {
+                Post::Read => values
+                    .next()
+                    .flatten()
+                    .map_or(Change::Remove, Change::Write),
+                Post::Incr(delta) => values
+                    .next()
+                    .flatten()
+                    .map_or(Change::Remove, |after| Change::Increment(delta, after)),
+                Post::Present => Change::Write(Vec::new()),
+                Post::Absent => Change::Remove,
+            };
+            (name, change)
         })
         .collect();
     let applied = applied_before(st, stamp);
     let created = matches!(before, Some(KeyVersion::Deleted { .. }));
-    let state = st.versions.hashes.local_fields(
+    let (state, written_instead) = st.versions.hashes.local_changes(
         (db, key, kind),
         stamp,
         (changes, noted.ttl),
         &applied,
         created,
     );
+    for _ in 0..written_instead {
+        fallback(
+            shared,
+            "an increment taken as a write of the value it left (its value disagreed with the \
+             element's state, a whole write's field, or too many increments wait)",
+        );
+    }
     st.versions.journal_hashes();
     Some(Op::Fields {
         key: key.to_vec(),

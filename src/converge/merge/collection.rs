@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::converge::merge::element::{Collected, Element};
+use crate::converge::merge::element::{Add, Collected, Element};
 use crate::converge::merge::seen::Seen;
 use crate::converge::version::Stamp;
 
@@ -99,6 +99,25 @@ impl<V: Clone + PartialEq> Elements<V> {
             .collect()
     }
 
+    /// An increment of element `name` (see [`Element::increment`]).
+    pub fn increment(&mut self, name: &[u8], stamp: Stamp, delta: i128, bound: &Seen) {
+        if bound.covers(stamp) {
+            return;
+        }
+        self.elements
+            .entry(name.to_vec())
+            .or_default()
+            .increment(stamp, delta, bound);
+    }
+
+    /// The present elements with the increments that count added (`add`).
+    pub fn values_counted(&self, add: Add<'_, V>) -> BTreeMap<&[u8], V> {
+        self.elements
+            .iter()
+            .filter_map(|(name, e)| Some((name.as_slice(), e.value_counted(&self.removed, add)?)))
+            .collect()
+    }
+
     /// The writes of `name` held here (see [`Element::observed`]).
     pub fn observed(&self, name: &[u8]) -> Seen {
         self.elements
@@ -120,10 +139,10 @@ impl<V: Clone + PartialEq> Elements<V> {
     /// Drops the metadata no site can conflict with any more (see
     /// [`Element::collect`]); the key's removals go once the bound covers
     /// them all and no element kept holds a write they removed.
-    pub fn collect(&mut self, bound: &Seen) {
+    pub fn collect(&mut self, bound: &Seen, add: Add<'_, V>) {
         let removed = &self.removed;
         self.elements
-            .retain(|_, element| element.collect(removed, bound) != Collected::Gone);
+            .retain(|_, element| element.collect(removed, bound, add) != Collected::Gone);
         let removed = &self.removed;
         let still_covers = self
             .elements

@@ -12,8 +12,10 @@
 //!            u32 count, then count x (bytes field, Element),
 //!            [if flag bit 4: u32 count, then count x (bytes field, bytes
 //!              value): the sender's fields at rest, in a full sync]
-//! Element:   u16 count, then count x (u64 clock, u64 node, bytes value),
-//!            Seen removed
+//! Element:   u16 count (bit 15: increments follow; count below it), then
+//!            count x (u64 clock, u64 node, bytes value), Seen removed,
+//!            [if bit 15: u16 n, then n x (u64 clock, u64 node, i128 delta):
+//!            the increments]
 //! bytes:     u32 length, then the bytes
 //! Notice:    Seen bound, then (optional) Seen applied, then (optional)
 //!            u64 coverage: the sender's own changes at or below it are in
@@ -38,15 +40,34 @@ fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(bytes);
 }
 
+/// The bit of an element's count that says its increments follow.
+const INCREMENTS_BIT: u16 = 1 << 15;
+
 /// Appends an element.
 pub fn put_element(out: &mut Vec<u8>, element: &Element<Bytes>) {
     let writes = element.writes();
-    out.extend_from_slice(&(writes.len() as u16).to_le_bytes());
+    let increments = element.increments();
+    let flag = if increments.is_empty() {
+        0
+    } else {
+        INCREMENTS_BIT
+    };
+    // One write per origin node: far below the flag bit.
+    out.extend_from_slice(&(writes.len() as u16 | flag).to_le_bytes());
     for (stamp, value) in writes {
         put_stamp(out, *stamp);
         put_bytes(out, value);
     }
     put_seen(out, element.removed());
+    if !increments.is_empty() {
+        // At most one per flush of each origin since the bound: a hot
+        // field's are folded before they reach this (`MAX_INCREMENTS`).
+        out.extend_from_slice(&(increments.len() as u16).to_le_bytes());
+        for (stamp, delta) in increments {
+            put_stamp(out, *stamp);
+            out.extend_from_slice(&delta.to_le_bytes());
+        }
+    }
 }
 
 /// A hash's state as it travels.
@@ -94,13 +115,30 @@ impl Cursor<'_> {
     }
 
     fn element(&mut self) -> Result<Element<Bytes>, DecodeError> {
-        let n = self.count(2, 20)?;
+        let at = self.at;
+        let [lo, hi] = self.array()?;
+        let raw = u16::from_le_bytes([lo, hi]);
+        let n = usize::from(raw & !INCREMENTS_BIT);
+        if n.checked_mul(20)
+            .is_none_or(|need| need > self.bytes.len() - self.at)
+        {
+            return Err(DecodeError::Truncated(at));
+        }
         let mut writes = Vec::with_capacity(n);
         for _ in 0..n {
             let stamp = self.stamp()?;
             writes.push((stamp, self.bytes()?));
         }
-        Ok(Element::from_parts(writes, self.seen()?))
+        let mut element = Element::from_parts(writes, self.seen()?);
+        if raw & INCREMENTS_BIT != 0 {
+            let n = self.count(2, 32)?;
+            for _ in 0..n {
+                let stamp = self.stamp()?;
+                let delta = i128::from_le_bytes(self.array()?);
+                element.increment(stamp, delta, &Seen::new());
+            }
+        }
+        Ok(element)
     }
 }
 
@@ -220,12 +258,17 @@ mod tests {
 
     fn element() -> impl Strategy<Value = Element<Bytes>> {
         let writes = proptest::collection::vec(((1u64..100, 1u64..4), bytes()), 0..3);
-        (writes, seen()).prop_map(|(w, s)| {
+        let increments = proptest::collection::vec(((1u64..100, 1u64..4), any::<i128>()), 0..3);
+        (writes, seen(), increments).prop_map(|(w, s, incs)| {
             let w = w
                 .into_iter()
                 .map(|((c, n), v)| (Stamp::new(c, n), v))
                 .collect();
-            Element::from_parts(w, s)
+            let mut e = Element::from_parts(w, s);
+            for ((c, n), d) in incs {
+                e.increment(Stamp::new(c, n), d, &Seen::new());
+            }
+            e
         })
     }
 

@@ -76,6 +76,54 @@ pub fn score_of(value: &[u8]) -> Option<f64> {
     Some(f64::from_bits(u64::from_be_bytes(value.try_into().ok()?)))
 }
 
+/// The most increments one element lists: one more is taken as a write of
+/// the value it left (counted), which removes the ones its site applied.
+pub const MAX_INCREMENTS: usize = 1024;
+
+/// A hash field's value as an integer: what `HINCRBY` accepts.
+fn integer_field(value: &[u8]) -> Option<i128> {
+    crate::converge::merge::counters::integer_of(value)
+}
+
+/// A sorted set's score as an integer, when it is one a double holds
+/// exactly (what increments add to the same way on every site).
+fn integral_score(value: &[u8]) -> Option<i128> {
+    let score = score_of(value)?;
+    let exact = score.fract() == 0.0 && score.abs() <= 9_007_199_254_740_992.0;
+    exact.then_some(score as i128)
+}
+
+/// Whether increments add to `value` of a `kind` element (a number): a
+/// write of it removes the increments its site had applied.
+pub fn counts(kind: Kind, value: &[u8]) -> bool {
+    match kind {
+        Kind::Hash => integer_field(value).is_some(),
+        Kind::SortedSet => integral_score(value).is_some(),
+        Kind::Set => false,
+    }
+}
+
+/// What increments summing to `sum` make of `value` (`None`: absent,
+/// they start from 0) in a `kind` element: a hash field's integer (kept
+/// within `i64`, as HINCRBY keeps it), a sorted set's integral score; a
+/// value that is no such number stays as written.
+pub fn add_increments(kind: Kind, value: Option<&Bytes>, sum: i128) -> Option<Bytes> {
+    let clamp = |x: i128| x.clamp(i128::from(i64::MIN), i128::from(i64::MAX));
+    match (kind, value) {
+        (Kind::Hash, None) => Some(clamp(sum).to_string().into_bytes()),
+        (Kind::Hash, Some(v)) => match integer_field(v) {
+            Some(x) => Some(clamp(x.saturating_add(sum)).to_string().into_bytes()),
+            None => Some(v.clone()),
+        },
+        (Kind::SortedSet, None) => Some(score_bytes(sum as f64)),
+        (Kind::SortedSet, Some(v)) => match integral_score(v) {
+            Some(x) => Some(score_bytes(x.saturating_add(sum) as f64)),
+            None => Some(v.clone()),
+        },
+        (Kind::Set, v) => v.cloned(),
+    }
+}
+
 /// A hash's merge state as it travels: a change of some fields (a delta)
 /// or a whole write, with the key's removals.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -102,10 +150,10 @@ pub struct HashState {
 impl HashState {
     /// The newest stamp in the state (`Stamp::ZERO` for none).
     pub fn newest(&self) -> Stamp {
-        let writes = self
-            .elements
-            .iter()
-            .flat_map(|(_, e)| e.writes().iter().map(|(s, _)| *s));
+        let writes = self.elements.iter().flat_map(|(_, e)| {
+            let increments = e.increments().iter().map(|(s, _)| *s);
+            e.writes().iter().map(|(s, _)| *s).chain(increments)
+        });
         writes
             .chain(self.base)
             .chain(self.ttl)
@@ -146,6 +194,18 @@ impl Writes {
     pub fn is_empty(&self) -> bool {
         !self.clear && self.set.is_empty() && self.del.is_empty()
     }
+}
+
+/// A local change of one element.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Change {
+    /// Written: its value now.
+    Write(Bytes),
+    /// Removed.
+    Remove,
+    /// Only incremented (`HINCRBY`, `ZINCRBY` by an integer), by the
+    /// delta, leaving the value read after.
+    Increment(i128, Bytes),
 }
 
 /// A whole write of a key as a local read found it.
@@ -264,6 +324,110 @@ impl Held {
         self.base = None;
     }
 
+    /// This node wrote element `name` (`Some`) or removed it (`None`) at
+    /// `stamp`, having applied `applied`: the element becomes that write,
+    /// which replaces what this site had seen of it. A removal, and a
+    /// write of a number, remove what the site had seen (the increments
+    /// too). Returns the element to ship.
+    fn local_write(
+        &mut self,
+        name: &[u8],
+        stamp: Stamp,
+        now: Option<Bytes>,
+        applied: &Seen,
+    ) -> Element<Bytes> {
+        let base = self.base;
+        let element = self.fields.entry(name.to_vec()).or_default();
+        let seen = || {
+            let mut seen = applied.clone();
+            seen.join(&element.observed());
+            seen.join(element.removed());
+            if let Some(base) = base {
+                seen.observe(base);
+            }
+            seen
+        };
+        let mut fresh = Element::default();
+        match now {
+            Some(value) if counts(self.kind, &value) => {
+                let seen = seen();
+                if !seen.is_empty() {
+                    fresh.remove(&seen, &Seen::new());
+                }
+                fresh.write(stamp, value, &Seen::new());
+            }
+            Some(value) => {
+                // Increments do not add to it, but they count again once a
+                // number written where they were unseen wins: they stay,
+                // with what had removed some of them.
+                for &(s, delta) in element.increments() {
+                    fresh.increment(s, delta, &Seen::new());
+                }
+                if !element.removed().is_empty() {
+                    fresh.remove(element.removed(), &Seen::new());
+                }
+                fresh.write(stamp, value, &Seen::new());
+            }
+            None => {
+                let mut seen = seen();
+                seen.observe(stamp);
+                fresh.remove(&seen, &Seen::new());
+            }
+        }
+        *element = fresh.clone();
+        fresh
+    }
+
+    /// This node incremented element `name` by `delta` at `stamp`, leaving
+    /// `after`: the increment joins the element (one without metadata
+    /// rests at the value before it). Returns the element to ship (the
+    /// increment alone); `None` when the element's value with it would not
+    /// be `after`, or it lists [`MAX_INCREMENTS`] (the caller writes).
+    fn local_increment(
+        &mut self,
+        name: &[u8],
+        stamp: Stamp,
+        delta: i128,
+        after: &Bytes,
+    ) -> Option<Element<Bytes>> {
+        let kind = self.kind;
+        let before = match kind {
+            Kind::Hash => integer_field(after)?.checked_sub(delta)?,
+            Kind::SortedSet => integral_score(after)?.checked_sub(delta)?,
+            Kind::Set => return None,
+        };
+        if self.base.is_some() && !self.fields.contains_key(name) {
+            // Written by the whole write or absent: the value after does
+            // not say which.
+            return None;
+        }
+        let removed = self.removed.clone();
+        // At rest: every site holds the value before. At 0 it may have been
+        // absent, which counts the same: taken as absent (a value at rest
+        // that some site lacks would come back in a sync).
+        let element = self
+            .fields
+            .entry(name.to_vec())
+            .or_insert_with(|| match (before, kind) {
+                (0, _) => Element::default(),
+                (x, Kind::SortedSet) => Element::at_rest(score_bytes(x as f64)),
+                (x, _) => Element::at_rest(x.to_string().into_bytes()),
+            });
+        if element.increments().len() >= MAX_INCREMENTS {
+            return None;
+        }
+        let mut with = element.clone();
+        with.increment(stamp, delta, &Seen::new());
+        let add = |v: Option<&Bytes>, sum| add_increments(kind, v, sum);
+        if with.value_counted(&removed, &add).as_ref() != Some(after) {
+            return None;
+        }
+        *element = with;
+        let mut shipped = Element::default();
+        shipped.increment(stamp, delta, &Seen::new());
+        Some(shipped)
+    }
+
     /// The peer's state merged in: what the server must write.
     fn merge(&mut self, incoming: &HashState, bound: &Seen, local: &impl LocalHash) -> Writes {
         // Each field the merge reads is read from the server once.
@@ -305,21 +469,31 @@ impl Held {
 
     /// The sender's fields at rest this node lacks though it has no
     /// metadata saying why (no removal of the key, none of the field): it
-    /// lost its data (a restart without persistence); they are written.
-    fn restore_rest(&self, incoming: &HashState, local: &impl LocalHash, w: &mut Writes) {
+    /// lost its data (a restart without persistence); they are written
+    /// (with the increments held here that count, added).
+    fn restore_rest(&mut self, incoming: &HashState, local: &impl LocalHash, w: &mut Writes) {
         if incoming.rest.is_empty() || !self.removed.is_empty() || w.clear {
             return;
         }
         let empty = local.field_count() == 0;
+        let kind = self.kind;
+        let add = |v: Option<&Bytes>, sum| add_increments(kind, v, sum);
         for (name, value) in &incoming.rest {
-            let lacks = match self.fields.get(name) {
+            match self.fields.get_mut(name) {
                 // Metadata from this very state (the sender's element at
-                // rest): nothing written, nothing removed here.
-                Some(e) => e.value(&self.removed).is_none() && e.removed().is_empty(),
-                None => empty || local.field(name).is_none(),
-            };
-            if lacks {
-                w.set.push((name.clone(), value.clone()));
+                // rest, its increments): nothing written, nothing removed
+                // here.
+                Some(e) if e.value(&self.removed).is_none() && e.removed().is_empty() => {
+                    e.set_rest(value.clone());
+                    if let Some(v) = e.value_counted(&self.removed, &add) {
+                        w.set.push((name.clone(), v));
+                    }
+                }
+                Some(_) => {}
+                None if empty || local.field(name).is_none() => {
+                    w.set.push((name.clone(), value.clone()));
+                }
+                None => {}
             }
         }
     }
@@ -373,7 +547,9 @@ impl Held {
             let Some(element) = self.fields.get(&name) else {
                 continue;
             };
-            let merged = element.value(&self.removed).map(|(_, v)| v.clone());
+            let kind = self.kind;
+            let add = |v: Option<&Bytes>, sum| add_increments(kind, v, sum);
+            let merged = element.value_counted(&self.removed, &add);
             let held = if w.clear { None } else { local.field(&name) };
             if merged == held {
                 continue;
@@ -405,8 +581,10 @@ impl Held {
         }
         let removed = &self.removed;
         let base = self.base;
+        let kind = self.kind;
+        let add = |v: Option<&Bytes>, sum| add_increments(kind, v, sum);
         self.fields
-            .retain(|_, element| match element.collect(removed, bound) {
+            .retain(|_, element| match element.collect(removed, bound, &add) {
                 Collected::Kept => true,
                 // At rest only once no base says otherwise.
                 Collected::Rest => base.is_some(),
@@ -557,10 +735,11 @@ impl Hashes {
         held.base.is_some_and(&wanted)
             || held.expiry_of.is_some_and(&wanted)
             || seen_wanted(&held.removed)
-            || held
-                .fields
-                .values()
-                .any(|e| e.writes().iter().any(|(s, _)| wanted(*s)) || seen_wanted(e.removed()))
+            || held.fields.values().any(|e| {
+                e.writes().iter().any(|(s, _)| wanted(*s))
+                    || e.increments().iter().any(|(s, _)| wanted(*s))
+                    || seen_wanted(e.removed())
+            })
     }
 
     /// Whether `key` of `db` has metadata.
@@ -674,12 +853,35 @@ impl Hashes {
     /// Returns the delta to ship.
     pub fn local_fields(
         &mut self,
-        (db, key, kind): (u32, &[u8], Kind),
+        key: (u32, &[u8], Kind),
         stamp: Stamp,
         (changes, ttl): (Vec<(Bytes, Option<Bytes>)>, bool),
         applied: &Seen,
         created: bool,
     ) -> HashState {
+        let changes = changes
+            .into_iter()
+            .map(|(name, now)| match now {
+                Some(v) => (name, Change::Write(v)),
+                None => (name, Change::Remove),
+            })
+            .collect();
+        self.local_changes(key, stamp, (changes, ttl), applied, created)
+            .0
+    }
+
+    /// [`Hashes::local_fields`] with increments: each `Change` of an
+    /// element. Returns the delta to ship and how many increments were
+    /// taken as writes of the value they left (the table's value was not
+    /// it, or the element lists [`MAX_INCREMENTS`]: counted by the caller).
+    pub fn local_changes(
+        &mut self,
+        (db, key, kind): (u32, &[u8], Kind),
+        stamp: Stamp,
+        (changes, ttl): (Vec<(Bytes, Change)>, bool),
+        applied: &Seen,
+        created: bool,
+    ) -> (HashState, usize) {
         let names = changes.iter().map(|(n, _)| n.clone()).collect();
         let held = self.keys.get(&(db, key.to_vec()));
         let created = created || held.is_some_and(|h| h.kind != kind);
@@ -699,28 +901,22 @@ impl Hashes {
             held.expiry_of = Some(stamp);
         }
         held.kind = kind;
+        let mut written_instead = 0;
         let mut elements = Vec::with_capacity(changes.len());
-        for (name, now) in changes {
-            let base = held.base;
-            let element = held.fields.entry(name.clone()).or_default();
-            let mut fresh = Element::default();
-            match now {
-                Some(value) => fresh.write(stamp, value, &Seen::new()),
-                None => {
-                    let mut seen = applied.clone();
-                    seen.join(&element.observed());
-                    seen.join(element.removed());
-                    if let Some(base) = base {
-                        seen.observe(base);
-                    }
-                    seen.observe(stamp);
-                    fresh.remove(&seen, &Seen::new());
-                }
-            }
-            *element = fresh;
-            elements.push((name, element.clone()));
+        for (name, change) in changes {
+            let shipped = match change {
+                Change::Increment(delta, after) => held
+                    .local_increment(&name, stamp, delta, &after)
+                    .unwrap_or_else(|| {
+                        written_instead += 1;
+                        held.local_write(&name, stamp, Some(after), applied)
+                    }),
+                Change::Write(value) => held.local_write(&name, stamp, Some(value), applied),
+                Change::Remove => held.local_write(&name, stamp, None, applied),
+            };
+            elements.push((name, shipped));
         }
-        HashState {
+        let state = HashState {
             kind,
             ttl: ttl.then_some(stamp),
             base: None,
@@ -728,7 +924,8 @@ impl Hashes {
             base_fields: Vec::new(),
             elements,
             rest: Vec::new(),
-        }
+        };
+        (state, written_instead)
     }
 
     /// A local write of the whole key stamped `stamp` (`applied`: what this

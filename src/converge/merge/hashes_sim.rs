@@ -8,9 +8,11 @@ use std::collections::{BTreeMap, VecDeque};
 
 use proptest::prelude::*;
 
+use crate::converge::merge::counters::integer_of;
 use crate::converge::merge::hash_codec::{decode_hash, encode_hash};
 use crate::converge::merge::hashes::{
-    score_bytes, Bytes, HashState, Hashes, Kind, LocalHash, Whole, Writes,
+    add_increments, counts, score_bytes, score_of, Bytes, Change, HashState, Hashes, Kind,
+    LocalHash, Whole, Writes,
 };
 use crate::converge::merge::{Elements, Seen};
 use crate::converge::version::Stamp;
@@ -75,13 +77,44 @@ impl Site {
             .collect()
     }
 
-    /// The value written for `v` in a key of the site's kind.
+    /// The value written for `v` in a key of the site's kind: a number
+    /// increments add to, or (`v` of 6 and up) one they cannot.
     fn value(&self, v: u8) -> Bytes {
         match self.kind {
-            Kind::Hash => vec![v],
+            Kind::Hash if v < 6 => v.to_string().into_bytes(),
+            Kind::Hash => vec![b'x', v],
             Kind::Set => Vec::new(),
+            Kind::SortedSet if v < 6 => score_bytes(f64::from(v)),
             Kind::SortedSet => score_bytes(f64::from(v) - 3.5),
         }
+    }
+
+    /// The value `current` (`None`: absent) incremented by `delta`, as the
+    /// server would leave it; `None` when the server refuses (not a
+    /// number).
+    fn incremented(&self, current: Option<&Bytes>, delta: i128) -> Option<Bytes> {
+        match self.kind {
+            Kind::Hash => {
+                let x = current.map_or(Some(0), |v| integer_of(v))?;
+                Some((x + delta).to_string().into_bytes())
+            }
+            Kind::SortedSet => {
+                let x = current.map_or(Some(0.0), |v| score_of(v))?;
+                Some(score_bytes(x + delta as f64))
+            }
+            Kind::Set => None,
+        }
+    }
+
+    /// The model's write of `value` to `f` stamped `stamp` (`before`: what
+    /// the site had applied): a number removes what the site had seen.
+    fn model_write(&mut self, f: u8, stamp: Stamp, value: Bytes, before: &Seen) {
+        if counts(self.kind, &value) {
+            let mut seen = before.clone();
+            seen.join(&self.model.observed(&[f]));
+            self.model.remove(&[f], &seen, &Seen::new());
+        }
+        self.model.write(&[f], stamp, value, &Seen::new());
     }
 
     /// A local change of some elements, recorded: the delta to ship.
@@ -106,6 +139,7 @@ impl Site {
 #[derive(Debug, Clone)]
 enum Step {
     Set(u8, u8),
+    Incr(u8, i8),
     Del(u8),
     DelKey,
     Rewrite(u8),
@@ -117,6 +151,7 @@ enum Step {
 fn step() -> impl Strategy<Value = (bool, Step)> {
     let s = prop_oneof![
         4 => (0u8..4, 0u8..8).prop_map(|(f, v)| Step::Set(f, v)),
+        3 => (0u8..4, -3i8..4).prop_map(|(f, d)| Step::Incr(f, d)),
         2 => (0u8..4).prop_map(Step::Del),
         1 => Just(Step::DelKey),
         1 => (0u8..8).prop_map(Step::Rewrite),
@@ -140,11 +175,26 @@ fn local(site: &mut Site, peer: u64, step: &Step) -> Option<Result<HashState, Se
             site.own_delete = None;
             let value = site.value(v);
             site.server.0.insert(vec![f], value.clone());
-            let mut seen = before.clone();
-            seen.join(&site.model.observed(&[f]));
-            site.model.write(&[f], stamp, value.clone(), &Seen::new());
+            site.model_write(f, stamp, value.clone(), &before);
             let changes = vec![(vec![f], Some(value))];
             Some(Ok(site.changed(stamp, changes, &before, created)))
+        }
+        Step::Incr(f, d) => {
+            let delta = i128::from(d);
+            let after = site.incremented(site.server.0.get(&vec![f]), delta)?;
+            site.own_delete = None;
+            site.server.0.insert(vec![f], after.clone());
+            let change = vec![(vec![f], Change::Increment(delta, after.clone()))];
+            let key = (KEY.0, KEY.1, site.kind);
+            let (state, written) =
+                site.table
+                    .local_changes(key, stamp, (change, false), &before, created);
+            if written > 0 {
+                site.model_write(f, stamp, after, &before);
+            } else {
+                site.model.increment(&[f], stamp, delta, &Seen::new());
+            }
+            Some(Ok(state))
         }
         Step::Del(f) => {
             site.server.0.remove(&vec![f])?;
@@ -265,17 +315,18 @@ fn run(kind: Kind, steps: Vec<(bool, Step)>) -> Result<(), TestCaseError> {
             }
         }
     }
+    let add = |v: Option<&Bytes>, sum| add_increments(kind, v, sum);
     let model: BTreeMap<Bytes, Bytes> = sites[0]
         .model
-        .values()
+        .values_counted(&add)
         .into_iter()
-        .map(|(f, v)| (f.to_vec(), v.clone()))
+        .map(|(f, v)| (f.to_vec(), v))
         .collect();
     let model_b: BTreeMap<Bytes, Bytes> = sites[1]
         .model
-        .values()
+        .values_counted(&add)
         .into_iter()
-        .map(|(f, v)| (f.to_vec(), v.clone()))
+        .map(|(f, v)| (f.to_vec(), v))
         .collect();
     prop_assert_eq!(&model, &model_b, "the model itself converged");
     prop_assert_eq!(&sites[0].server.0, &model, "site 1");

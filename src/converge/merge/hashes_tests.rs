@@ -301,3 +301,55 @@ fn a_ttl_write_the_removal_had_not_seen_survives_the_clear() {
     let w = b.remote(K, &seen_it, &seen(&[(1, 5), (2, 5)]), &map(&[("x", "1")]));
     assert!(!w.expiry_survives, "{w:?}");
 }
+
+#[test]
+fn increments_add_to_numbers_and_leave_other_values() {
+    use crate::converge::merge::hashes::{add_increments, counts};
+    let b = |s: &str| s.as_bytes().to_vec();
+    assert_eq!(add_increments(Kind::Hash, Some(&b("10")), -3), Some(b("7")));
+    assert_eq!(add_increments(Kind::Hash, None, 4), Some(b("4")));
+    assert_eq!(
+        add_increments(Kind::Hash, Some(&b("abc")), 4),
+        Some(b("abc"))
+    );
+    assert_eq!(
+        add_increments(Kind::Hash, Some(&b("9223372036854775800")), 100),
+        Some(b("9223372036854775807")),
+        "kept within i64, as HINCRBY keeps it"
+    );
+    let z = |x: f64| score_bytes(x);
+    assert_eq!(
+        add_increments(Kind::SortedSet, Some(&z(2.0)), 3),
+        Some(z(5.0))
+    );
+    assert_eq!(
+        add_increments(Kind::SortedSet, Some(&z(2.5)), 3),
+        Some(z(2.5))
+    );
+    assert_eq!(add_increments(Kind::SortedSet, None, -2), Some(z(-2.0)));
+    assert!(counts(Kind::Hash, b"-12") && !counts(Kind::Hash, b"012"));
+    assert!(counts(Kind::SortedSet, &z(3.0)) && !counts(Kind::SortedSet, &z(0.25)));
+    assert!(!counts(Kind::Set, b""));
+}
+
+#[test]
+fn an_increment_whose_value_disagrees_with_the_table_is_taken_as_a_write() {
+    use crate::converge::merge::hashes::Change;
+    let mut a = Hashes::default();
+    let f = || b"f".to_vec();
+    let key = (0, &b"h"[..], Kind::Hash);
+    let one = vec![(f(), Change::Increment(5, b"5".to_vec()))];
+    let (state, written) =
+        a.local_changes(key, Stamp::new(1, 1), (one, false), &Seen::new(), false);
+    assert_eq!(written, 0);
+    assert_eq!(state.elements[0].1.increments(), &[(Stamp::new(1, 1), 5)]);
+    // The table says 5 + 2 = 7, the server left 9 (a change it missed).
+    let two = vec![(f(), Change::Increment(2, b"9".to_vec()))];
+    let (state, written) =
+        a.local_changes(key, Stamp::new(2, 1), (two, false), &Seen::new(), false);
+    assert_eq!(written, 1);
+    assert_eq!(
+        state.elements[0].1.writes(),
+        &[(Stamp::new(2, 1), b"9".to_vec())]
+    );
+}

@@ -67,7 +67,7 @@ impl Replica for Elements<u32> {
         Elements::merge(self, other, bound);
     }
     fn collect(&mut self, bound: &Seen) {
-        Elements::collect(self, bound);
+        Elements::collect(self, bound, &|v: Option<&u32>, _| v.copied());
     }
 }
 
