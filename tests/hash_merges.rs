@@ -1,8 +1,9 @@
-//! Writers who meet on hashes (issue 27, `merge-hashes=yes`): a client on
+//! Writers who meet on hashes (issue 27, `merge-elements=yes`): a client on
 //! each node changes fields of the same hash at the same time, every reply
 //! is checked, and once the pair has converged every acknowledged update
 //! must be in the result on both nodes: per field the newest write wins, a
-//! removal (HDEL, DEL, a rewrite) removes only what its node had seen.
+//! removal (HDEL, DEL, a rewrite) removes only what its node had seen, and
+//! every HINCRBY counts unless a write of a number or a removal had seen it.
 
 mod common;
 
@@ -10,62 +11,12 @@ use std::collections::{HashMap, HashSet};
 use std::thread;
 use std::time::Duration;
 
+use common::merging::{merged_and_collected, or_explain, started_merging};
 use common::writers::{
     at_once, cmd, integer, lost_on_both, okay, report, write_all, PIPELINE, UPDATES,
 };
 use common::Pair;
 use redis::Connection;
-
-/// A pair that ships hash field changes as fields (`merge-elements=yes`).
-fn started_merging_hashes() -> Pair {
-    let on = ["merge-elements=yes"];
-    let pair = Pair::start_with(&on, &on);
-    pair.wait_in_step();
-    pair
-}
-
-/// No write fell back to whole-key last writer wins, and every hash's
-/// metadata was collected once the pair settled.
-fn merged_and_collected(pair: &Pair) {
-    for node in [&pair.a, &pair.b] {
-        assert_eq!(node.stat("merge_fallbacks"), 0, "{:?}", node.status());
-        let rested =
-            common::wait_until(Duration::from_secs(10), || node.stat("merge_elements") == 0);
-        assert!(rested, "hash metadata never collected: {:?}", node.status());
-    }
-}
-
-/// Runs `f`; if it panics, names first what each node holds of `key`
-/// (length, version, merge figures).
-fn or_explain<T>(pair: &Pair, key: &str, f: impl FnOnce() -> T) -> T {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
-        Ok(v) => v,
-        Err(why) => {
-            for (name, node) in [("a", &pair.a), ("b", &pair.b)] {
-                let mut c = node.conn();
-                let len: i64 = redis::cmd("HLEN").arg(key).query(&mut c).unwrap_or(-1);
-                let version: String = redis::cmd("RDMASYNC.DEBUG")
-                    .arg("VERSION")
-                    .arg(key)
-                    .query(&mut c)
-                    .unwrap_or_default();
-                let st = node.status();
-                let figures: Vec<String> = [
-                    "merge_fallbacks",
-                    "merge_elements",
-                    "apply_errors",
-                    "conflicts_discarded",
-                    "reconnects",
-                ]
-                .iter()
-                .map(|f| format!("{f}={}", st[*f]))
-                .collect();
-                eprintln!("{name}: HLEN {key}={len} {version}; {}", figures.join(" "));
-            }
-            std::panic::resume_unwind(why)
-        }
-    }
-}
 
 fn fields_of(c: &mut Connection, key: &str) -> HashMap<String, String> {
     redis::cmd("HGETALL").arg(key).query(c).unwrap()
@@ -86,7 +37,7 @@ fn hset(side: &'static str) -> impl Fn(usize) -> redis::Cmd {
 
 #[test]
 fn hset_of_distinct_fields_on_both_nodes_keeps_every_field() {
-    let pair = started_merging_hashes();
+    let pair = started_merging();
     at_once(&pair, hset("a"), hset("b"), integer);
     let lost = lost_on_both(&pair, |c| missing_fields(c, "h"));
     report("HSET distinct fields", lost / 2, 2 * UPDATES);
@@ -95,7 +46,7 @@ fn hset_of_distinct_fields_on_both_nodes_keeps_every_field() {
 
 #[test]
 fn fields_written_on_both_nodes_while_the_link_is_cut_are_all_kept() {
-    let pair = started_merging_hashes();
+    let pair = started_merging();
     common::cut(&pair);
     thread::scope(|s| {
         s.spawn(|| write_all(&pair.a, hset("a"), integer));
@@ -118,7 +69,7 @@ fn fields_written_in_transactions_and_scripts_are_all_kept() {
     // In MULTI the filter sees HSET when it is queued: A's changes ship as
     // whole writes of the hash, which keep every field of B's they had not
     // seen. B's script calls pass the filter: they ship as fields.
-    let pair = started_merging_hashes();
+    let pair = started_merging();
     thread::scope(|s| {
         s.spawn(|| {
             let mut c = pair.a.conn();
@@ -160,7 +111,7 @@ fn a_delete_on_one_node_keeps_fields_it_had_not_seen() {
     // transaction that first reads what the delete removes. A field no
     // delete saw was added concurrently or later: it must survive; one a
     // delete saw must stay deleted.
-    let pair = started_merging_hashes();
+    let pair = started_merging();
     let added = std::sync::atomic::AtomicUsize::new(0);
     let seen_by_deletes = thread::scope(|s| {
         s.spawn(|| {
@@ -226,7 +177,7 @@ fn a_field_removed_on_one_node_keeps_a_write_of_it_the_removal_had_not_seen() {
     // writes f0..f99 and then A removes every field (its removals are the
     // newer writes): after the heal B's writes, unseen by A's removals,
     // survive; the g fields, which A had seen, stay removed.
-    let pair = started_merging_hashes();
+    let pair = started_merging();
     let fields = |p: &'static str| (0..100).map(move |i| format!("{p}{i}"));
     let mut seed = cmd(&["HSET", "h"]);
     for f in fields("f").chain(fields("g")) {
@@ -260,7 +211,7 @@ fn a_field_removed_on_one_node_keeps_a_write_of_it_the_removal_had_not_seen() {
 
 #[test]
 fn expire_on_one_node_survives_fields_added_on_the_other() {
-    let pair = started_merging_hashes();
+    let pair = started_merging();
     let _: () = redis::cmd("HSET")
         .arg("k")
         .arg("f")
@@ -293,7 +244,7 @@ fn expire_on_one_node_does_not_bring_back_fields_removed_on_the_other() {
     // and then A sets a TTL on the hash (the newer change): an EXPIRE
     // writes no field, so after the heal the fields are gone on both
     // nodes and the hash has A's TTL on both. Also for a set and SREM.
-    let pair = started_merging_hashes();
+    let pair = started_merging();
     let names = || (0..100).map(|i| format!("f{i}"));
     let (mut h, mut s) = (
         cmd(&["HSET", "h", "keep", "1"]),
@@ -342,7 +293,7 @@ fn a_delete_on_one_node_against_expire_and_a_write_on_the_other_keeps_one_ttl() 
     // Cut: A deletes h; B sets a TTL on h and writes a field. B's TTL and
     // field were unseen by A's delete: after the heal h is {g} with B's
     // TTL on both nodes (the digests compare TTLs too).
-    let pair = started_merging_hashes();
+    let pair = started_merging();
     seeded_at_rest(&pair, "h");
     common::cut(&pair);
     let _: i64 = cmd(&["DEL", "h"]).query(&mut pair.a.conn()).unwrap();
@@ -365,7 +316,7 @@ fn a_hash_that_expires_and_is_written_again_in_one_iteration_ships_as_new() {
     // In one pipeline A gives h a TTL of 5 ms, sleeps past it and writes a
     // field: the write finds h expired and makes a new h {f}. B must end
     // with that h, not its old fields plus f.
-    let pair = started_merging_hashes();
+    let pair = started_merging();
     seeded_at_rest(&pair, "h");
     let (n,): (i64,) = redis::pipe()
         .cmd("PEXPIRE")
@@ -411,7 +362,7 @@ fn a_node_that_lost_its_data_gets_a_held_hash_whole_in_the_full_sync() {
     // holds metadata until B has it); B restarts without persistence and
     // comes back empty. The full sync ships h as its state: B must get
     // the fields at rest too, not only the one changed.
-    let mut pair = started_merging_hashes();
+    let mut pair = started_merging();
     seeded_at_rest(&pair, "h");
     common::cut(&pair);
     let _: i64 = cmd(&["HSET", "h", "new", "1"])
@@ -490,7 +441,7 @@ fn removals_of_fields_at_rest_reach_a_node_that_writes_all_the_time() {
     // nodes, one by one, and then deletes a second hash whole. What a
     // removal on B had seen must include all of A's changes B applied,
     // not only those A's last ack told it of: else A keeps the fields.
-    let pair = started_merging_hashes();
+    let pair = started_merging();
     let names = |p: &'static str| (0..200).map(move |i| format!("{p}{i}"));
     for key in ["h", "g"] {
         let mut seed = cmd(&["HSET", key]);
@@ -550,7 +501,7 @@ fn a_flush_on_one_node_against_a_field_written_later_on_the_other_converges() {
     // With the link cut A flushes; B then writes a field of a hash A had
     // at rest. The hash is newer than the flush on B, so it survives there
     // whole; A gets the field: the pair must end equal, the field on both.
-    let pair = started_merging_hashes();
+    let pair = started_merging();
     seeded_at_rest(&pair, "h");
     common::cut(&pair);
     let _: () = redis::cmd("FLUSHDB").query(&mut pair.a.conn()).unwrap();
@@ -569,7 +520,7 @@ fn a_delete_made_while_cut_removes_what_it_had_seen_and_keeps_the_rest() {
     // With the link cut A deletes a hash it holds at rest; B adds a field
     // and removes one. After the heal: B's new field (unseen by A's
     // delete) is there, every field A's delete had seen is gone.
-    let pair = started_merging_hashes();
+    let pair = started_merging();
     seeded_at_rest(&pair, "h");
     common::cut(&pair);
     let _: i64 = cmd(&["DEL", "h"]).query(&mut pair.a.conn()).unwrap();
@@ -593,7 +544,7 @@ fn a_delete_made_while_cut_removes_what_it_had_seen_and_keeps_the_rest() {
 fn a_field_written_over_a_value_of_another_type_converges() {
     // With the link cut B sets the key to a string, then A (later) writes
     // a field of the hash it held: one whole value wins on both nodes.
-    let pair = started_merging_hashes();
+    let pair = started_merging();
     seeded_at_rest(&pair, "h");
     common::cut(&pair);
     let _: () = cmd(&["SET", "h", "str"]).query(&mut pair.b.conn()).unwrap();
@@ -623,7 +574,7 @@ fn field_f(c: &mut Connection) -> i64 {
 
 #[test]
 fn hincrby_of_one_field_on_both_nodes_counts_every_increment() {
-    let pair = started_merging_hashes();
+    let pair = started_merging();
     // Another field written beside, so the hash is more than a counter.
     let _: i64 = cmd(&["HSET", "h", "name", "x"])
         .query(&mut pair.a.conn())
@@ -639,7 +590,7 @@ fn hincrby_of_one_field_on_both_nodes_counts_every_increment() {
 
 #[test]
 fn increments_of_one_field_made_while_the_link_is_cut_all_count() {
-    let pair = started_merging_hashes();
+    let pair = started_merging();
     common::cut(&pair);
     thread::scope(|s| {
         s.spawn(|| write_all(&pair.a, hincrby_family, integer));
@@ -658,7 +609,7 @@ fn a_write_or_removal_of_a_counting_field_keeps_the_increments_it_had_not_seen()
     // While cut: A increments f and g 10 times, then HSETs f to 1000 and
     // HDELs g (both had seen A's increments); B increments each 7 times,
     // unseen by them. After the heal: f = 1000 + 7, g = 7 on both.
-    let pair = started_merging_hashes();
+    let pair = started_merging();
     common::cut(&pair);
     let (mut a, mut b) = (pair.a.conn(), pair.b.conn());
     for _ in 0..10 {

@@ -39,31 +39,18 @@ fn or_explain<T>(pair: &Pair, key: &str, f: impl FnOnce() -> T) -> T {
 }
 
 fn explain(pair: &Pair, key: &str) {
-    for (name, node) in [("a", &pair.a), ("b", &pair.b)] {
-        let mut c = node.conn();
-        let value: Option<String> = redis::cmd("GET").arg(key).query(&mut c).ok();
-        let state: String = redis::cmd("RDMASYNC.DEBUG")
-            .arg("VERSION")
-            .arg(key)
-            .query(&mut c)
-            .unwrap_or_default();
-        let st = node.status();
-        let figures: Vec<String> = [
-            "merge_fallbacks",
-            "merge_counters",
-            "reconnects",
-            "entries_duplicate",
-            "conflicts_discarded",
-            "apply_errors",
-            "partial_syncs",
-            "full_syncs",
-            "since_syncs",
-        ]
-        .iter()
-        .map(|f| format!("{f}={}", st[*f]))
-        .collect();
-        eprintln!("{name}: {key}={value:?} {state}; {}", figures.join(" "));
-    }
+    let figures = [
+        "merge_fallbacks",
+        "merge_counters",
+        "reconnects",
+        "entries_duplicate",
+        "conflicts_discarded",
+        "apply_errors",
+        "partial_syncs",
+        "full_syncs",
+        "since_syncs",
+    ];
+    common::merging::explain(pair, key, "GET", &figures);
 }
 
 fn started() -> Pair {

@@ -11,61 +11,12 @@ use std::collections::{HashMap, HashSet};
 use std::thread;
 use std::time::Duration;
 
+use common::merging::{merged_and_collected, or_explain, started_merging};
 use common::writers::{
     at_once, cmd, integer, lost_on_both, okay, report, write_all, PIPELINE, UPDATES,
 };
 use common::Pair;
 use redis::Connection;
-
-/// A pair that ships member changes as members (`merge-elements=yes`).
-fn started_merging() -> Pair {
-    let on = ["merge-elements=yes"];
-    let pair = Pair::start_with(&on, &on);
-    pair.wait_in_step();
-    pair
-}
-
-/// No write fell back to whole-key last writer wins, and every key's
-/// metadata was collected once the pair settled.
-fn merged_and_collected(pair: &Pair) {
-    for node in [&pair.a, &pair.b] {
-        assert_eq!(node.stat("merge_fallbacks"), 0, "{:?}", node.status());
-        let rested =
-            common::wait_until(Duration::from_secs(10), || node.stat("merge_elements") == 0);
-        assert!(
-            rested,
-            "member metadata never collected: {:?}",
-            node.status()
-        );
-    }
-}
-
-/// Runs `f`; if it panics, names first what each node holds of `key`.
-fn or_explain<T>(pair: &Pair, key: &str, f: impl FnOnce() -> T) -> T {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
-        Ok(v) => v,
-        Err(why) => {
-            for (name, node) in [("a", &pair.a), ("b", &pair.b)] {
-                let mut c = node.conn();
-                let kind: String = redis::cmd("TYPE")
-                    .arg(key)
-                    .query(&mut c)
-                    .unwrap_or_default();
-                let version: String = redis::cmd("RDMASYNC.DEBUG")
-                    .arg("VERSION")
-                    .arg(key)
-                    .query(&mut c)
-                    .unwrap_or_default();
-                let st = node.status();
-                eprintln!(
-                    "{name}: TYPE {key}={kind} {version}; merge_fallbacks={} merge_elements={} apply_errors={}",
-                    st["merge_fallbacks"], st["merge_elements"], st["apply_errors"]
-                );
-            }
-            std::panic::resume_unwind(why)
-        }
-    }
-}
 
 fn members(c: &mut Connection, key: &str) -> HashSet<String> {
     redis::cmd("SMEMBERS").arg(key).query(c).unwrap()

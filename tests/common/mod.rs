@@ -2,6 +2,7 @@
 //! Each node gets a private directory, free ports, and is killed on drop.
 #![allow(dead_code)]
 
+pub mod merging;
 pub mod peer;
 pub mod proxy;
 pub mod writers;
