@@ -667,3 +667,41 @@ fn increments_of_one_field_survive_a_kill_of_one_node_with_aof() {
     );
     merged_and_collected(&pair);
 }
+
+#[test]
+fn a_field_at_rest_incremented_by_the_peer_keeps_its_value_across_a_restart() {
+    // f rests at 100 on both; B increments it (A's element: 100 at rest
+    // plus B's increment), the link is cut, A is killed and starts again
+    // from its AOF, B increments again: after the heal both hold 102 (A's
+    // table must bring back the value at rest, not only the increment).
+    let mut pair = merging_hashes_with_aof();
+    let _: i64 = cmd(&["HSET", "h", "f", "100"])
+        .query(&mut pair.a.conn())
+        .unwrap();
+    pair.wait_converged(Duration::from_secs(10));
+    common::wait_until(Duration::from_secs(10), || {
+        pair.a.stat("merge_elements") == 0 && pair.b.stat("merge_elements") == 0
+    });
+    let _: i64 = cmd(&["HINCRBY", "h", "f", "1"])
+        .query(&mut pair.b.conn())
+        .unwrap();
+    common::wait_until(Duration::from_secs(10), || {
+        let held: Option<i64> = redis::cmd("HGET")
+            .arg("h")
+            .arg("f")
+            .query(&mut pair.a.conn())
+            .unwrap();
+        held == Some(101)
+    });
+    common::cut(&pair);
+    pair.a.restart();
+    let _: i64 = cmd(&["HINCRBY", "h", "f", "1"])
+        .query(&mut pair.b.conn())
+        .unwrap();
+    common::heal(&pair);
+    or_explain(&pair, "h", || pair.wait_converged(Duration::from_secs(30)));
+    for node in [&pair.a, &pair.b] {
+        assert_eq!(field_f(&mut node.conn()), 102);
+    }
+    merged_and_collected(&pair);
+}

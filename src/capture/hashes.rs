@@ -73,26 +73,7 @@ pub fn field_change(
         .map(|(name, _)| name.clone())
         .collect();
     let (values, expiry_ms) = local.values_and_expiry(kind, &reads).ok()?;
-    let mut values = values.into_iter();
-    let changes: Vec<(Bytes, Change)> = noted
-        .changed
-        .into_iter()
-        .map(|(name, post)| {
-            let change = match post {
-                Post::Read => values
-                    .next()
-                    .flatten()
-                    .map_or(Change::Remove, Change::Write),
-                Post::Incr(delta) => values
-                    .next()
-                    .flatten()
-                    .map_or(Change::Remove, |after| Change::Increment(delta, after)),
-                Post::Present => Change::Write(Vec::new()),
-                Post::Absent => Change::Remove,
-            };
-            (name, change)
-        })
-        .collect();
+    let changes = element_changes(noted.changed, values);
     let applied = applied_before(st, stamp);
     let created = matches!(before, Some(KeyVersion::Deleted { .. }));
     let (state, written_instead) = st.versions.hashes.local_changes(
@@ -115,6 +96,25 @@ pub fn field_change(
         state: hash_codec::encode_hash(&state),
         expiry_ms,
     })
+}
+
+/// Each noted element's change, with the values read for those whose
+/// value is read (in the order noted; `None`: absent).
+fn element_changes(noted: Vec<(Bytes, Post)>, values: Vec<Option<Bytes>>) -> Vec<(Bytes, Change)> {
+    let mut values = values.into_iter();
+    let mut read = || values.next().flatten();
+    noted
+        .into_iter()
+        .map(|(name, post)| {
+            let change = match post {
+                Post::Read => read().map_or(Change::Remove, Change::Write),
+                Post::Incr(delta) => read().map_or(Change::Remove, |v| Change::Increment(delta, v)),
+                Post::Present => Change::Write(Vec::new()),
+                Post::Absent => Change::Remove,
+            };
+            (name, change)
+        })
+        .collect()
 }
 
 /// A whole change of `key` stamped `stamp`, when its database merges

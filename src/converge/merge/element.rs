@@ -86,6 +86,22 @@ impl<V: Clone + PartialEq> Element<V> {
         element
     }
 
+    /// The element with these increments too (any order; one kept per
+    /// stamp, the one held first).
+    pub fn with_increments(mut self, mut increments: Vec<(Stamp, i128)>) -> Self {
+        increments.extend(std::mem::take(&mut self.increments));
+        increments.sort_by_key(|&(s, _)| s);
+        increments.dedup_by_key(|&mut (s, _)| s);
+        self.increments = increments;
+        self
+    }
+
+    /// The value at rest, if any (kept by the journal and the RDB: with
+    /// increments the value depends on it).
+    pub fn rest(&self) -> Option<&V> {
+        self.rest.as_ref()
+    }
+
     /// Each origin's newest write held, by node.
     pub fn writes(&self) -> &[(Stamp, V)] {
         &self.writes

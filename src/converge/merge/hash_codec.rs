@@ -14,7 +14,7 @@
 //!              value): the sender's fields at rest, in a full sync]
 //! Element:   u16 count (bit 15: increments follow; count below it), then
 //!            count x (u64 clock, u64 node, bytes value), Seen removed,
-//!            [if bit 15: u16 n, then n x (u64 clock, u64 node, i128 delta):
+//!            [if bit 15: u32 n, then n x (u64 clock, u64 node, i128 delta):
 //!            the increments]
 //! bytes:     u32 length, then the bytes
 //! Notice:    Seen bound, then (optional) Seen applied, then (optional)
@@ -60,9 +60,9 @@ pub fn put_element(out: &mut Vec<u8>, element: &Element<Bytes>) {
     }
     put_seen(out, element.removed());
     if !increments.is_empty() {
-        // At most one per flush of each origin since the bound: a hot
-        // field's are folded before they reach this (`MAX_INCREMENTS`).
-        out.extend_from_slice(&(increments.len() as u16).to_le_bytes());
+        // At most one per flush of each origin since the bound (a local
+        // increment past `MAX_INCREMENTS` is written instead).
+        out.extend_from_slice(&(increments.len() as u32).to_le_bytes());
         for (stamp, delta) in increments {
             put_stamp(out, *stamp);
             out.extend_from_slice(&delta.to_le_bytes());
@@ -129,16 +129,18 @@ impl Cursor<'_> {
             let stamp = self.stamp()?;
             writes.push((stamp, self.bytes()?));
         }
-        let mut element = Element::from_parts(writes, self.seen()?);
-        if raw & INCREMENTS_BIT != 0 {
-            let n = self.count(2, 32)?;
-            for _ in 0..n {
-                let stamp = self.stamp()?;
-                let delta = i128::from_le_bytes(self.array()?);
-                element.increment(stamp, delta, &Seen::new());
-            }
+        let element = Element::from_parts(writes, self.seen()?);
+        if raw & INCREMENTS_BIT == 0 {
+            return Ok(element);
         }
-        Ok(element)
+        let n = self.count(4, 32)?;
+        let mut increments = Vec::with_capacity(n);
+        for _ in 0..n {
+            let stamp = self.stamp()?;
+            increments.push((stamp, self.i128()?));
+        }
+        // Sorted once (inserting one at a time is quadratic).
+        Ok(element.with_increments(increments))
     }
 }
 
@@ -264,11 +266,11 @@ mod tests {
                 .into_iter()
                 .map(|((c, n), v)| (Stamp::new(c, n), v))
                 .collect();
-            let mut e = Element::from_parts(w, s);
-            for ((c, n), d) in incs {
-                e.increment(Stamp::new(c, n), d, &Seen::new());
-            }
-            e
+            let incs = incs
+                .into_iter()
+                .map(|((c, n), d)| (Stamp::new(c, n), d))
+                .collect();
+            Element::from_parts(w, s).with_increments(incs)
         })
     }
 

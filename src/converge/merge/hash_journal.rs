@@ -12,8 +12,9 @@
 //!   no field metadata before the field records that follow; `kind` as in
 //!   `hash_codec` (absent in records of hashes written before sets and
 //!   sorted sets merged: a hash);
-//! - 2: a field: `u32 len | field`, then `u8` 0 (no metadata) or 1 and its
-//!   element (`hash_codec`).
+//! - 2: a field: `u32 len | field`, then `u8` 0 (no metadata), 1 and its
+//!   element (`hash_codec`), or 2, its element and `u32 len | value`: its
+//!   value at rest (what its increments add to).
 
 use crate::converge::journal::TAG_HASH;
 use crate::converge::merge::codec::{put_seen, put_stamp, Cursor, DecodeError};
@@ -62,8 +63,14 @@ pub fn field_record(key: &[u8], field: &[u8], element: Option<&Element<Bytes>>) 
     out.extend_from_slice(field);
     match element {
         Some(e) => {
-            out.push(1);
+            // 2: its value at rest follows (an element with increments
+            // adds them to it).
+            out.push(if e.rest().is_some() { 2 } else { 1 });
             put_element(&mut out, e);
+            if let Some(rest) = e.rest() {
+                out.extend_from_slice(&(rest.len() as u32).to_le_bytes());
+                out.extend_from_slice(rest);
+            }
         }
         None => out.push(0),
     }
@@ -135,6 +142,11 @@ pub fn parse_record(bytes: &[u8]) -> Result<HashRecord<'_>, DecodeError> {
             let element = match c.array::<1>()? {
                 [0] => None,
                 [1] => Some(decode_element(&mut c)?),
+                [2] => {
+                    let mut element = decode_element(&mut c)?;
+                    element.set_rest(c.slice()?.to_vec());
+                    Some(element)
+                }
                 [tag] => return Err(DecodeError::BadTag { tag, at }),
             };
             HashRecord::Field(key, field, element)
@@ -198,7 +210,7 @@ impl VersionStore {
 mod tests {
     use super::*;
     use crate::converge::journal::{replay, FORMAT};
-    use crate::converge::merge::hashes::{Kind, Whole};
+    use crate::converge::merge::hashes::{Change, Kind, Whole};
     use crate::converge::merge::Seen;
 
     #[test]
@@ -224,6 +236,14 @@ mod tests {
         origin
             .hashes
             .local_fields(set, Stamp::new(6, 2), (members, true), &applied, true);
+        origin.journal_hashes();
+        // A field at rest at 10, incremented by 5: its value at rest and
+        // its increment come back.
+        let counted = vec![(b"f".to_vec(), Change::Increment(5, b"15".to_vec()))];
+        let key = (0, &b"c"[..], Kind::Hash);
+        origin
+            .hashes
+            .local_changes(key, Stamp::new(6, 1), (counted, false), &applied, false);
         origin.journal_hashes();
         let other = (0, &b"gone"[..], Kind::SortedSet);
         origin.hashes.local_fields(
@@ -253,6 +273,9 @@ mod tests {
             Some(Kind::Hash)
         );
         assert!(!loaded.hashes.contains(0, b"gone"));
+        let f = loaded.hashes.get(0, b"c").and_then(|h| h.element_of(b"f"));
+        assert_eq!(f.and_then(|e| e.rest()), Some(&b"10".to_vec()));
+        assert_eq!(f.map(|e| e.increments().len()), Some(1));
     }
 
     #[test]

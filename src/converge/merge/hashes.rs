@@ -483,7 +483,11 @@ impl Held {
                 // Metadata from this very state (the sender's element at
                 // rest, its increments): nothing written, nothing removed
                 // here.
-                Some(e) if e.value(&self.removed).is_none() && e.removed().is_empty() => {
+                Some(e)
+                    if e.value(&self.removed).is_none()
+                        && e.removed().is_empty()
+                        && (empty || local.field(name).is_none()) =>
+                {
                     e.set_rest(value.clone());
                     if let Some(v) = e.value_counted(&self.removed, &add) {
                         w.set.push((name.clone(), v));

@@ -130,6 +130,32 @@ impl Site {
             .local_fields(key, stamp, (changes, false), before, created)
     }
 
+    /// A local increment of `f` by `delta`, recorded: the delta to ship;
+    /// `None` when the server refuses it (not a number).
+    fn incr(
+        &mut self,
+        f: u8,
+        delta: i128,
+        stamp: Stamp,
+        before: &Seen,
+        created: bool,
+    ) -> Option<HashState> {
+        let after = self.incremented(self.server.0.get(&vec![f]), delta)?;
+        self.own_delete = None;
+        self.server.0.insert(vec![f], after.clone());
+        let change = vec![(vec![f], Change::Increment(delta, after.clone()))];
+        let key = (KEY.0, KEY.1, self.kind);
+        let (state, written) =
+            self.table
+                .local_changes(key, stamp, (change, false), before, created);
+        if written > 0 {
+            self.model_write(f, stamp, after, before);
+        } else {
+            self.model.increment(&[f], stamp, delta, &Seen::new());
+        }
+        Some(state)
+    }
+
     fn tick(&mut self) -> Stamp {
         self.clock += 1;
         Stamp::new(self.clock, self.node)
@@ -179,23 +205,7 @@ fn local(site: &mut Site, peer: u64, step: &Step) -> Option<Result<HashState, Se
             let changes = vec![(vec![f], Some(value))];
             Some(Ok(site.changed(stamp, changes, &before, created)))
         }
-        Step::Incr(f, d) => {
-            let delta = i128::from(d);
-            let after = site.incremented(site.server.0.get(&vec![f]), delta)?;
-            site.own_delete = None;
-            site.server.0.insert(vec![f], after.clone());
-            let change = vec![(vec![f], Change::Increment(delta, after.clone()))];
-            let key = (KEY.0, KEY.1, site.kind);
-            let (state, written) =
-                site.table
-                    .local_changes(key, stamp, (change, false), &before, created);
-            if written > 0 {
-                site.model_write(f, stamp, after, &before);
-            } else {
-                site.model.increment(&[f], stamp, delta, &Seen::new());
-            }
-            Some(Ok(state))
-        }
+        Step::Incr(f, d) => site.incr(f, i128::from(d), stamp, &before, created).map(Ok),
         Step::Del(f) => {
             site.server.0.remove(&vec![f])?;
             let mut seen = before.clone();
@@ -271,6 +281,16 @@ fn deliver(to: &mut Site) {
     to.model.merge(&model, &Seen::new());
 }
 
+/// The value the model's state of a `kind` key holds.
+fn merged(model: &Elements<Bytes>, kind: Kind) -> BTreeMap<Bytes, Bytes> {
+    let add = |v: Option<&Bytes>, sum| add_increments(kind, v, sum);
+    model
+        .values_counted(&add)
+        .into_iter()
+        .map(|(f, v)| (f.to_vec(), v))
+        .collect()
+}
+
 fn run(kind: Kind, steps: Vec<(bool, Step)>) -> Result<(), TestCaseError> {
     let mut sites = [
         Site {
@@ -315,19 +335,8 @@ fn run(kind: Kind, steps: Vec<(bool, Step)>) -> Result<(), TestCaseError> {
             }
         }
     }
-    let add = |v: Option<&Bytes>, sum| add_increments(kind, v, sum);
-    let model: BTreeMap<Bytes, Bytes> = sites[0]
-        .model
-        .values_counted(&add)
-        .into_iter()
-        .map(|(f, v)| (f.to_vec(), v))
-        .collect();
-    let model_b: BTreeMap<Bytes, Bytes> = sites[1]
-        .model
-        .values_counted(&add)
-        .into_iter()
-        .map(|(f, v)| (f.to_vec(), v))
-        .collect();
+    let model = merged(&sites[0].model, kind);
+    let model_b = merged(&sites[1].model, kind);
     prop_assert_eq!(&model, &model_b, "the model itself converged");
     prop_assert_eq!(&sites[0].server.0, &model, "site 1");
     prop_assert_eq!(&sites[1].server.0, &model, "site 2");

@@ -353,3 +353,34 @@ fn an_increment_whose_value_disagrees_with_the_table_is_taken_as_a_write() {
         &[(Stamp::new(2, 1), b"9".to_vec())]
     );
 }
+
+#[test]
+fn a_sync_s_value_at_rest_is_not_added_to_a_field_this_node_holds() {
+    use crate::converge::merge::hashes::Change;
+    // A incremented the absent f by 5 (its element: the increment alone,
+    // back from its AOF after a restart); B collected it (f rests at 5
+    // there) and incremented by 1. B's sync: the increment, and f at rest
+    // at 5. A holds 5: it ends at 6, not 5 + 5 + 1.
+    let mut a = Hashes::default();
+    let inc = |d: i128, after: &str| vec![(b"f".to_vec(), Change::Increment(d, after.into()))];
+    a.local_changes(
+        KH,
+        Stamp::new(1, 1),
+        (inc(5, "5"), false),
+        &Seen::new(),
+        true,
+    );
+    let mut b = Hashes::default();
+    let bound = seen(&[(1, 1)]);
+    let (delta, _) = b.local_changes(KH, Stamp::new(2, 2), (inc(1, "6"), false), &bound, false);
+    let mut sync = delta;
+    sync.rest = vec![(b"f".to_vec(), b"5".to_vec())];
+    let w = a.remote(K, &sync, &Seen::new(), &map(&[("f", "5")]));
+    let last = w
+        .set
+        .iter()
+        .rev()
+        .find(|(f, _)| f == b"f")
+        .map(|(_, v)| v.clone());
+    assert_eq!(last, Some(b"6".to_vec()), "{w:?}");
+}
