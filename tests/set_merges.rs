@@ -424,10 +424,14 @@ fn an_sadd_that_adds_some_members_adds_every_member_it_names() {
 }
 
 /// Update `i` of the ZINCRBY family on member `m` of `z`: +1, +3, -1, +2
-/// in turn (+5 a cycle).
+/// (the last by ZADD INCR) in turn (+5 a cycle).
 fn zincrby_family(i: usize) -> redis::Cmd {
-    let by = ["1", "3", "-1", "2"][i % 4];
-    cmd(&["ZINCRBY", "z", by, "m"])
+    match i % 4 {
+        0 => cmd(&["ZINCRBY", "z", "1", "m"]),
+        1 => cmd(&["ZINCRBY", "z", "3", "m"]),
+        2 => cmd(&["ZINCRBY", "z", "-1", "m"]),
+        _ => cmd(&["ZADD", "z", "INCR", "2", "m"]),
+    }
 }
 
 fn score_of_m(c: &mut Connection) -> f64 {

@@ -172,8 +172,13 @@ fn zadd_members<'a>(rest: &[&'a [u8]]) -> Option<(Elements<'a>, bool)> {
         return None;
     }
     let members = pairs.iter().skip(1).step_by(2).copied().collect();
-    let event: &'static [u8] = if incr { b"zincr" } else { b"zadd" };
-    Some(((members, event, Post::Read), conditional))
+    if incr {
+        // One member (the server refuses more): an increment when it took
+        // effect (a condition that fails raises no event).
+        let post = integral_score_delta(pairs[0]).map_or(Post::Read, Post::Incr);
+        return Some(((members, b"zincr", post), conditional));
+    }
+    Some(((members, b"zadd", Post::Read), conditional))
 }
 
 /// Whether a command named `name` may change elements of a hash, set or
@@ -448,6 +453,8 @@ mod tests {
         assert_eq!(post("ZINCRBY z 4.0 m"), Some(Post::Incr(4)));
         assert_eq!(post("ZINCRBY z 0.5 m"), Some(Post::Read));
         assert_eq!(post("ZINCRBY z inf m"), Some(Post::Read));
+        assert_eq!(post("ZADD z INCR 3 m"), Some(Post::Incr(3)));
+        assert_eq!(post("ZADD z XX INCR 0.5 m"), Some(Post::Read));
         let mut w = FieldWindow::default();
         let commands: [(&str, &[u8]); 6] = [
             ("HINCRBY h a 2", b"hincrby"),
