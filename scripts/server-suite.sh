@@ -69,7 +69,28 @@ sed "/^source tests\/support\/util.tcl/a source $ROOT/tests/server-suite/peer-ch
   "$SRC/tests/test_helper.tcl" > "$SRC/tests/test_helper_rdmasync.tcl"
 head -c 32 /dev/urandom | base64 > "$WORK/secret" && chmod 600 "$WORK/secret"
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# Ports for our servers and links come from below the kernel's ephemeral
+# range (ip_local_port_range starts at 32768): a port the kernel handed out
+# as free could be taken as the local port of an outgoing connection before
+# the server bound it (CI saw "Address already in use" on a link port).
+# Each pass walks its own block (PORT_NEXT, set per pass) and skips a port
+# something holds; the suite's own servers start at --baseport 21111,
+# 23111 and 25111.
+PORT_NEXT=27000
+take_port() { # VAR: sets VAR to the pass's next free port
+  local p
+  while :; do
+    p=$PORT_NEXT
+    PORT_NEXT=$(( p + 1 < PORT_NEXT_END ? p + 1 : PORT_NEXT_START ))
+    python3 -c 'import socket,sys; s=socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1])))' "$p" \
+      2>/dev/null && break
+  done
+  printf -v "$1" %s "$p"
+}
+port_block() { # start end: the block this pass takes its ports from
+  PORT_NEXT_START=$1 PORT_NEXT_END=$2 PORT_NEXT=$1
+}
+port_block 27000 28800
 # Each file runs on fresh servers, as the framework gives each file its own
 # (against one server for all, a test that stops half-way leaves its
 # settings to the next file: rdb-key-save-delay made later saves crawl).
@@ -92,8 +113,8 @@ stop() { # name port
 }
 start_pair() { # [name-a name-b] (default a b); sets PA PB
   local na=${1:-a} nb=${2:-b}
-  PA=$(free_port) PB=$(free_port)
-  local la lb; la=$(free_port) lb=$(free_port)
+  take_port PA; take_port PB
+  local la lb; take_port la; take_port lb
   start "$na" "$PA" peer=127.0.0.1 port="$lb" listen-port="$la" bind=127.0.0.1 transport=tcp secret-file="$WORK/secret"
   start "$nb" "$PB" peer=127.0.0.1 port="$la" listen-port="$lb" bind=127.0.0.1 transport=tcp secret-file="$WORK/secret"
   for _ in $(seq 100); do
@@ -146,14 +167,14 @@ run_file() { # target port peer-port unit
 # saw bash answer `wait PID` with "not a child of this shell" for a pass
 # that had ended, and report it failed.
 rm -f "$OUT/plain.status" "$OUT/on-b.status"
-( (for unit in "${UNITS[@]}"; do
-  PP=$(free_port)
+( (port_block 28800 30600; for unit in "${UNITS[@]}"; do
+  take_port PP
   start plain "$PP"
   run_file plain "$PP" "$PP" "$unit"
   stop plain "$PP"
 done); echo $? > "$OUT/plain.status") &
 PLAIN=$!
-( (for unit in "${UNITS[@]}"; do
+( (port_block 30600 32400; for unit in "${UNITS[@]}"; do
   [[ $unit == type/* && $B_PASS == yes ]] || continue
   start_pair a-of-b b-of-b
   run_file b "$PB" "$PA" "$unit"
