@@ -41,7 +41,8 @@
 #   1,000,000, each filled before the run, and `sadd-keys` adds members to
 #   100,000 small sets; none in the default set),
 #   BENCH_MODULE_ARGS (extra module arguments of the measured pair, e.g.
-#   merge-counters=yes; not given to the --before pair).
+#   merge-counters=yes; not given to the --before pair),
+#   BENCH_BEFORE_ARGS (extra module arguments of the --before pair).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -113,6 +114,7 @@ srv() { local port=$1; shift; mkdir -p "$W/$port"
   redis-server --port "$port" --bind 127.0.0.1 --dir "$W/$port" --save '' "${PERSIST[@]}" \
     --daemonize yes --pidfile "$W/$port.pid" --logfile "$W/$port.log" "$@"; }
 read -r -a MODULE_EXTRA <<< "${BENCH_MODULE_ARGS:-}"
+read -r -a BEFORE_EXTRA <<< "${BENCH_BEFORE_ARGS:-}"
 srv $PA --loadmodule "$SO" peer=127.0.0.1 port=$LB listen-port=$LA transport=tcp "${MODULE_EXTRA[@]}"
 srv $PB --loadmodule "$SO" peer=127.0.0.1 port=$LA listen-port=$LB transport=tcp "${MODULE_EXTRA[@]}"
 srv $PP
@@ -120,8 +122,8 @@ srv $PM
 srv $PR --replicaof 127.0.0.1 $PM
 srv $PF --loadmodule "$FLOOR"
 if [ -n "$BEFORE" ]; then
-  srv $PC --loadmodule "$BEFORE" peer=127.0.0.1 port=$LD listen-port=$LC transport=tcp
-  srv $PD --loadmodule "$BEFORE" peer=127.0.0.1 port=$LC listen-port=$LD transport=tcp
+  srv $PC --loadmodule "$BEFORE" peer=127.0.0.1 port=$LD listen-port=$LC transport=tcp "${BEFORE_EXTRA[@]}"
+  srv $PD --loadmodule "$BEFORE" peer=127.0.0.1 port=$LC listen-port=$LD transport=tcp "${BEFORE_EXTRA[@]}"
 fi
 pid() { cat "$W/$1.pid"; }
 st() { redis-cli -p "$1" rdmasync.status | paste - - | awk -v f="$2" '$1 == f { print $2 }'; }
