@@ -249,12 +249,14 @@ fn libraries_loaded_one_by_one_are_not_read_back_after_every_load() {
     let mut a = pair.a.conn();
     let body = "x".repeat(2000);
     let before = function_dumps(&pair.a);
+    let started = std::time::Instant::now();
     for i in 0..LIBRARIES {
         let code = format!(
             "#!lua name=lib{i}\nredis.register_function('f{i}', function(keys, args) return '{body}' end)"
         );
         load(&mut a, &code, false);
     }
+    let loading = started.elapsed();
     let want: Vec<String> = {
         let mut names: Vec<String> = (0..LIBRARIES).map(|i| format!("lib{i}")).collect();
         names.sort();
@@ -266,10 +268,15 @@ fn libraries_loaded_one_by_one_are_not_read_back_after_every_load() {
         libraries(&pair.b).len()
     );
     let dumps = function_dumps(&pair.a) - before;
-    eprintln!("{dumps} reads of the libraries for {LIBRARIES} loads");
+    // A resting read comes back at most once per rest (hot-key-rest,
+    // 100 ms): on a host slowed down the loads take longer and leave room
+    // for more (CI, with another load beside it: 102 in 5.3 s). A read
+    // after every load is LIBRARIES whatever the speed.
+    let allowed = LIBRARIES as u64 / 4 + loading.as_millis() as u64 / 100;
+    eprintln!("{dumps} reads of the libraries for {LIBRARIES} loads in {loading:?}");
     assert!(
-        dumps < LIBRARIES as u64 / 4,
-        "{dumps} reads of the libraries for {LIBRARIES} loads"
+        dumps < allowed,
+        "{dumps} reads of the libraries for {LIBRARIES} loads in {loading:?} (at most {allowed})"
     );
     assert_eq!(fcall(&pair.b, "f399").as_deref(), Some(body.as_str()));
 }
