@@ -572,6 +572,14 @@ fn field_f(c: &mut Connection) -> i64 {
     redis::cmd("HGET").arg("h").arg("f").query(c).unwrap()
 }
 
+/// Both nodes ran the HINCRBY family `UPDATES` times: f holds every
+/// increment on both (each missing or extra unit counts as one lost).
+fn every_increment_counted(pair: &Pair, scenario: &str) {
+    let want = 2 * (UPDATES as i64 / 4) * 5;
+    let lost = lost_on_both(pair, |c| (want - field_f(c)).unsigned_abs() as usize);
+    report(scenario, lost / 2, 2 * UPDATES);
+}
+
 #[test]
 fn hincrby_of_one_field_on_both_nodes_counts_every_increment() {
     let pair = started_merging();
@@ -582,9 +590,7 @@ fn hincrby_of_one_field_on_both_nodes_counts_every_increment() {
     or_explain(&pair, "h", || {
         at_once(&pair, hincrby_family, hincrby_family, integer)
     });
-    let want = 2 * (UPDATES as i64 / 4) * 5;
-    let lost = lost_on_both(&pair, |c| (want - field_f(c)).unsigned_abs() as usize);
-    report("HINCRBY one field", lost / 2, 2 * UPDATES);
+    every_increment_counted(&pair, "HINCRBY one field");
     merged_and_collected(&pair);
 }
 
@@ -598,9 +604,7 @@ fn increments_of_one_field_made_while_the_link_is_cut_all_count() {
     });
     common::heal(&pair);
     or_explain(&pair, "h", || pair.wait_converged(Duration::from_secs(30)));
-    let want = 2 * (UPDATES as i64 / 4) * 5;
-    let lost = lost_on_both(&pair, |c| (want - field_f(c)).unsigned_abs() as usize);
-    report("HINCRBY one field across a link cut", lost / 2, 2 * UPDATES);
+    every_increment_counted(&pair, "HINCRBY one field across a link cut");
     merged_and_collected(&pair);
 }
 
@@ -658,13 +662,7 @@ fn increments_of_one_field_survive_a_kill_of_one_node_with_aof() {
     );
     common::heal(&pair);
     or_explain(&pair, "h", || pair.wait_converged(Duration::from_secs(30)));
-    let want = 2 * (UPDATES as i64 / 4) * 5;
-    let lost = lost_on_both(&pair, |c| (want - field_f(c)).unsigned_abs() as usize);
-    report(
-        "HINCRBY one field across a kill with AOF",
-        lost / 2,
-        2 * UPDATES,
-    );
+    every_increment_counted(&pair, "HINCRBY one field across a kill with AOF");
     merged_and_collected(&pair);
 }
 

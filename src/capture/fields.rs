@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use hashbrown::HashMap;
 
+use crate::converge::merge::counters::integer_of;
 use crate::converge::merge::hashes::Kind;
 
 /// `merge-elements`, set at load.
@@ -67,18 +68,11 @@ impl Post {
     }
 }
 
-/// An integer increment as `HINCRBY` takes it.
-fn integer_delta(arg: &[u8]) -> Option<i128> {
-    crate::converge::merge::counters::integer_of(arg)
-}
-
 /// An increment of a score that is an integer a double holds exactly
 /// (`ZINCRBY 5 m`); others are writes of the score they leave.
 fn integral_score_delta(arg: &[u8]) -> Option<i128> {
-    let text = std::str::from_utf8(arg).ok()?;
-    let x: f64 = text.trim().parse().ok()?;
-    let exact = x.is_finite() && x.fract() == 0.0 && x.abs() <= 9_007_199_254_740_992.0;
-    exact.then_some(x as i128)
+    let x: f64 = std::str::from_utf8(arg).ok()?.trim().parse().ok()?;
+    crate::converge::merge::hashes::integral(x)
 }
 
 /// The elements a filtered command will change, and the event that says it
@@ -129,7 +123,7 @@ pub fn change_of<'a>(args: &[&'a [u8]]) -> Option<FieldChange<'a>> {
         } else if is("hdel") && n >= 3 {
             (elements(2)?, b"hdel", Post::Absent)
         } else if is("hincrby") && n == 4 {
-            let post = integer_delta(args[3]).map_or(Post::Read, Post::Incr);
+            let post = integer_of(args[3]).map_or(Post::Read, Post::Incr);
             (vec![args[2]], b"hincrby", post)
         } else if is("hincrbyfloat") && n == 4 {
             (vec![args[2]], b"hincrbyfloat", Post::Read)

@@ -34,6 +34,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use hashbrown::HashMap;
 
+use crate::converge::merge::counters::integer_of as integer_field;
 use crate::converge::merge::element::{Collected, Element};
 use crate::converge::merge::seen::Seen;
 use crate::converge::version::Stamp;
@@ -80,17 +81,16 @@ pub fn score_of(value: &[u8]) -> Option<f64> {
 /// the value it left (counted), which removes the ones its site applied.
 pub const MAX_INCREMENTS: usize = 1024;
 
-/// A hash field's value as an integer: what `HINCRBY` accepts.
-fn integer_field(value: &[u8]) -> Option<i128> {
-    crate::converge::merge::counters::integer_of(value)
-}
-
-/// A sorted set's score as an integer, when it is one a double holds
-/// exactly (what increments add to the same way on every site).
-fn integral_score(value: &[u8]) -> Option<i128> {
-    let score = score_of(value)?;
+/// `score` as an integer, when it is one a double holds exactly (2^53 at
+/// most): what increments add to the same way on every site.
+pub fn integral(score: f64) -> Option<i128> {
     let exact = score.fract() == 0.0 && score.abs() <= 9_007_199_254_740_992.0;
     exact.then_some(score as i128)
+}
+
+/// A sorted set's score (see [`score_of`]) as an integer, see [`integral`].
+fn integral_score(value: &[u8]) -> Option<i128> {
+    integral(score_of(value)?)
 }
 
 /// Whether increments add to `value` of a `kind` element (a number): a
