@@ -9,7 +9,8 @@
 # longest round trip of each phase. Release build, loopback, TCP. Not part
 # of the test suite; see docs/benchmarks.md "Big values".
 #
-# Usage: scripts/stall.sh [--fields N] [--string-mb M]   (STALL_SO=<.so>: skip the build)
+# Usage: scripts/stall.sh [--fields N] [--string-mb M]   (STALL_SO=<.so>: skip the build;
+#        STALL_MODULE_ARGS="merge-elements=yes ...": more module arguments)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,7 +41,7 @@ start() { # port listen peer-port
   redis-server --port "$1" --dir "$DIR/$1" --save '' --appendonly no \
     --enable-debug-command yes --proto-max-bulk-len 1gb --daemonize yes \
     --logfile "$DIR/$1/log" --loadmodule "$SO" peer=127.0.0.1 port="$3" \
-    listen-port="$2" bind=127.0.0.1 transport=tcp persist-versions=no >/dev/null
+    listen-port="$2" bind=127.0.0.1 transport=tcp persist-versions=no ${STALL_MODULE_ARGS:-} >/dev/null
   until redis-cli -p "$1" ping >/dev/null 2>&1; do sleep 0.05; done
 }
 
