@@ -7,14 +7,16 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use crate::capture::flush::{count_read_failures, entry, op_of, pending_of, push};
-use crate::catchup::fullsync::{FullSync, Shipment};
+use crate::catchup::fullsync::{BigRead, FullSync, Shipment, MAX_SLICED_RESTARTS};
 use crate::catchup::replication::Replication;
 use crate::catchup::snapshot::SyncKind;
 use crate::converge::changes::PendingOp;
 use crate::converge::version::{KeyVersion, Stamp};
+use crate::ops::status::Stats;
 use crate::proto::entry::{Entry, Op};
 use crate::redis::server;
-use crate::redis::snapshot::{Read, Reader};
+use crate::redis::server::Slice;
+use crate::redis::snapshot::{Read, Reader, Snapshot};
 use crate::shared::Shared;
 
 /// Entries per catch-up batch.
@@ -150,26 +152,130 @@ fn functions_entry(reader: &Reader, shared: &Shared, st: &Replication) -> Option
     Some(entry(0, version.stamp, Op::Functions { payload }))
 }
 
-/// Ships the backlog for at most the rest of the slice.
+/// Ships the backlog for at most the rest of the slice. A big value on
+/// the way is read a slice per step while its op waits at the front, so
+/// the order of what ships is the backlog's.
 pub fn drain_backlog(reader: &Reader, shared: &Shared, st: &mut Replication, deadline: Instant) {
     while !st.peer.backlog.is_empty() && !shared.queue.is_full() && Instant::now() < deadline {
-        let ops = st.peer.backlog.take_front(CATCH_UP_BATCH);
-        let mut entries: Vec<Entry> = ops
-            .into_iter()
-            .filter_map(|op| backlog_entry(reader, shared, st, op))
-            .collect();
-        crate::capture::hashes::as_states(reader.ctx(), shared, st, &mut entries, false);
-        let n = entries.len() as u64;
-        if let Err(entries) = push(shared, st, entries, true) {
-            let ops = entries.iter().filter_map(pending_of).collect();
-            st.peer.backlog.restore(ops);
-            break;
+        if st.peer.backlog_read.is_some() {
+            advance_backlog_read(reader, shared, st);
+            continue;
         }
-        st.peer.report.entries += n;
-        if st.peer.backlog.is_empty() {
-            st.peer.report.done();
+        let mut ops = st.peer.backlog.take_front(CATCH_UP_BATCH).into_iter();
+        let mut entries = Vec::new();
+        while let Some(op) = ops.next() {
+            if let Some(big) = start_big_read(reader, shared, st, &op, 0) {
+                st.peer.backlog_read = Some(big);
+                st.peer
+                    .backlog
+                    .restore(std::iter::once(op).chain(ops).collect());
+                break;
+            }
+            entries.extend(backlog_entry(reader, shared, st, op));
         }
+        ship_backlog_entries(reader, shared, st, entries);
     }
+}
+
+/// Queues entries made from backlog ops (their ops go back to the front
+/// of the backlog if the queue refuses them).
+fn ship_backlog_entries(
+    reader: &Reader,
+    shared: &Shared,
+    st: &mut Replication,
+    mut entries: Vec<Entry>,
+) {
+    crate::capture::hashes::as_states(reader.ctx(), shared, st, &mut entries, false);
+    let n = entries.len() as u64;
+    if let Err(entries) = push(shared, st, entries, true) {
+        let ops = entries.iter().filter_map(pending_of).collect();
+        st.peer.backlog.restore(ops);
+        return;
+    }
+    st.peer.report.entries += n;
+    if st.peer.backlog.is_empty() {
+        st.peer.report.done();
+    }
+}
+
+/// A slice-at-a-time read of the backlog op `op` when it is a big value
+/// of this node's own (not one the merge tables hold: those ship states).
+fn start_big_read(
+    reader: &Reader,
+    shared: &Shared,
+    st: &Replication,
+    op: &PendingOp,
+    restarts: u8,
+) -> Option<BigRead> {
+    let PendingOp::Key { db, key } = op else {
+        return None;
+    };
+    let stamp = match st.versions.get(*db, key)? {
+        KeyVersion::Live(stamp) if stamp.node == shared.node_id => stamp,
+        _ => return None,
+    };
+    if st.versions.counters.contains(*db, key) || st.versions.hashes.contains(*db, key) {
+        return None;
+    }
+    server::select_db(reader.ctx(), *db);
+    let read = reader.start_sliced(key)?;
+    Some(BigRead {
+        db: *db,
+        key: key.clone(),
+        stamp,
+        read,
+        restarts,
+    })
+}
+
+/// One slice of the big value at the front of the backlog; once read, it
+/// ships at its version. Read across a change of the key, it starts again
+/// (at most `MAX_SLICED_RESTARTS` times), then is read whole.
+fn advance_backlog_read(reader: &Reader, shared: &Shared, st: &mut Replication) {
+    let Some(mut big) = st.peer.backlog_read.take() else {
+        return;
+    };
+    let at_front = matches!(st.peer.backlog.front(),
+        Some(PendingOp::Key { db, key }) if *db == big.db && *key == big.key);
+    if !at_front {
+        // Its op moved (put back behind others): read again when reached.
+        return;
+    }
+    server::select_db(reader.ctx(), big.db);
+    let same = st.versions.get(big.db, &big.key) == Some(KeyVersion::Live(big.stamp));
+    let slice = match same {
+        true => reader.read_slice(&mut big.read, &big.key),
+        false => Slice::Changed,
+    };
+    let entries = match slice {
+        Slice::More => {
+            st.peer.backlog_read = Some(big);
+            return;
+        }
+        Slice::Done(payload, dump, expiry_ms) if same => {
+            Stats::add(&shared.stats.values_sliced, 1);
+            st.peer.backlog.take_front(1);
+            let snap = Snapshot::sliced(payload, dump, expiry_ms);
+            vec![entry(big.db, big.stamp, op_of(big.key, Some(snap)))]
+        }
+        Slice::Done(..) | Slice::Changed if big.restarts < MAX_SLICED_RESTARTS => {
+            Stats::add(&shared.stats.slices_restarted, 1);
+            let op = PendingOp::Key {
+                db: big.db,
+                key: big.key,
+            };
+            // `None`: no longer big, or not ours: read as any other op.
+            st.peer.backlog_read = start_big_read(reader, shared, st, &op, big.restarts + 1);
+            return;
+        }
+        _ => {
+            let ops = st.peer.backlog.take_front(1);
+            ops.into_iter()
+                .filter_map(|op| backlog_entry(reader, shared, st, op))
+                .collect()
+        }
+    };
+    ship_backlog_entries(reader, shared, st, entries);
 }
 
 /// Keys the sync's last step could not read wait to be read again, at
@@ -182,6 +288,13 @@ fn keep_unread(shared: &Shared, st: &mut Replication, sync: &mut FullSync) {
     for (db, key, stamp) in unread {
         st.unread.insert((db, key.into()), stamp);
     }
+}
+
+/// Counts the big values the sync's last step read a slice at a time.
+fn count_sliced(shared: &Shared, sync: &mut FullSync) {
+    let (sliced, restarted) = sync.take_sliced_counts();
+    Stats::add(&shared.stats.values_sliced, sliced);
+    Stats::add(&shared.stats.slices_restarted, restarted);
 }
 
 /// Advances the full sync for at most the rest of the slice.
@@ -212,6 +325,7 @@ pub fn advance_full_sync(
             .collect();
         crate::capture::hashes::as_states(reader.ctx(), shared, st, &mut entries, true);
         keep_unread(shared, st, sync);
+        count_sliced(shared, sync);
         let refused = || shared.stats.entries_refused.load(Ordering::Relaxed);
         let before = refused();
         let pushed = push(shared, st, entries, false);

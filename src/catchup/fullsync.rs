@@ -8,13 +8,15 @@
 //! after it (floors, keys and tombstones, found in the version store): what
 //! a peer that holds everything of ours up to the watermark misses.
 
+use std::collections::VecDeque;
 use std::time::Instant;
 
 use crate::converge::sweep::SweepFloors;
 use crate::converge::version::{KeyVersion, Stamp, VersionStore};
 use crate::proto::entry::Op;
 use crate::redis::server;
-use crate::redis::snapshot::{Read, Reader};
+use crate::redis::server::{Slice, SlicedRead};
+use crate::redis::snapshot::{Read, Reader, Snapshot};
 
 /// Keys asked of one SCAN call.
 const SCAN_COUNT: usize = 256;
@@ -61,6 +63,26 @@ impl KeyWalk {
             KeyWalk::Command { done, .. } => *done,
         }
     }
+}
+
+/// Reads of one big value started again after the key changed under
+/// them; the next reads it whole.
+pub const MAX_SLICED_RESTARTS: u8 = 3;
+
+/// A big value being read a slice at a time (see [`SlicedRead`]): by a
+/// sync, before its next page, or at the front of the backlog.
+#[derive(Debug)]
+pub struct BigRead {
+    /// Its database and key.
+    pub db: u32,
+    pub key: Vec<u8>,
+    /// The key's version when its read started: the value ships at it
+    /// only if it is still the key's version when the read ends.
+    pub stamp: Stamp,
+    /// The read.
+    pub read: SlicedRead,
+    /// How many times it started again after the key changed.
+    pub restarts: u8,
 }
 
 /// One change to ship: database, version, operation.
@@ -114,6 +136,11 @@ pub struct FullSync {
     /// A key it found could not be read (it ships later, after the end
     /// mark): the sweep must not run.
     missed: bool,
+    /// Big values of the current page, read a slice per step.
+    big: VecDeque<BigRead>,
+    /// Big values shipped, and their reads started again, since the
+    /// caller last took the counts.
+    sliced: (u64, u64),
 }
 
 impl FullSync {
@@ -132,6 +159,8 @@ impl FullSync {
             owned: Vec::new(),
             sweep: None,
             missed: false,
+            big: VecDeque::new(),
+            sliced: (0, 0),
         }
     }
 
@@ -186,7 +215,13 @@ impl FullSync {
 
     /// Whether everything has been handed out.
     pub fn is_done(&self) -> bool {
-        matches!(self.phase, Phase::Done)
+        matches!(self.phase, Phase::Done) && self.big.is_empty()
+    }
+
+    /// Big values shipped and reads of them started again since the last
+    /// call.
+    pub fn take_sliced_counts(&mut self) -> (u64, u64) {
+        std::mem::take(&mut self.sliced)
     }
 
     /// Keys the last steps found but could not read (none is shipped as
@@ -205,17 +240,36 @@ impl FullSync {
         max: usize,
     ) -> Vec<Shipment> {
         let mut out = Vec::new();
+        if !self.big.is_empty() {
+            // Big values found by the last steps go before anything else.
+            self.ship_big_slice(reader, versions, me, &mut out);
+        } else {
+            self.step_phase(reader, versions, me, max, &mut out);
+        }
+        self.sent += out.len() as u64;
+        out
+    }
+
+    /// The next slice of the current phase.
+    fn step_phase(
+        &mut self,
+        reader: &Reader,
+        versions: &VersionStore,
+        me: u64,
+        max: usize,
+        out: &mut Vec<Shipment>,
+    ) {
         let max = max.max(1);
         self.phase = match std::mem::replace(&mut self.phase, Phase::Done) {
             Phase::Floors => {
                 if let Some(floors) = self.sweep {
                     out.push((0, self.mark_stamp(floors, me), Op::SweepStart { floors }));
                 }
-                self.ship_floors(reader, versions, &mut out)
+                self.ship_floors(reader, versions, out)
             }
             Phase::Owned { next } => {
                 let mut unread = Vec::new();
-                let end = self.ship_owned(reader, versions, next, max, &mut out, &mut unread);
+                let end = self.ship_owned(reader, versions, next, max, out, &mut unread);
                 self.unread.extend(unread);
                 if end >= self.owned.len() {
                     self.owned = Vec::new();
@@ -224,9 +278,7 @@ impl FullSync {
                     Phase::Owned { next: end }
                 }
             }
-            Phase::Keys { db, walk } => {
-                self.ship_key_page(reader, versions, me, db, walk, &mut out)
-            }
+            Phase::Keys { db, walk } => self.ship_key_page(reader, versions, me, db, walk, out),
             Phase::Tombstones { next } => {
                 let end = versions.tombstone_index_len().min(next + max);
                 for i in next..end {
@@ -249,8 +301,6 @@ impl FullSync {
             }
             Phase::Done => Phase::Done,
         };
-        self.sent += out.len() as u64;
-        out
     }
 
     /// The floors wanted (FLUSHALL first: it covers the per-database
@@ -303,24 +353,50 @@ impl FullSync {
             self.missed = true;
             Vec::new()
         });
-        let reads = reader.read_many(&keys);
-        for (key, read) in keys.into_iter().zip(reads) {
-            let stamp = match versions.get(db, &key) {
-                Some(KeyVersion::Live(s)) => s,
-                // Present without a version (or a stale tombstone).
-                _ => Stamp::new(0, me),
-            };
-            match read {
-                Read::Value(snap) => out.push((db, stamp, snap.into_op(key))),
-                // Gone since the scan: its delete ships by itself.
-                Read::Absent => {}
-                Read::Failed => {
-                    self.missed = true;
-                    self.unread.push((db, key, stamp));
-                }
-            }
+        let keys: Vec<(Vec<u8>, Stamp)> = keys
+            .into_iter()
+            .map(|key| {
+                let stamp = stamp_of(versions, db, &key, me);
+                (key, stamp)
+            })
+            .collect();
+        let small = self.set_big_apart(reader, db, keys);
+        let names: Vec<&[u8]> = small.iter().map(|(k, _)| k.as_slice()).collect();
+        let reads = reader.read_many(&names);
+        for ((key, stamp), read) in small.into_iter().zip(reads) {
+            self.ship_read(db, key, stamp, read, out);
         }
         server::select_db(reader.ctx(), original);
+        self.after_page(db, walk)
+    }
+
+    /// Queues the big values among `keys` (database `db`, selected) to be
+    /// read a slice at a time; returns the others.
+    fn set_big_apart(
+        &mut self,
+        reader: &Reader,
+        db: u32,
+        keys: Vec<(Vec<u8>, Stamp)>,
+    ) -> Vec<(Vec<u8>, Stamp)> {
+        let mut small = Vec::with_capacity(keys.len());
+        for (key, stamp) in keys {
+            match reader.start_sliced(&key) {
+                Some(read) => self.big.push_back(BigRead {
+                    db,
+                    key,
+                    stamp,
+                    read,
+                    restarts: 0,
+                }),
+                None => small.push((key, stamp)),
+            }
+        }
+        small
+    }
+
+    /// The phase after a page of database `db`: the same while its walk
+    /// goes on, else the next database's walk, else the tombstones.
+    fn after_page(&self, db: u32, walk: KeyWalk) -> Phase {
         match (walk.is_done(), db + 1 < self.databases) {
             (false, _) => Phase::Keys { db, walk },
             (true, true) => Phase::Keys {
@@ -329,6 +405,93 @@ impl FullSync {
             },
             (true, false) => Phase::Tombstones { next: 0 },
         }
+    }
+
+    /// Ships what reading `key` of database `db` found, at `stamp`.
+    fn ship_read(
+        &mut self,
+        db: u32,
+        key: Vec<u8>,
+        stamp: Stamp,
+        read: Read,
+        out: &mut Vec<Shipment>,
+    ) {
+        match read {
+            Read::Value(snap) => out.push((db, stamp, snap.into_op(key))),
+            // Gone since the scan: its delete ships by itself.
+            Read::Absent => {}
+            Read::Failed => {
+                self.missed = true;
+                self.unread.push((db, key, stamp));
+            }
+        }
+    }
+
+    /// One slice of the first big value of the page. A value read across
+    /// a change of the key (its version moved, its size or type changed)
+    /// is read again from the start, at most [`MAX_SLICED_RESTARTS`]
+    /// times, then whole.
+    fn ship_big_slice(
+        &mut self,
+        reader: &Reader,
+        versions: &VersionStore,
+        me: u64,
+        out: &mut Vec<Shipment>,
+    ) {
+        let Some(mut big) = self.big.pop_front() else {
+            return;
+        };
+        let db = big.db;
+        let original = server::selected_db(reader.ctx());
+        server::select_db(reader.ctx(), db);
+        let now = stamp_of(versions, db, &big.key, me);
+        let slice = match now == big.stamp {
+            true => reader.read_slice(&mut big.read, &big.key),
+            false => Slice::Changed,
+        };
+        let whole = match slice {
+            Slice::More => {
+                self.big.push_front(big);
+                None
+            }
+            Slice::Done(payload, dump, expiry_ms) if now == big.stamp => {
+                self.sliced.0 += 1;
+                let snap = Snapshot::sliced(payload, dump, expiry_ms);
+                out.push((db, big.stamp, snap.into_op(big.key)));
+                None
+            }
+            Slice::Done(..) | Slice::Changed if big.restarts < MAX_SLICED_RESTARTS => {
+                match reader.start_sliced(&big.key) {
+                    Some(read) => {
+                        self.sliced.1 += 1;
+                        let restarts = big.restarts + 1;
+                        self.big.push_front(BigRead {
+                            stamp: now,
+                            read,
+                            restarts,
+                            ..big
+                        });
+                        None
+                    }
+                    None => Some(big.key),
+                }
+            }
+            Slice::Done(..) | Slice::Changed | Slice::Whole => Some(big.key),
+        };
+        if let Some(key) = whole {
+            let read = reader.read_one(&key);
+            self.ship_read(db, key, now, read, out);
+        }
+        server::select_db(reader.ctx(), original);
+    }
+}
+
+/// The version a key of database `db` ships at: its own, or (present
+/// without one, or a stale tombstone) clock 0 of this node.
+fn stamp_of(versions: &VersionStore, db: u32, key: &[u8], me: u64) -> Stamp {
+    match versions.get(db, key) {
+        Some(KeyVersion::Live(s)) => s,
+        _ => Stamp::new(0, me),
     }
 }
 
@@ -345,7 +508,7 @@ impl FullSync {
     /// sync ships: live ones with their value, deleted ones as deletes.
     /// Returns the next position.
     fn ship_owned(
-        &self,
+        &mut self,
         reader: &Reader,
         versions: &VersionStore,
         start: usize,
@@ -382,8 +545,10 @@ impl FullSync {
         }
         let original = server::selected_db(reader.ctx());
         server::select_db(reader.ctx(), db);
-        let names: Vec<Vec<u8>> = live.iter().map(|(k, _)| k.clone()).collect();
-        for ((key, stamp), read) in live.into_iter().zip(reader.read_many(&names)) {
+        let live = self.set_big_apart(reader, db, live);
+        let names: Vec<&[u8]> = live.iter().map(|(k, _)| k.as_slice()).collect();
+        let reads = reader.read_many(&names);
+        for ((key, stamp), read) in live.into_iter().zip(reads) {
             match read {
                 Read::Value(snap) => out.push((db, stamp, snap.into_op(key))),
                 // Expired since: each node expires it itself.

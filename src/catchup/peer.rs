@@ -85,6 +85,9 @@ impl PeerRequest {
 pub struct Peer {
     /// Local changes not shipped yet, in order, each key once.
     pub backlog: DirtySet,
+    /// The big value at the front of the backlog, being read a slice at a
+    /// time (its op stays in the backlog until it ships).
+    pub backlog_read: Option<crate::catchup::fullsync::BigRead>,
     pub(super) backlog_limit: usize,
     /// Shipped and not acknowledged, in sequence order.
     pub(super) inflight: InFlight,
@@ -149,6 +152,7 @@ impl Peer {
     pub fn new(backlog_limit: usize) -> Self {
         Self {
             backlog: DirtySet::default(),
+            backlog_read: None,
             backlog_limit: backlog_limit.max(1),
             inflight: InFlight::default(),
             // The peer asks for what it misses (this node's request

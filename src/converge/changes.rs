@@ -145,6 +145,11 @@ impl DirtySet {
         })
     }
 
+    /// The oldest op, left in place.
+    pub fn front(&self) -> Option<&PendingOp> {
+        self.ops.front()
+    }
+
     /// Takes up to `n` of the oldest ops.
     pub fn take_front(&mut self, n: usize) -> Vec<PendingOp> {
         let n = n.min(self.ops.len());
@@ -289,6 +294,17 @@ impl DirtySet {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn the_front_is_the_oldest_op_left_in_place() {
+        let mut set = DirtySet::default();
+        assert_eq!(set.front(), None);
+        set.extend(vec![key(0, "a"), key(1, "b")]);
+        assert_eq!(set.front(), Some(&key(0, "a")));
+        assert_eq!(set.len(), 2);
+        set.take_front(1);
+        assert_eq!(set.front(), Some(&key(1, "b")));
+    }
 
     fn key(db: u32, k: &str) -> PendingOp {
         PendingOp::Key {

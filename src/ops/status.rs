@@ -77,6 +77,10 @@ pub struct Stats {
     /// Keys deleted here at the end of a peer's sweeping full sync (it had
     /// deleted them and dropped their tombstones).
     pub keys_swept: AtomicU64,
+    /// Big values a catch-up read a slice per step, not at once.
+    pub values_sliced: AtomicU64,
+    /// Slice-at-a-time reads started again because the key changed.
+    pub slices_restarted: AtomicU64,
     /// Times the sender waited for credit.
     pub credit_stalls: AtomicU64,
     /// Sender's tail in the peer's ring (current link).
@@ -313,6 +317,8 @@ fn traffic_fields(stats: &Stats, queue_depth: usize) -> Vec<(&'static str, Field
         ("expiries_unrecorded", counter(&stats.expiries_unrecorded)),
         ("tombstones_dropped", counter(&stats.tombstones_dropped)),
         ("keys_swept", counter(&stats.keys_swept)),
+        ("values_sliced", counter(&stats.values_sliced)),
+        ("slices_restarted", counter(&stats.slices_restarted)),
         ("ring_used_bytes", Field::Int(stats.ring_used() as i64)),
         ("credit_stalls", counter(&stats.credit_stalls)),
         ("bad_frames", counter(&stats.bad_frames)),

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use redis_module::{CallOptions, CallOptionsBuilder, CallReply, CallResult, Context, RedisString};
 
 use crate::proto::entry::{Encoding, Op};
-use crate::redis::server::{self, InPlace};
+use crate::redis::server::{self, InPlace, Slice, SlicedRead};
 
 /// A key's value as shipped: a string's bytes or a DUMP payload, and its
 /// absolute expiry.
@@ -28,6 +28,21 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// A value a [`SlicedRead`] read: a DUMP payload (`dump`) or a
+    /// string's bytes.
+    pub fn sliced(payload: Vec<u8>, dump: bool, expiry_ms: Option<u64>) -> Self {
+        let encoding = match dump {
+            true => Encoding::Dump,
+            false => Encoding::RawString,
+        };
+        Self {
+            payload,
+            expiry_ms,
+            encoding,
+            read_time: Duration::ZERO,
+        }
+    }
+
     /// The change that ships this value for `key`.
     pub fn into_op(self, key: Vec<u8>) -> Op {
         Op::Value {
@@ -214,6 +229,23 @@ impl<'a> Reader<'a> {
             Ok(CallReply::String(s)) => Some(s.as_bytes().to_vec()),
             _ => None,
         }
+    }
+
+    /// A read of `key` a slice at a time when its value is big (see
+    /// [`SlicedRead`]); `None`: read it with `read_many`.
+    pub fn start_sliced(&self, key: &[u8]) -> Option<SlicedRead> {
+        if crate::ops::faults::read_fails(self.failing.as_deref(), key) {
+            return None;
+        }
+        let name = RedisString::create_from_slice(std::ptr::null_mut(), key);
+        let db_field_ttls = server::db_may_hold_field_ttls(self.ctx, server::selected_db(self.ctx));
+        SlicedRead::start(self.ctx, &name, db_field_ttls)
+    }
+
+    /// The next slice of `key`'s read.
+    pub fn read_slice(&self, read: &mut SlicedRead, key: &[u8]) -> Slice {
+        let name = RedisString::create_from_slice(std::ptr::null_mut(), key);
+        read.advance(self.ctx, &name)
     }
 
     /// The function libraries as a `FUNCTION DUMP` payload; `None` when the

@@ -8,6 +8,7 @@ mod element_key;
 mod element_reads;
 mod keys;
 mod scan;
+mod sliced;
 
 pub use keys::{
     db_may_hold_field_ttls, field_ttls_possible, is_empty_hash, key_info, key_info_and_value,
@@ -18,6 +19,7 @@ pub use element_key::{kind_of_type, ElementKey};
 #[cfg(all(feature = "module", not(test)))]
 pub use keys::{probe_field_ttls, FieldTtls};
 pub use scan::KeyScan;
+pub use sliced::{Slice, SlicedRead};
 
 use std::ffi::CStr;
 use std::os::raw::c_void;

@@ -1,0 +1,188 @@
+//! Big values (issue 26, point 3): a string over 4 MiB and collections of
+//! more than 4,096 elements travel in a catch-up (the backlog after a cut,
+//! a full sync to a peer that lost its data) read a slice per event-loop
+//! step, not at once, and arrive whole and equal, also while a client
+//! changes them during the read.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{cut, heal, Node, Pair};
+
+const SETTLE: Duration = Duration::from_secs(60);
+
+/// Elements of each big collection (the slice is 4,096).
+const ELEMENTS: u32 = 20_000;
+
+/// The big keys and how each is made on `node`.
+const MAKE: &str = r#"
+local n = tonumber(ARGV[1])
+for i = 1, n do
+  redis.call('HSET', 'big:h', 'f' .. i, 'v' .. i)
+  redis.call('SADD', 'big:s', 'm' .. i)
+  redis.call('ZADD', 'big:z', math.floor(i / 3), 'z' .. i)
+  redis.call('RPUSH', 'big:l', 'e' .. i)
+end
+-- One score for every member (a sorted set used as a lexical index): too
+-- long a run to resume in, read at once.
+for i = 1, n + n / 2 do
+  redis.call('ZADD', 'big:lex', 0, 'x' .. i)
+end
+for i = 1, 6000 do
+  redis.call('APPEND', 'big:str', string.rep(string.char(65 + i % 26), 1000 + i % 97))
+end
+redis.call('PEXPIRE', 'big:h', 3600000)
+return redis.call('STRLEN', 'big:str')
+"#;
+
+const KEYS: [&str; 6] = ["big:h", "big:s", "big:z", "big:l", "big:lex", "big:str"];
+
+fn make_big_values(node: &Node) {
+    let len: u64 = redis::cmd("EVAL")
+        .arg(MAKE)
+        .arg(0)
+        .arg(ELEMENTS)
+        .query(&mut node.conn())
+        .unwrap();
+    assert!(len > 5 << 20, "the string is {len} bytes, not over 5 MiB");
+}
+
+/// The digest of each big key's value, its length and whether it expires.
+fn fingerprint(node: &Node) -> Vec<(String, String, i64, bool)> {
+    let mut c = node.conn();
+    KEYS.iter()
+        .map(|&key| {
+            let digest: Vec<String> = redis::cmd("DEBUG")
+                .arg("DIGEST-VALUE")
+                .arg(key)
+                .query(&mut c)
+                .unwrap();
+            let kind: String = redis::cmd("TYPE").arg(key).query(&mut c).unwrap();
+            let len_cmd = match kind.as_str() {
+                "hash" => "HLEN",
+                "set" => "SCARD",
+                "zset" => "ZCARD",
+                "list" => "LLEN",
+                _ => "STRLEN",
+            };
+            let len: i64 = redis::cmd(len_cmd).arg(key).query(&mut c).unwrap();
+            let ttl: i64 = redis::cmd("PTTL").arg(key).query(&mut c).unwrap();
+            (key.to_string(), digest.concat(), len, ttl > 0)
+        })
+        .collect()
+}
+
+fn assert_same_values(pair: &Pair) {
+    pair.wait_converged(SETTLE);
+    let (a, b) = (fingerprint(&pair.a), fingerprint(&pair.b));
+    assert_eq!(a, b, "the big values differ between the nodes");
+}
+
+/// Changes every big key on `node` until `stop`: fields and members added
+/// and removed, elements pushed, bytes appended.
+fn change_until(port: u16, stop: Arc<AtomicBool>) -> u64 {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
+    let mut c = client.get_connection().unwrap();
+    let mut i = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        i += 1;
+        let _: () = redis::pipe()
+            .cmd("HSET")
+            .arg("big:h")
+            .arg(format!("w{i}"))
+            .arg(i)
+            .ignore()
+            .cmd("HDEL")
+            .arg("big:h")
+            .arg(format!("f{}", i * 7 % 20_000 + 1))
+            .ignore()
+            .cmd("SADD")
+            .arg("big:s")
+            .arg(format!("w{i}"))
+            .ignore()
+            .cmd("SREM")
+            .arg("big:s")
+            .arg(format!("m{}", i * 11 % 20_000 + 1))
+            .ignore()
+            .cmd("ZADD")
+            .arg("big:z")
+            .arg(i % 5_000)
+            .arg(format!("w{i}"))
+            .ignore()
+            .cmd("RPUSH")
+            .arg("big:l")
+            .arg(format!("w{i}"))
+            .ignore()
+            .cmd("APPEND")
+            .arg("big:str")
+            .arg(format!("<{i}>"))
+            .ignore()
+            .query(&mut c)
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    i
+}
+
+#[test]
+fn big_values_travel_a_slice_at_a_time_and_arrive_whole() {
+    let pair = Pair::start();
+    pair.wait_in_step();
+
+    // The backlog after a cut: written while the peer is away.
+    cut(&pair);
+    make_big_values(&pair.a);
+    heal(&pair);
+    assert_same_values(&pair);
+    let sliced = pair.a.stat("values_sliced");
+    // Each but the sorted set of one score (read at once).
+    assert!(
+        sliced >= 5,
+        "A read {sliced} values a slice at a time; {:?}",
+        pair.a.status()
+    );
+    assert_eq!(pair.b.stat("values_sliced"), 0, "{:?}", pair.b.status());
+}
+
+#[test]
+fn a_full_sync_reads_big_values_in_slices_while_a_client_changes_them() {
+    let mut pair = Pair::start();
+    pair.wait_in_step();
+    make_big_values(&pair.a);
+    assert_same_values(&pair);
+    let before = pair.a.stat("values_sliced") + pair.a.stat("slices_restarted");
+    let syncs = pair.a.syncs_sent();
+
+    // B comes back empty (no persistence): A owes it a full sync, and a
+    // client changes every big key while it runs.
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (port, stop) = (pair.a.port, stop.clone());
+        std::thread::spawn(move || change_until(port, stop))
+    };
+    pair.b.restart();
+    assert!(
+        common::wait_until(SETTLE, || pair.a.syncs_sent() > syncs),
+        "A sent no sync: {:?}",
+        pair.a.status()
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    stop.store(true, Ordering::Relaxed);
+    let changes = writer.join().unwrap();
+    assert!(changes > 0);
+    assert_same_values(&pair);
+    let after = pair.a.stat("values_sliced") + pair.a.stat("slices_restarted");
+    assert!(
+        after > before,
+        "the full sync read no value a slice at a time: {:?}",
+        pair.a.status()
+    );
+    let hlen: i64 = redis::cmd("HLEN")
+        .arg("big:h")
+        .query(&mut pair.b.conn())
+        .unwrap();
+    assert!(hlen > ELEMENTS as i64 / 2, "B holds {hlen} fields of big:h");
+}
