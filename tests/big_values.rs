@@ -133,10 +133,22 @@ fn big_values_travel_a_slice_at_a_time_and_arrive_whole() {
     pair.wait_in_step();
 
     // The backlog after a cut: written while the peer is away.
+    let (partial, full) = (pair.a.stat("partial_syncs"), pair.a.syncs_sent());
     cut(&pair);
     make_big_values(&pair.a);
     heal(&pair);
     assert_same_values(&pair);
+    assert!(
+        pair.a.stat("partial_syncs") > partial,
+        "{:?}",
+        pair.a.status()
+    );
+    assert_eq!(
+        pair.a.syncs_sent(),
+        full,
+        "not the backlog: {:?}",
+        pair.a.status()
+    );
     let sliced = pair.a.stat("values_sliced");
     // Each but the sorted set of one score (read at once).
     assert!(
@@ -145,6 +157,29 @@ fn big_values_travel_a_slice_at_a_time_and_arrive_whole() {
         pair.a.status()
     );
     assert_eq!(pair.b.stat("values_sliced"), 0, "{:?}", pair.b.status());
+}
+
+#[test]
+fn a_full_sync_reads_big_values_in_slices() {
+    let mut pair = Pair::start();
+    pair.wait_in_step();
+    make_big_values(&pair.a);
+    assert_same_values(&pair);
+    let (before, syncs) = (pair.a.stat("values_sliced"), pair.a.syncs_sent());
+    // B comes back empty (no persistence): A owes it a full sync.
+    pair.b.restart();
+    assert!(
+        common::wait_until(SETTLE, || pair.a.syncs_sent() > syncs),
+        "A sent no sync: {:?}",
+        pair.a.status()
+    );
+    assert_same_values(&pair);
+    let sliced = pair.a.stat("values_sliced") - before;
+    assert!(
+        sliced >= 5,
+        "the full sync read {sliced} values a slice at a time: {:?}",
+        pair.a.status()
+    );
 }
 
 #[test]

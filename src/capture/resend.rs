@@ -7,7 +7,8 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use crate::capture::flush::{count_read_failures, entry, op_of, pending_of, push};
-use crate::catchup::fullsync::{BigRead, FullSync, Shipment, MAX_SLICED_RESTARTS};
+use crate::catchup::big_read::{BigRead, BigStep};
+use crate::catchup::fullsync::{FullSync, Shipment};
 use crate::catchup::replication::Replication;
 use crate::catchup::snapshot::SyncKind;
 use crate::converge::changes::PendingOp;
@@ -15,8 +16,7 @@ use crate::converge::version::{KeyVersion, Stamp};
 use crate::ops::status::Stats;
 use crate::proto::entry::{Entry, Op};
 use crate::redis::server;
-use crate::redis::server::Slice;
-use crate::redis::snapshot::{Read, Reader, Snapshot};
+use crate::redis::snapshot::{Read, Reader};
 use crate::shared::Shared;
 
 /// Entries per catch-up batch.
@@ -217,22 +217,14 @@ fn start_big_read(
     if st.versions.counters.contains(*db, key) || st.versions.hashes.contains(*db, key) {
         return None;
     }
-    server::select_db(reader.ctx(), *db);
-    let read = reader.start_sliced(key)?;
-    Some(BigRead {
-        db: *db,
-        key: key.clone(),
-        stamp,
-        read,
-        restarts,
-    })
+    BigRead::begin(reader, &st.versions, (*db, key.clone()), stamp, restarts).ok()
 }
 
 /// One slice of the big value at the front of the backlog; once read, it
 /// ships at its version. Read across a change of the key, it starts again
-/// (at most `MAX_SLICED_RESTARTS` times), then is read whole.
+/// (at most `MAX_SLICED_RESTARTS` times), then is read at once.
 fn advance_backlog_read(reader: &Reader, shared: &Shared, st: &mut Replication) {
-    let Some(mut big) = st.peer.backlog_read.take() else {
+    let Some(big) = st.peer.backlog_read.take() else {
         return;
     };
     let at_front = matches!(st.peer.backlog.front(),
@@ -241,34 +233,32 @@ fn advance_backlog_read(reader: &Reader, shared: &Shared, st: &mut Replication) 
         // Its op moved (put back behind others): read again when reached.
         return;
     }
-    server::select_db(reader.ctx(), big.db);
-    let same = st.versions.get(big.db, &big.key) == Some(KeyVersion::Live(big.stamp));
-    let slice = match same {
-        true => reader.read_slice(&mut big.read, &big.key),
-        false => Slice::Changed,
+    let now = match st.versions.get(big.db, &big.key) {
+        Some(KeyVersion::Live(stamp)) => stamp,
+        _ => Stamp::ZERO,
     };
-    let entries = match slice {
-        Slice::More => {
+    let entries = match big.step(reader, &st.versions, now) {
+        BigStep::More(big) => {
             st.peer.backlog_read = Some(big);
             return;
         }
-        Slice::Done(payload, dump, expiry_ms) if same => {
+        BigStep::Done(big, snap) => {
             Stats::add(&shared.stats.values_sliced, 1);
             st.peer.backlog.take_front(1);
-            let snap = Snapshot::sliced(payload, dump, expiry_ms);
             vec![entry(big.db, big.stamp, op_of(big.key, Some(snap)))]
         }
-        Slice::Done(..) | Slice::Changed if big.restarts < MAX_SLICED_RESTARTS => {
+        BigStep::Changed(big) => {
             Stats::add(&shared.stats.slices_restarted, 1);
+            let restarts = big.restarts() + 1;
             let op = PendingOp::Key {
                 db: big.db,
                 key: big.key,
             };
             // `None`: no longer big, or not ours: read as any other op.
-            st.peer.backlog_read = start_big_read(reader, shared, st, &op, big.restarts + 1);
+            st.peer.backlog_read = start_big_read(reader, shared, st, &op, restarts);
             return;
         }
-        _ => {
+        BigStep::Whole(_) => {
             let ops = st.peer.backlog.take_front(1);
             ops.into_iter()
                 .filter_map(|op| backlog_entry(reader, shared, st, op))

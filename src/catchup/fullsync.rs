@@ -11,12 +11,12 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
+use crate::catchup::big_read::{BigRead, BigStep};
 use crate::converge::sweep::SweepFloors;
 use crate::converge::version::{KeyVersion, Stamp, VersionStore};
 use crate::proto::entry::Op;
 use crate::redis::server;
-use crate::redis::server::{Slice, SlicedRead};
-use crate::redis::snapshot::{Read, Reader, Snapshot};
+use crate::redis::snapshot::{Read, Reader};
 
 /// Keys asked of one SCAN call.
 const SCAN_COUNT: usize = 256;
@@ -63,26 +63,6 @@ impl KeyWalk {
             KeyWalk::Command { done, .. } => *done,
         }
     }
-}
-
-/// Reads of one big value started again after the key changed under
-/// them; the next reads it whole.
-pub const MAX_SLICED_RESTARTS: u8 = 3;
-
-/// A big value being read a slice at a time (see [`SlicedRead`]): by a
-/// sync, before its next page, or at the front of the backlog.
-#[derive(Debug)]
-pub struct BigRead {
-    /// Its database and key.
-    pub db: u32,
-    pub key: Vec<u8>,
-    /// The key's version when its read started: the value ships at it
-    /// only if it is still the key's version when the read ends.
-    pub stamp: Stamp,
-    /// The read.
-    pub read: SlicedRead,
-    /// How many times it started again after the key changed.
-    pub restarts: u8,
 }
 
 /// One change to ship: database, version, operation.
@@ -137,7 +117,9 @@ pub struct FullSync {
     /// mark): the sweep must not run.
     missed: bool,
     /// Big values of the current page, read a slice per step.
-    big: VecDeque<BigRead>,
+    big: VecDeque<(u32, Vec<u8>)>,
+    /// The big value being read.
+    reading: Option<BigRead>,
     /// Big values shipped, and their reads started again, since the
     /// caller last took the counts.
     sliced: (u64, u64),
@@ -160,6 +142,7 @@ impl FullSync {
             sweep: None,
             missed: false,
             big: VecDeque::new(),
+            reading: None,
             sliced: (0, 0),
         }
     }
@@ -215,7 +198,7 @@ impl FullSync {
 
     /// Whether everything has been handed out.
     pub fn is_done(&self) -> bool {
-        matches!(self.phase, Phase::Done) && self.big.is_empty()
+        matches!(self.phase, Phase::Done) && self.big.is_empty() && self.reading.is_none()
     }
 
     /// Big values shipped and reads of them started again since the last
@@ -240,7 +223,7 @@ impl FullSync {
         max: usize,
     ) -> Vec<Shipment> {
         let mut out = Vec::new();
-        if !self.big.is_empty() {
+        if !self.big.is_empty() || self.reading.is_some() {
             // Big values found by the last steps go before anything else.
             self.ship_big_slice(reader, versions, me, &mut out);
         } else {
@@ -360,7 +343,7 @@ impl FullSync {
                 (key, stamp)
             })
             .collect();
-        let small = self.set_big_apart(reader, db, keys);
+        let small = self.set_big_apart(reader, versions, db, keys);
         let names: Vec<&[u8]> = small.iter().map(|(k, _)| k.as_slice()).collect();
         let reads = reader.read_many(&names);
         for ((key, stamp), read) in small.into_iter().zip(reads) {
@@ -375,20 +358,17 @@ impl FullSync {
     fn set_big_apart(
         &mut self,
         reader: &Reader,
+        versions: &VersionStore,
         db: u32,
         keys: Vec<(Vec<u8>, Stamp)>,
     ) -> Vec<(Vec<u8>, Stamp)> {
         let mut small = Vec::with_capacity(keys.len());
         for (key, stamp) in keys {
-            match reader.start_sliced(&key) {
-                Some(read) => self.big.push_back(BigRead {
-                    db,
-                    key,
-                    stamp,
-                    read,
-                    restarts: 0,
-                }),
-                None => small.push((key, stamp)),
+            // The merge tables' keys ship their states, read whole.
+            let held = versions.hashes.contains(db, &key) || versions.counters.contains(db, &key);
+            match !held && reader.start_sliced(&key).is_some() {
+                true => self.big.push_back((db, key)),
+                false => small.push((key, stamp)),
             }
         }
         small
@@ -427,10 +407,10 @@ impl FullSync {
         }
     }
 
-    /// One slice of the first big value of the page. A value read across
-    /// a change of the key (its version moved, its size or type changed)
-    /// is read again from the start, at most [`MAX_SLICED_RESTARTS`]
-    /// times, then whole.
+    /// One slice of the big value being read, or of the first one found
+    /// (see [`BigRead`]): once read it ships at the version it started
+    /// at; a read across a change of the key starts again, at most
+    /// `MAX_SLICED_RESTARTS` times, then the value is read at once.
     fn ship_big_slice(
         &mut self,
         reader: &Reader,
@@ -438,52 +418,65 @@ impl FullSync {
         me: u64,
         out: &mut Vec<Shipment>,
     ) {
-        let Some(mut big) = self.big.pop_front() else {
-            return;
+        let started = match self.reading.take() {
+            Some(big) => Ok(big),
+            None => match self.big.pop_front() {
+                Some(found) => begin_big(reader, versions, me, found, 0),
+                None => return,
+            },
         };
-        let db = big.db;
-        let original = server::selected_db(reader.ctx());
-        server::select_db(reader.ctx(), db);
-        let now = stamp_of(versions, db, &big.key, me);
-        let slice = match now == big.stamp {
-            true => reader.read_slice(&mut big.read, &big.key),
-            false => Slice::Changed,
+        let big = match started {
+            Ok(big) => big,
+            Err(found) => return self.read_whole(reader, versions, me, found, out),
         };
-        let whole = match slice {
-            Slice::More => {
-                self.big.push_front(big);
-                None
-            }
-            Slice::Done(payload, dump, expiry_ms) if now == big.stamp => {
+        let now = stamp_of(versions, big.db, &big.key, me);
+        match big.step(reader, versions, now) {
+            BigStep::More(big) => self.reading = Some(big),
+            BigStep::Done(big, snap) => {
                 self.sliced.0 += 1;
-                let snap = Snapshot::sliced(payload, dump, expiry_ms);
-                out.push((db, big.stamp, snap.into_op(big.key)));
-                None
+                out.push((big.db, big.stamp, snap.into_op(big.key)));
             }
-            Slice::Done(..) | Slice::Changed if big.restarts < MAX_SLICED_RESTARTS => {
-                match reader.start_sliced(&big.key) {
-                    Some(read) => {
-                        self.sliced.1 += 1;
-                        let restarts = big.restarts + 1;
-                        self.big.push_front(BigRead {
-                            stamp: now,
-                            read,
-                            restarts,
-                            ..big
-                        });
-                        None
-                    }
-                    None => Some(big.key),
+            BigStep::Changed(big) => {
+                self.sliced.1 += 1;
+                let restarts = big.restarts() + 1;
+                match begin_big(reader, versions, me, (big.db, big.key), restarts) {
+                    Ok(big) => self.reading = Some(big),
+                    Err(found) => self.read_whole(reader, versions, me, found, out),
                 }
             }
-            Slice::Done(..) | Slice::Changed | Slice::Whole => Some(big.key),
-        };
-        if let Some(key) = whole {
-            let read = reader.read_one(&key);
-            self.ship_read(db, key, now, read, out);
+            BigStep::Whole(big) => self.read_whole(reader, versions, me, (big.db, big.key), out),
         }
-        server::select_db(reader.ctx(), original);
     }
+
+    /// Reads `key` of database `db` at once and ships it at its version.
+    fn read_whole(
+        &mut self,
+        reader: &Reader,
+        versions: &VersionStore,
+        me: u64,
+        (db, key): (u32, Vec<u8>),
+        out: &mut Vec<Shipment>,
+    ) {
+        let original = server::selected_db(reader.ctx());
+        server::select_db(reader.ctx(), db);
+        let stamp = stamp_of(versions, db, &key, me);
+        let read = reader.read_one(&key);
+        server::select_db(reader.ctx(), original);
+        self.ship_read(db, key, stamp, read, out);
+    }
+}
+
+/// A read of `key` a slice at a time at its version now; the key back
+/// when it is no longer big.
+fn begin_big(
+    reader: &Reader,
+    versions: &VersionStore,
+    me: u64,
+    (db, key): (u32, Vec<u8>),
+    restarts: u8,
+) -> Result<BigRead, (u32, Vec<u8>)> {
+    let stamp = stamp_of(versions, db, &key, me);
+    BigRead::begin(reader, versions, (db, key), stamp, restarts).map_err(|key| (db, key))
 }
 
 /// The version a key of database `db` ships at: its own, or (present
@@ -545,7 +538,7 @@ impl FullSync {
         }
         let original = server::selected_db(reader.ctx());
         server::select_db(reader.ctx(), db);
-        let live = self.set_big_apart(reader, db, live);
+        let live = self.set_big_apart(reader, versions, db, live);
         let names: Vec<&[u8]> = live.iter().map(|(k, _)| k.as_slice()).collect();
         let reads = reader.read_many(&names);
         for ((key, stamp), read) in live.into_iter().zip(reads) {

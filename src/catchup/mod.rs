@@ -2,9 +2,11 @@
 //! state (`replication`: backlog, acks, sync requests), the per-peer part
 //! of it (`peer`), what this node asks of the peer (`probe`), the
 //! changes shipped and not acknowledged (`inflight`), the sync owed
-//! (`snapshot`) and full syncs (`fullsync`). What it decides to resend,
+//! (`snapshot`), full syncs (`fullsync`) and the big values a catch-up
+//! reads a slice at a time (`big_read`). What it decides to resend,
 //! `capture::resend` reads.
 
+pub(crate) mod big_read;
 pub(crate) mod fullsync;
 pub(crate) mod inflight;
 pub(crate) mod peer;

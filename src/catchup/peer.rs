@@ -87,7 +87,7 @@ pub struct Peer {
     pub backlog: DirtySet,
     /// The big value at the front of the backlog, being read a slice at a
     /// time (its op stays in the backlog until it ships).
-    pub backlog_read: Option<crate::catchup::fullsync::BigRead>,
+    pub backlog_read: Option<crate::catchup::big_read::BigRead>,
     pub(super) backlog_limit: usize,
     /// Shipped and not acknowledged, in sequence order.
     pub(super) inflight: InFlight,
@@ -195,7 +195,7 @@ impl Peer {
             None => SyncKind::Full,
             Some((since, own)) => SyncKind::Since { since, own },
         };
-        let _ = self.backlog.take();
+        self.drop_backlog();
         self.report = CatchUpReport::start(
             match kind {
                 SyncKind::Full => CatchUp::Full,
@@ -309,6 +309,13 @@ impl Peer {
         self.inflight
             .oldest_sent()
             .map_or(0, |sent| sent.elapsed().as_millis() as u64)
+    }
+
+    /// Forgets the backlog (a full sync covers it) and the read of its
+    /// first value.
+    pub fn drop_backlog(&mut self) {
+        let _ = self.backlog.take();
+        self.backlog_read = None;
     }
 
     /// Whether shipping is still catching up (backlog or full sync).

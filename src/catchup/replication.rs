@@ -361,7 +361,7 @@ impl Replication {
         let target = self.tombstone_limit - self.tombstone_limit / 8;
         let dropped = self.versions.drop_oldest_own(me, target);
         if dropped > 0 {
-            let _ = self.peer.backlog.take();
+            self.peer.drop_backlog();
             let _ = self.requeue_unacked();
             self.peer.snapshot.restart_full();
         }
@@ -394,7 +394,7 @@ impl Replication {
         if self.peer.backlog.len() > self.peer.backlog_limit
             || self.peer.inflight.len() > self.peer.backlog_limit
         {
-            let _ = self.peer.backlog.take();
+            self.peer.drop_backlog();
             let _ = self.requeue_unacked();
             self.peer.snapshot.owe(SyncKind::Full);
             return true;
@@ -551,7 +551,7 @@ impl Replication {
         // Its own changes: the store's newest (a load sets it again).
         self.own_durable = None;
         self.peer.probe.lost_state();
-        let _ = self.peer.backlog.take();
+        self.peer.drop_backlog();
         let _ = self.requeue_unacked();
         self.peer.snapshot.restart_full();
         // Force a new catch-up even if the link stays up.

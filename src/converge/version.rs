@@ -131,6 +131,9 @@ pub struct VersionStore {
     /// Hashes, sets and sorted sets with merge metadata (issue 27,
     /// `merge-elements`).
     pub hashes: crate::converge::merge::hashes::Hashes,
+    /// Flushes, swaps and replacements of whole databases so far: a read
+    /// spread over several steps that sees it move read across one.
+    db_changes: u64,
 }
 
 /// The version of the function libraries.
@@ -153,6 +156,12 @@ impl VersionStore {
         let mut s = Self::default();
         s.start_journal();
         s
+    }
+
+    /// How many flushes, swaps and replacements of whole databases this
+    /// store has seen (it only grows).
+    pub fn db_changes(&self) -> u64 {
+        self.db_changes
     }
 
     /// Journals the changes from now on.
@@ -415,6 +424,7 @@ impl VersionStore {
             Some(d) => self.journal_record(crate::converge::journal::TAG_FLUSH_DB, d, stamp, &[]),
             None => self.journal_record(crate::converge::journal::TAG_FLUSH_ALL, 0, stamp, &[]),
         }
+        self.db_changes += 1;
         self.raise_floor(db, stamp);
         self.counters.flushed(db, stamp);
         self.hashes.flushed(db);
@@ -458,6 +468,7 @@ impl VersionStore {
             Stamp::ZERO,
             &b.to_le_bytes(),
         );
+        self.db_changes += 1;
         self.counters.swap_dbs(a, b);
         self.hashes.swap_dbs(a, b);
         let va = self.dbs.remove(&a);
@@ -831,7 +842,9 @@ impl VersionStore {
     /// journaled store stays journaled, with nothing pending.
     pub fn clear(&mut self) {
         let journaled = self.journal.is_some();
+        let db_changes = self.db_changes + 1;
         *self = Self::default();
+        self.db_changes = db_changes;
         if journaled {
             self.start_journal();
         }

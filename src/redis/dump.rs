@@ -126,6 +126,11 @@ impl DumpWriter {
         }
     }
 
+    /// Room for about `bytes` more bytes.
+    pub fn reserve(&mut self, bytes: usize) {
+        self.payload.reserve(bytes);
+    }
+
     /// The kind being written.
     pub fn kind(&self) -> Kind {
         self.kind

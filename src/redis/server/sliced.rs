@@ -24,6 +24,9 @@ use crate::redis::dump::{DumpWriter, Kind};
 pub const SLICE_ELEMENTS: usize = 4096;
 /// Bytes of a string a slice copies.
 pub const SLICE_BYTES: usize = 4 << 20;
+/// Bytes reserved for a collection's payload at its first slice (it grows
+/// from there): about 24 bytes an element, at most this.
+const MAX_PAYLOAD_RESERVE: usize = 64 << 20;
 /// A sorted set whose slice would skip more members than this (members of
 /// one score read by the slices before) is read whole instead: resuming
 /// inside a long run of equal scores costs the run's length per slice.
@@ -55,6 +58,9 @@ pub struct SlicedRead {
     len: usize,
     position: Position,
     out: Out,
+    /// Whether room for the value was reserved (at the first slice: a
+    /// read only started holds no memory).
+    reserved: bool,
     done: bool,
 }
 
@@ -157,7 +163,7 @@ impl SlicedRead {
         let field_ttls = unsafe { may_hold_field_ttls(key.handle(), db_field_ttls) };
         let (position, out) = match kind as isize {
             raw::REDISMODULE_KEYTYPE_STRING if len > SLICE_BYTES => {
-                (Position::Offset(0), Out::Bytes(Vec::with_capacity(len)))
+                (Position::Offset(0), Out::Bytes(Vec::new()))
             }
             _ if len <= SLICE_ELEMENTS => return None,
             raw::REDISMODULE_KEYTYPE_LIST => (Position::Index(0), payload(Kind::List, len)),
@@ -173,6 +179,7 @@ impl SlicedRead {
             len,
             position,
             out,
+            reserved: false,
             done: false,
         })
     }
@@ -184,6 +191,13 @@ impl SlicedRead {
         };
         if key.kind_and_len() != Some((self.kind, self.len)) {
             return Slice::Changed;
+        }
+        if !self.reserved {
+            self.reserved = true;
+            match &mut self.out {
+                Out::Bytes(bytes) => bytes.reserve_exact(self.len),
+                Out::Payload(w) => w.reserve(self.len.saturating_mul(24).min(MAX_PAYLOAD_RESERVE)),
+            }
         }
         let handle = key.handle();
         // SAFETY: `handle` is live, of the type the position was made for,
@@ -225,7 +239,7 @@ impl SlicedRead {
 }
 
 fn payload(kind: Kind, len: usize) -> Out {
-    Out::Payload(DumpWriter::plain(kind, len as u64, len.saturating_mul(24)))
+    Out::Payload(DumpWriter::plain(kind, len as u64, 0))
 }
 
 fn cursor() -> Option<Position> {
