@@ -266,8 +266,8 @@ fn hostile_clients_do_not_hurt_the_server_and_replication_resumes() {
         pair.b.stat("handshakes_incomplete") >= inc0 + 2
     }));
 
-    // Wrong versions: link protocol 99; then the right protocol but another
-    // RDB format. Both are refused with a message naming both sides.
+    // A wrong link protocol is refused with a message naming both sides
+    // (another RDB format is not: tests/mixed.rs).
     let mut node_hello = None;
     {
         let mut s = peer::connect(port);
@@ -283,32 +283,16 @@ fn hostile_clients_do_not_hurt_the_server_and_replication_resumes() {
     };
     let got = send_and_wait_close(port, &v99.message());
     assert_eq!(refuse_reason(&got), Some(2));
-    let mut server = [0u8; 32];
-    server[..12].copy_from_slice(b"redis 99.0.0");
-    let other_rdb = HelloFields {
-        rdb_version: 99,
-        server,
-        node_id: 5,
-        ..node
-    };
-    let got = send_and_wait_close(port, &other_rdb.message());
-    assert_eq!(refuse_reason(&got), Some(2));
     assert!(wait_until(Duration::from_secs(10), || {
-        pair.b.stat("handshakes_refused") >= refused0 + 2
+        pair.b.stat("handshakes_refused") > refused0
     }));
     let log = pair.b.log();
     assert!(
         log.contains("peer speaks link protocol 99, this node speaks 2"),
         "{log}"
     );
-    // Logged once per address and kind: the second mismatch is in last_error.
     let last = pair.b.status()["last_error"].clone();
-    let here = pair.b.status()["node_id"].clone();
-    assert!(
-        last.contains("the peer runs redis 99.0.0 with RDB format 99, this node runs ")
-            && last.contains(&format!("with RDB format {}", node.rdb_version)),
-        "{last} ({here})"
-    );
+    assert!(last.contains("link protocol 99"), "{last}");
 
     // Replay: record a genuine handshake (as a node the tie-break drops, so
     // the real link stays), then replay it on a new connection.

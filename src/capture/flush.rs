@@ -23,7 +23,7 @@ use crate::catchup::snapshot::SyncKind;
 use crate::converge::changes::PendingOp;
 use crate::converge::version::Stamp;
 use crate::ops::status::Stats;
-use crate::proto::entry::{Batch, Entry, Op};
+use crate::proto::entry::{Batch, Encoding, Entry, Op};
 use crate::proto::wire;
 use crate::redis::server;
 use crate::redis::snapshot::{Read, Reader, Snapshot};
@@ -151,37 +151,74 @@ fn tombstones_of(entries: &[Entry]) -> Vec<(u32, Vec<u8>, Stamp, u64)> {
         .collect()
 }
 
-/// Takes out of `entries` those no frame of at most `max_frame` bytes (the
-/// peer's ring) can carry: a key longer than a frame, a value over 1 GiB.
-/// They are refused here, before they are numbered, so that the peer's
-/// acks never skip them; the refusal is counted (`entries_refused`), logged
-/// and kept as `last_error`, and the key differs between the nodes until it
-/// is written or deleted again (docs/limitations.md).
+/// Takes out of `entries` those the peer cannot hold: those no frame of
+/// its ring can carry (a key longer than a frame, a value over 1 GiB), and
+/// DUMP payloads its server would not restore (an RDB format newer than
+/// its own: a stream, a module type, a hash with field TTLs or the
+/// function libraries going from Valkey to Redis 7, or from Redis 8 to
+/// Valkey 9). They are refused here, before they are numbered, so that
+/// the peer's acks never skip them; the refusal is counted
+/// (`entries_refused`), logged and kept as `last_error`, and the key
+/// differs between the nodes until it is written or deleted again
+/// (docs/limitations.md).
 fn refuse_unframeable(shared: &Shared, st: &mut Replication, entries: &mut Vec<Entry>) {
-    let max_frame = st.peer.link.max_frame;
-    if max_frame == 0 || entries.iter().all(|e| wire::can_frame(e, max_frame)) {
+    let link = st.peer.link;
+    if link.max_frame == 0 && link.peer_rdb == 0 {
+        return;
+    }
+    if entries.iter().all(|e| why_refused(e, link).is_none()) {
         return;
     }
     entries.retain(|e| {
-        if wire::can_frame(e, max_frame) {
+        let Some(msg) = why_refused(e, link) else {
             return true;
-        }
+        };
         Stats::add(&shared.stats.entries_refused, 1);
         if e.origin == shared.node_id {
             st.not_held(e.clock, true);
         }
+        redis_module::logging::log_warning(format!("rdmasync: {msg}"));
+        shared.stats.set_error(msg);
+        false
+    });
+}
+
+/// Why the peer on `link` cannot hold the change `e` (`None`: it can).
+fn why_refused(e: &Entry, link: LinkView) -> Option<String> {
+    let max_frame = link.max_frame;
+    if max_frame != 0 && !wire::can_frame(e, max_frame) {
         let (_, key, value) = wire::entry_header(e);
-        let msg = format!(
+        return Some(format!(
             "change of a key of {} bytes with {} value bytes refused: the peer's ring takes frames \
              of at most {max_frame} bytes (keys must fit one, values at most 1 GiB); the key \
              differs on the peer until it is written again",
             key.len(),
             value.len()
-        );
-        redis_module::logging::log_warning(format!("rdmasync: {msg}"));
-        shared.stats.set_error(msg);
-        false
-    });
+        ));
+    }
+    let (what, payload) = match &e.op {
+        Op::Value {
+            payload,
+            encoding: Encoding::Dump,
+            ..
+        } => (crate::redis::dump::type_name(payload), payload),
+        Op::Functions { payload } => ("function libraries", payload),
+        _ => return None,
+    };
+    let written = crate::redis::dump::payload_rdb_version(payload)?;
+    if crate::redis::dump::restorable(written, link.peer_rdb) {
+        return None;
+    }
+    let key = match &e.op {
+        Op::Value { key, .. } => format!("key '{}' ", String::from_utf8_lossy(key)),
+        _ => String::new(),
+    };
+    Some(format!(
+        "change of {key}refused: this server writes a {what} in RDB format {written}, which the \
+         peer's server (RDB format {}) does not restore; it differs on the peer until it is \
+         written again as a type that can cross (docs/operations.md, mixed pairs)",
+        link.peer_rdb
+    ))
 }
 
 /// Whether this node's changes not stamped yet must be flushed before the

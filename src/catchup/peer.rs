@@ -29,6 +29,9 @@ pub struct LinkView {
     pub peer_node: u64,
     /// The largest frame that link's ring takes (0: no link yet).
     pub max_frame: usize,
+    /// The RDB format of the peer's server (0: not known): a DUMP payload
+    /// it would not restore is refused before it is numbered.
+    pub peer_rdb: u16,
 }
 
 impl LinkView {
@@ -40,7 +43,13 @@ impl LinkView {
             epoch,
             peer_node,
             max_frame,
+            peer_rdb: 0,
         }
+    }
+
+    /// The same, the peer's server writing RDB format `peer_rdb`.
+    pub fn reading_rdb(self, peer_rdb: u16) -> Self {
+        Self { peer_rdb, ..self }
     }
 
     /// This view once link `epoch` ended.

@@ -385,6 +385,7 @@ fn run_connection(
         epoch,
         peer_node: peer.node_id,
         max_frame: geometry.max_frame(),
+        peer_rdb: peer.rdb_version,
     };
     let to_main = &links.to_main;
     let result = to_main
@@ -450,6 +451,15 @@ fn announce_link_up(shared: &Shared, peer: &Hello, device: &str, epoch: u64) {
         shared.transport.as_str(),
         shared.auth_mode().as_str(),
     ));
+    let ours = shared.local.rdb_version;
+    if peer.rdb_version != ours && epoch == 1 {
+        redis_module::logging::log_notice(format!(
+            "rdmasync: the peer's server writes RDB format {}, this one {ours}: values \
+             only this server's DUMP writes (streams, module types, hashes with field TTLs, \
+             function libraries) cross only towards the newer format (docs/operations.md)",
+            peer.rdb_version
+        ));
+    }
 }
 
 /// A batch with an entry stamped further ahead of this node's clock than

@@ -81,11 +81,13 @@ fn apply_pending(ctx: &Context, shared: &Shared) {
                 epoch,
                 peer_node,
                 max_frame,
+                peer_rdb,
             } => {
                 // Before anything that came over the new link: its acks
                 // must find what the old link may have lost already
                 // requeued (`Replication::link_up`).
-                crate::capture::flush::link_came_up(LinkView::up(epoch, peer_node, max_frame));
+                let view = LinkView::up(epoch, peer_node, max_frame).reading_rdb(peer_rdb);
+                crate::capture::flush::link_came_up(view);
                 continue;
             }
             FromLink::LinkDown { epoch } => {

@@ -50,6 +50,39 @@ const TYPE_ZSET_LISTPACK: u8 = 17;
 /// versions newer than its own).
 pub const RDB_VERSION: u16 = 10;
 
+/// The RDB format a DUMP payload (or `FUNCTION DUMP` payload) is written
+/// in: the little-endian version before its CRC64; `None` when too short.
+pub fn payload_rdb_version(payload: &[u8]) -> Option<u16> {
+    let footer = payload.len().checked_sub(10)?;
+    Some(u16::from_le_bytes([payload[footer], payload[footer + 1]]))
+}
+
+/// Whether a server whose own RDB format is `reader` restores a payload
+/// written in format `written` (`reader` 0: not known, taken as yes).
+/// RESTORE refuses a format newer than its own; Valkey 9 (format 80)
+/// also refuses formats 12 to 79, which it reserves for other servers
+/// (Redis 7.4's and 8's 12 among them: its `RDB_FOREIGN_VERSION_MIN..MAX`
+/// under the default `rdb-version-check strict`).
+pub fn restorable(written: u16, reader: u16) -> bool {
+    const FOREIGN: std::ops::RangeInclusive<u16> = 12..=79;
+    reader == 0 || (written <= reader && !(reader > *FOREIGN.end() && FOREIGN.contains(&written)))
+}
+
+/// What a DUMP payload holds, named by its RDB type byte, for messages.
+pub fn type_name(payload: &[u8]) -> &'static str {
+    match payload.first() {
+        Some(0) => "string",
+        Some(1 | 10 | 14 | 18) => "list",
+        Some(2 | 11 | 20) => "set",
+        Some(3 | 5 | 12 | 17) => "sorted set",
+        Some(4 | 9 | 13 | 16) => "hash",
+        Some(15 | 19 | 21) => "stream",
+        Some(6 | 7) => "module type value",
+        Some(22..=25) => "hash with field TTLs",
+        _ => "value",
+    }
+}
+
 /// At most this many entries (hash fields, sorted-set members) go in a
 /// listpack: the servers' default `hash-max-listpack-entries` and
 /// `zset-max-listpack-entries`.
@@ -370,6 +403,27 @@ fn put_string(out: &mut Vec<u8>, bytes: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_payload_crosses_to_a_server_of_its_format_or_newer() {
+        let mut w = DumpWriter::new(Kind::Set, 1, 8);
+        w.element(b"m");
+        let payload = w.finish().unwrap();
+        assert_eq!(payload_rdb_version(&payload), Some(RDB_VERSION));
+        assert_eq!(type_name(&payload), "set");
+        assert_eq!(payload_rdb_version(b"short"), None);
+        // Redis 7.0 (10), Valkey 8 (11), Redis 7.4/8.0 (12), Valkey 9 (80).
+        for reader in [10, 11, 12, 80] {
+            assert!(restorable(10, reader), "10 -> {reader}");
+        }
+        assert!(restorable(11, 12) && restorable(11, 80) && restorable(12, 12));
+        assert!(!restorable(11, 10) && !restorable(12, 11) && !restorable(80, 12));
+        assert!(
+            !restorable(12, 80),
+            "Valkey 9 refuses the formats it reserves"
+        );
+        assert!(restorable(80, 0) && restorable(80, 80));
+    }
 
     fn len_bytes(len: u64) -> Vec<u8> {
         let mut out = Vec::new();

@@ -111,6 +111,9 @@ pub enum FromLink {
         /// The largest frame the peer's ring takes: what cannot be framed
         /// in it is refused before it is numbered.
         max_frame: usize,
+        /// The RDB format of the peer's server, from the handshake: a DUMP
+        /// payload it would not restore is refused the same way.
+        peer_rdb: u16,
     },
     /// A batch the poller decoded.
     Batch(Batch),
@@ -256,6 +259,7 @@ mod tests {
             epoch: 3,
             peer_node: 9,
             max_frame: 1 << 20,
+            peer_rdb: 10,
         };
         producer.submit(&shared, up).unwrap();
         producer.submit(&shared, FromLink::Batch(batch)).unwrap();

@@ -114,12 +114,19 @@ pub struct Node {
     pub port: u16,
     pub dir: PathBuf,
     pub args: Vec<String>,
+    /// The server binary it runs.
+    pub server: String,
     child: Option<Child>,
 }
 
 impl Node {
     /// Starts redis-server on a free port with extra `args` (e.g. `--loadmodule ...`).
     pub fn start(name: &str, args: Vec<String>) -> Node {
+        Self::start_on(&redis_server(), name, args)
+    }
+
+    /// Starts the server binary `server` (a mixed pair: each node its own).
+    pub fn start_on(server: &str, name: &str, args: Vec<String>) -> Node {
         let dir = std::env::temp_dir().join(format!(
             "rdmasync-test-{}-{}-{}",
             std::process::id(),
@@ -133,6 +140,7 @@ impl Node {
             port: free_port(),
             dir,
             args,
+            server: server.to_string(),
             child: None,
         };
         node.spawn();
@@ -141,7 +149,7 @@ impl Node {
     }
 
     fn spawn(&mut self) {
-        let child = Command::new(redis_server())
+        let child = Command::new(&self.server)
             .arg("--port")
             .arg(self.port.to_string())
             .arg("--bind")
