@@ -39,6 +39,9 @@ REDIS_SERVER=redis-server cargo nextest run --no-fail-fast -E "kind(lib) or ($OL
 stage "integration suite on valkey-server"
 echo "== integration suite on $(valkey-server --version | cut -d' ' -f1-3) (not fullsync, hotkeys)"
 REDIS_SERVER=valkey-server cargo nextest run --no-fail-fast -E "$OLDEST_SUITES"
+stage "migration demo"
+# docs/operations.md's live migration from Redis 7.0 to Valkey 8, step by step.
+scripts/migrate-demo.sh --so target/debug/librdmasync.so
 stage "newer servers: build"
 # Redis 8.0 and Valkey 9.1, the newest Debian unstable carries, built from
 # their source packages once (cached under target/servers/).
