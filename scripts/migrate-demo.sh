@@ -34,11 +34,20 @@ DIR=$(mktemp -d)
 trap 'redis-cli -p $PA shutdown nosave >/dev/null 2>&1 || true; redis-cli -p $PB shutdown nosave >/dev/null 2>&1 || true; rm -rf "$DIR"' EXIT
 
 start() { # server port listen peer-port
+  if redis-cli -p "$2" ping >/dev/null 2>&1; then
+    echo "migrate-demo: port $2 is taken (MIGRATE_PORT=<base> picks others)" >&2; exit 1
+  fi
   mkdir -p "$DIR/$2"
   "$1" --port "$2" --dir "$DIR/$2" --save '' --appendonly yes --daemonize yes \
     --logfile "$DIR/$2/log" --loadmodule "$SO" peer=127.0.0.1 port="$4" \
     listen-port="$3" bind=127.0.0.1 transport=tcp >/dev/null
-  until redis-cli -p "$2" ping >/dev/null 2>&1; do sleep 0.05; done
+  local t0=$SECONDS
+  until redis-cli -p "$2" ping >/dev/null 2>&1; do
+    sleep 0.05
+    if [ $((SECONDS - t0)) -gt 30 ]; then
+      echo "migrate-demo: $1 did not start on port $2:" >&2; tail -20 "$DIR/$2/log" >&2; exit 1
+    fi
+  done
 }
 status() { redis-cli -p "$1" rdmasync.status | awk -v f="$2" 'prev == f {print; exit} {prev = $0}'; }
 wait_for() { # what description command...
@@ -49,9 +58,9 @@ wait_for() { # what description command...
     if [ $((SECONDS - t0)) -gt 60 ]; then echo "migrate-demo: FAILED waiting for $desc" >&2; exit 1; fi
   done
 }
-settled() { # port: in step with nothing in flight
-  [ "$(status "$1" sync_in_progress)" = 0 ] && [ "$(status "$1" lag_entries)" = 0 ] \
-    && [ "$(status "$1" backlog)" = 0 ] && echo yes
+settled() { # port: its first sync sent, in step with nothing in flight
+  [ "$(status "$1" full_syncs)" != 0 ] && [ "$(status "$1" sync_in_progress)" = 0 ] \
+    && [ "$(status "$1" lag_entries)" = 0 ] && [ "$(status "$1" backlog)" = 0 ] && echo yes
 }
 
 # Every key's type, contents (sorted where the order is not the value's)

@@ -43,7 +43,20 @@ fn built(kind: &str) -> Option<String> {
         .map(|p| p.join(format!("src/{kind}-server")))
         .filter(|p| p.exists())
         .collect();
-    found.sort();
+    // The newest version (9.1.10 after 9.1.9).
+    let version = |p: &std::path::PathBuf| -> Vec<u32> {
+        let name = p.parent().and_then(Path::parent).and_then(Path::file_name);
+        let name = name
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        name.rsplit('-')
+            .next()
+            .unwrap_or("")
+            .split('.')
+            .filter_map(|n| n.parse().ok())
+            .collect()
+    };
+    found.sort_by_key(version);
     server(&found.pop()?.display().to_string())
 }
 
@@ -150,6 +163,10 @@ fn read_value(node: &Node, key: &str) -> String {
         redis::Value::Array(v) => v.iter().map(|x| format!("{x:?}")).collect(),
         other => vec![format!("{other:?}")],
     };
+    if kind == "hash" {
+        // Each field with its value, then in order.
+        items = items.chunks(2).map(|p| p.join("=")).collect();
+    }
     if kind == "set" || kind == "hash" {
         items.sort();
     }

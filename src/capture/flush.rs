@@ -170,31 +170,59 @@ fn refuse_unframeable(shared: &Shared, st: &mut Replication, entries: &mut Vec<E
         return;
     }
     entries.retain(|e| {
-        let Some(msg) = why_refused(e, link) else {
+        let Some((msg, format)) = why_refused(e, link) else {
             return true;
         };
         Stats::add(&shared.stats.entries_refused, 1);
-        if e.origin == shared.node_id {
+        // A change the peer's ring cannot carry caps what our acks claim
+        // of our changes (a bigger ring would take it: a restarted peer's
+        // sync ships it then). One its server cannot restore does not:
+        // while the pair mixes servers no sync would carry it, and a cap
+        // would hold back the merge bound and every collection for good.
+        if e.origin == shared.node_id && !format {
             st.not_held(e.clock, true);
         }
-        redis_module::logging::log_warning(format!("rdmasync: {msg}"));
+        log_refusal(st, &msg);
         shared.stats.set_error(msg);
         false
     });
 }
 
-/// Why the peer on `link` cannot hold the change `e` (`None`: it can).
-fn why_refused(e: &Entry, link: LinkView) -> Option<String> {
+/// The log says a refusal at most this often, with the count since.
+const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// Logs a refused change, unless one was logged less than
+/// `REFUSAL_LOG_EVERY` ago (a stream written at 10,000 a second on the
+/// newer server of a mixed pair is refused as often).
+fn log_refusal(st: &mut Replication, msg: &str) {
+    let (last, since) = &mut st.refusals_logged;
+    *since += 1;
+    if last.is_some_and(|at| at.elapsed() < REFUSAL_LOG_EVERY) {
+        return;
+    }
+    let more = match *since - 1 {
+        0 => String::new(),
+        n => format!(" ({n} more refused since the last message)"),
+    };
+    redis_module::logging::log_warning(format!("rdmasync: {msg}{more}"));
+    *last = Some(Instant::now());
+    *since = 0;
+}
+
+/// Why the peer on `link` cannot hold the change `e` (`None`: it can),
+/// and whether it is its RDB format (else its size).
+fn why_refused(e: &Entry, link: LinkView) -> Option<(String, bool)> {
     let max_frame = link.max_frame;
     if max_frame != 0 && !wire::can_frame(e, max_frame) {
         let (_, key, value) = wire::entry_header(e);
-        return Some(format!(
+        let msg = format!(
             "change of a key of {} bytes with {} value bytes refused: the peer's ring takes frames \
              of at most {max_frame} bytes (keys must fit one, values at most 1 GiB); the key \
              differs on the peer until it is written again",
             key.len(),
             value.len()
-        ));
+        );
+        return Some((msg, false));
     }
     let (what, payload) = match &e.op {
         Op::Value {
@@ -213,12 +241,13 @@ fn why_refused(e: &Entry, link: LinkView) -> Option<String> {
         Op::Value { key, .. } => format!("key '{}' ", String::from_utf8_lossy(key)),
         _ => String::new(),
     };
-    Some(format!(
+    let msg = format!(
         "change of {key}refused: this server writes a {what} in RDB format {written}, which the \
          peer's server (RDB format {}) does not restore; it differs on the peer until it is \
          written again as a type that can cross (docs/operations.md, mixed pairs)",
         link.peer_rdb
-    ))
+    );
+    Some((msg, true))
 }
 
 /// Whether this node's changes not stamped yet must be flushed before the

@@ -144,6 +144,9 @@ pub struct Replication {
     /// A sync is taken out of `peer.snapshot` to hand out entries: not in
     /// step, though the snapshot looks idle meanwhile.
     pub sync_taken_out: bool,
+    /// When a refused change was last logged, and how many were refused
+    /// since (the log says it at most every `REFUSAL_LOG_EVERY`).
+    pub refusals_logged: (Option<std::time::Instant>, u64),
 }
 
 impl Default for Replication {
@@ -178,6 +181,7 @@ impl Replication {
             peer_applied: None,
             peer_batch_coverage: None,
             sync_taken_out: false,
+            refusals_logged: (None, 0),
         }
     }
 

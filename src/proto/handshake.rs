@@ -301,6 +301,22 @@ impl<'a> Handshake<'a> {
                 ),
             ));
         }
+        // Servers may differ (a migration): each side refuses per change
+        // what the other cannot restore, which needs both formats known.
+        if (peer.rdb_version == 0) != (self.ours.rdb_version == 0) {
+            return Err(Refusal::new(
+                F::Version,
+                format!(
+                    "the peer runs {} with RDB format {}, this node runs {} with RDB format {} \
+                     (0: FUNCTION DUMP failed at load): what one side writes could not be \
+                     checked against what the other restores",
+                    peer.server_name(),
+                    peer.rdb_version,
+                    self.local.server,
+                    self.ours.rdb_version
+                ),
+            ));
+        }
         if peer.node_id == self.local.node_id {
             return Err(Refusal::new(
                 F::SameNodeId,
@@ -542,6 +558,13 @@ mod tests {
         other.server = "valkey 8.0.2".into();
         let (d, a) = pair(&local(1, None), &other);
         assert!(d.is_ok() && a.is_ok(), "{d:?} {a:?}");
+        // Unless one cannot tell its format: nothing could be checked.
+        other.rdb_version = 0;
+        let (d, a) = pair(&local(1, None), &other);
+        let msg = d.as_ref().unwrap_err().to_string();
+        assert!(msg.contains("valkey 8.0.2 with RDB format 0"), "{msg}");
+        assert_eq!(failure(d), F::Version);
+        assert_eq!(failure(a), F::Version);
         let (d, _) = pair(&local(3, None), &local(3, None));
         assert_eq!(failure(d), F::SameNodeId);
     }
