@@ -61,10 +61,14 @@ fn built(kind: &str) -> Option<String> {
 }
 
 fn start_pair(server_a: &str, server_b: &str) -> Pair {
+    start_pair_with(server_a, server_b, &[])
+}
+
+fn start_pair_with(server_a: &str, server_b: &str, extra: &[&str]) -> Pair {
     let (pa, pb) = (free_port(), free_port());
     let (ia, ib) = (test_ip(), test_ip_b());
-    let a = Node::start_on(server_a, "a", module_args_at(&ia, pa, &ib, pb, &[]));
-    let b = Node::start_on(server_b, "b", module_args_at(&ib, pb, &ia, pa, &[]));
+    let a = Node::start_on(server_a, "a", module_args_at(&ia, pa, &ib, pb, extra));
+    let b = Node::start_on(server_b, "b", module_args_at(&ib, pb, &ia, pa, extra));
     let pair = Pair { a, b };
     pair.wait_in_step();
     pair
@@ -323,4 +327,59 @@ fn redis_8_and_valkey_9_keep_in_sync_both_ways() {
         return;
     };
     check_mixed_pair(&a, &b);
+}
+
+/// A refusal for the RDB format does not hold back what the node's acks
+/// claim: the merge metadata of its later changes is still collected.
+#[test]
+fn merges_go_on_and_settle_after_a_refusal() {
+    let (Some(a), Some(b)) = (server("redis-server"), server("valkey-server")) else {
+        eprintln!("skipped: redis-server or valkey-server is not installed");
+        return;
+    };
+    let pair = start_pair_with(&a, &b, &["merge-elements=yes"]);
+    let (newer, older) = match rdb_format(&pair.a) < rdb_format(&pair.b) {
+        true => (&pair.b, &pair.a),
+        false => (&pair.a, &pair.b),
+    };
+    let _: String = redis::cmd("XADD")
+        .arg("s")
+        .arg("*")
+        .arg("f")
+        .arg("v")
+        .query(&mut newer.conn())
+        .unwrap();
+    assert!(
+        wait_until(SETTLE, || newer.stat("entries_refused") > 0),
+        "{:?}",
+        newer.status()
+    );
+    for i in 0..20 {
+        let _: () = redis::cmd("HSET")
+            .arg("h")
+            .arg(format!("f{i}"))
+            .arg(i)
+            .query(&mut newer.conn())
+            .unwrap();
+        let _: () = redis::cmd("HSET")
+            .arg("h")
+            .arg(format!("g{i}"))
+            .arg(i)
+            .query(&mut older.conn())
+            .unwrap();
+    }
+    assert!(wait_until(SETTLE, || read_value(&pair.a, "h")
+        == read_value(&pair.b, "h")));
+    let hlen: i64 = redis::cmd("HLEN")
+        .arg("h")
+        .query(&mut older.conn())
+        .unwrap();
+    assert_eq!(hlen, 40);
+    for node in [newer, older] {
+        assert!(
+            wait_until(SETTLE, || node.stat("merge_elements") == 0),
+            "element metadata never collected after a refusal: {:?}",
+            node.status()
+        );
+    }
 }
