@@ -1,5 +1,5 @@
 //! Big values (issue 26, point 3): a string over 4 MiB and collections of
-//! more than 4,096 elements travel in a catch-up (the backlog after a cut,
+//! more than 4,096 elements (10,000 here) travel in a catch-up (the backlog after a cut,
 //! a full sync to a peer that lost its data) read a slice per event-loop
 //! step, not at once, and arrive whole and equal, also while a client
 //! changes them during the read.
@@ -15,7 +15,7 @@ use common::{cut, heal, Node, Pair};
 const SETTLE: Duration = Duration::from_secs(60);
 
 /// Elements of each big collection (the slice is 4,096).
-const ELEMENTS: u32 = 20_000;
+const ELEMENTS: u32 = 10_000;
 
 /// The big keys and how each is made on `node`.
 const MAKE: &str = r#"
@@ -27,8 +27,9 @@ for i = 1, n do
   redis.call('RPUSH', 'big:l', 'e' .. i)
 end
 -- One score for every member (a sorted set used as a lexical index): too
--- long a run to resume in, read at once.
-for i = 1, n + n / 2 do
+-- long a run to resume in (a slice would skip more than 16,384 members),
+-- read at once.
+for i = 1, n * 5 / 2 do
   redis.call('ZADD', 'big:lex', 0, 'x' .. i)
 end
 for i = 1, 6000 do
@@ -97,7 +98,7 @@ fn change_until(port: u16, stop: Arc<AtomicBool>) -> u64 {
             .ignore()
             .cmd("HDEL")
             .arg("big:h")
-            .arg(format!("f{}", i * 7 % 20_000 + 1))
+            .arg(format!("f{}", i * 7 % 10_000 + 1))
             .ignore()
             .cmd("SADD")
             .arg("big:s")
@@ -105,7 +106,7 @@ fn change_until(port: u16, stop: Arc<AtomicBool>) -> u64 {
             .ignore()
             .cmd("SREM")
             .arg("big:s")
-            .arg(format!("m{}", i * 11 % 20_000 + 1))
+            .arg(format!("m{}", i * 11 % 10_000 + 1))
             .ignore()
             .cmd("ZADD")
             .arg("big:z")
