@@ -192,20 +192,20 @@ pub(super) unsafe fn each_scored(
 }
 
 /// The writer a `ScanKey` callback fills, and whether every string it was
-/// handed could be read.
-struct ScanState<'a> {
-    out: &'a mut DumpWriter,
-    complete: bool,
+/// handed could be read (a whole read here, a slice in `sliced`).
+pub(super) struct ScanState<'a> {
+    pub(super) out: &'a mut DumpWriter,
+    pub(super) complete: bool,
 }
 
 /// `ScanKey` callback: one set member (`value` null) or hash field and value.
-unsafe extern "C" fn on_scanned(
+pub(super) unsafe extern "C" fn on_scanned(
     _key: *mut raw::RedisModuleKey,
     field: *mut raw::RedisModuleString,
     value: *mut raw::RedisModuleString,
     privdata: *mut c_void,
 ) {
-    // SAFETY: `privdata` is the `ScanState` scan_key passed, alive for the
+    // SAFETY: `privdata` is the `ScanState` its caller passed, alive for the
     // whole ScanKey call, not aliased meanwhile; field and value are live
     // strings for the duration of the callback.
     unsafe {

@@ -16,7 +16,7 @@ use std::ptr::NonNull;
 
 use redis_module::{raw, Context};
 
-use super::collections::{bytes_of, free};
+use super::collections::{bytes_of, free, on_scanned, ScanState};
 use super::keys::{may_hold_field_ttls, quiet_read_mode};
 use crate::redis::dump::{DumpWriter, Kind};
 
@@ -311,36 +311,6 @@ unsafe fn list_slice(
     }
     *at = end;
     Ok(end == len)
-}
-
-/// The writer a `ScanKey` callback fills, and whether every string it was
-/// handed could be read.
-struct ScanState<'a> {
-    out: &'a mut DumpWriter,
-    complete: bool,
-}
-
-/// `ScanKey` callback: one set member (`value` null) or hash field and value.
-unsafe extern "C" fn on_scanned(
-    _key: *mut raw::RedisModuleKey,
-    field: *mut raw::RedisModuleString,
-    value: *mut raw::RedisModuleString,
-    privdata: *mut c_void,
-) {
-    // SAFETY: `privdata` is the `ScanState` scan_slice passed, alive for
-    // the whole ScanKey call, not aliased meanwhile; field and value are
-    // live strings for the duration of the callback.
-    unsafe {
-        let state = &mut *privdata.cast::<ScanState>();
-        match (state.out.kind(), bytes_of(field)) {
-            (Kind::Set, Some(member)) => state.out.element(member),
-            (Kind::Hash, Some(field)) if !value.is_null() => match bytes_of(value) {
-                Some(value) => state.out.field(field, value),
-                None => state.complete = false,
-            },
-            _ => state.complete = false,
-        }
-    }
 }
 
 /// About [`SLICE_ELEMENTS`] more fields of a hash or members of a set (a
