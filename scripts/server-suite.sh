@@ -6,8 +6,12 @@
 # must hold the same data (tests/server-suite/peer-check.tcl: DEBUG DIGEST
 # and the DUMP of every stream).
 #
-#   scripts/server-suite.sh [--server redis-server] [--so PATH] [--no-b-pass] [unit ...]
+#   scripts/server-suite.sh [--server SERVER] [--so PATH] [--no-b-pass] [unit ...]
 #
+# --server: redis-server or valkey-server (the installed one, its tests
+# from Debian's source package), or the path of a server built from source
+# by scripts/build-servers.sh (.../src/redis-server or .../src/valkey-server:
+# its own tree's tests/). Default redis-server.
 # --no-b-pass: the type files against node A only.
 #
 # Tests that assert the exact replication stream are skipped on both
@@ -29,18 +33,32 @@ while [ $# -gt 0 ]; do
     --server) SERVER=$2; shift 2 ;;
     --so) SO=$2; shift 2 ;;
     --no-b-pass) B_PASS=no; shift ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     -*) echo "server-suite: unknown option $1" >&2; exit 2 ;;
     *) UNITS+=("$1"); shift ;;
   esac
 done
 case $SERVER in
-  redis-server) PKG=redis ;;
-  valkey-server) PKG=valkey ;;
-  *) echo "server-suite: --server is redis-server or valkey-server" >&2; exit 2 ;;
+  redis-server|valkey-server) PKG=${SERVER%-server} ;;
+  */src/redis-server|*/src/valkey-server)
+    [ -x "$SERVER" ] || { echo "server-suite: $SERVER is not a built server" >&2; exit 2; }
+    SERVER=$(realpath "$SERVER")
+    PKG=$(basename "$SERVER"); PKG=${PKG%-server}
+    SRC=$(dirname "$(dirname "$SERVER")")
+    [ -f "$SRC/tests/test_helper.tcl" ] || { echo "server-suite: no tests/ in $SRC" >&2; exit 2; } ;;
+  *) echo "server-suite: --server is redis-server, valkey-server or a built .../src/<name>-server" >&2; exit 2 ;;
 esac
 [ -f "$SO" ] || { echo "server-suite: $SO missing (cargo build)" >&2; exit 2; }
-SRC=$(scripts/fetch-server-tests.sh "$PKG")
+[ -n "${SRC:-}" ] || SRC=$(scripts/fetch-server-tests.sh "$PKG")
+# The server and version the known and skipped tests are matched against
+# (tests/server-suite/known.tsv: "redis" holds for every Redis, "redis-8.0"
+# for 8.0.x, "redis-8.0.6" for that release alone).
+VERSION=$("$SERVER" --version | grep -o -E 'v=[0-9.]+' | cut -d= -f2)
+LABEL=$PKG-$VERSION
+echo "server-suite: $LABEL ($SERVER), tests from $SRC"
+applies() { # entry: whether a known.tsv/skip.tsv server column holds for LABEL
+  [ "$1" = any ] || [ "$1" = "$PKG" ] || [ "$1" = "$LABEL" ] || [[ $LABEL == "$1".* ]]
+}
 if [ ${#UNITS[@]} -eq 0 ]; then
   UNITS=(expire keyspace multi scripting functions bitops bitfield hyperloglog geo sort scan
     other dump introspection introspection-2 slowlog pubsub tracking info-command
@@ -48,7 +66,7 @@ if [ ${#UNITS[@]} -eq 0 ]; then
   for f in "$SRC"/tests/unit/type/*.tcl; do UNITS=("type/$(basename "$f" .tcl)" "${UNITS[@]}"); done
 fi
 
-OUT=$ROOT/target/server-suite/$SERVER
+OUT=$ROOT/target/server-suite/$LABEL
 rm -rf "$OUT" && mkdir -p "$OUT"
 WORK=$(mktemp -d /tmp/rdmasync-suite.XXXXXX)
 cleanup() {
@@ -127,7 +145,7 @@ start_pair() { # [name-a name-b] (default a b); sets PA PB
 # Tests skipped on both servers: --skiptest patterns.
 SKIP=()
 while IFS=$'\t' read -r server file name reason; do
-  [ "$server" = "$SERVER" ] || [ "$server" = any ] || continue
+  applies "$server" || continue
   SKIP+=(--skiptest "$name")
 done < <(grep -v '^#' tests/server-suite/skip.tsv | grep -v '^$')
 # Tests that assert the exact replication stream, where rdmasync.stamps
@@ -195,7 +213,7 @@ pass_status() { # status-file pid: the pass's exit status, once it ended
 [ "$(pass_status "$OUT/plain.status" "$PLAIN")" = 0 ] || { echo "server-suite: the plain server's pass failed"; exit 1; }
 [ "$(pass_status "$OUT/on-b.status" "$ON_B")" = 0 ] || { echo "server-suite: the pass against node B failed"; exit 1; }
 
-compare() { python3 tests/server-suite/compare.py "$SERVER" "$OUT" tests/server-suite/known.tsv "${UNITS[@]}"; }
+compare() { python3 tests/server-suite/compare.py "$LABEL" "$OUT" tests/server-suite/known.tsv "${UNITS[@]}"; }
 if compare > "$OUT/first-compare.txt"; then
   cat "$OUT/first-compare.txt"
   exit 0

@@ -154,9 +154,9 @@ fn tombstones_of(entries: &[Entry]) -> Vec<(u32, Vec<u8>, Stamp, u64)> {
 /// Takes out of `entries` those the peer cannot hold: those no frame of
 /// its ring can carry (a key longer than a frame, a value over 1 GiB), and
 /// DUMP payloads its server would not restore (an RDB format newer than
-/// its own: a stream, a module type, a hash with field TTLs or the
-/// function libraries going from Valkey to Redis 7, or from Redis 8 to
-/// Valkey 9). They are refused here, before they are numbered, so that
+/// its own: a stream, a module type or a hash with field TTLs going from
+/// Valkey to Redis 7, or from Redis 8 to Valkey 9; the function libraries
+/// cross whenever their payload can be read, as their code). They are refused here, before they are numbered, so that
 /// the peer's acks never skip them; the refusal is counted
 /// (`entries_refused`), logged and kept as `last_error`, and the key
 /// differs between the nodes until it is written or deleted again
@@ -230,6 +230,12 @@ fn why_refused(e: &Entry, link: LinkView) -> Option<(String, bool)> {
             encoding: Encoding::Dump,
             ..
         } => (crate::redis::dump::type_name(payload), payload),
+        // The peer loads the libraries' code one by one (Lua, whatever
+        // the RDB format around it): only a payload it cannot read is
+        // restored whole (receive::apply_functions).
+        Op::Functions { payload } if crate::redis::libraries::codes(payload).is_some() => {
+            return None
+        }
         Op::Functions { payload } => ("function libraries", payload),
         _ => return None,
     };

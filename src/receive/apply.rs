@@ -12,9 +12,8 @@ use redis_module::{CallOptions, CallOptionsBuilder, CallResult, Context};
 
 use super::apply_counter;
 use super::apply_fields;
-use super::apply_plan::{
-    expired_on_arrival, functions_decision, swap_decision, MsetRun, Outcome, TakenRun,
-};
+use super::apply_functions;
+use super::apply_plan::{expired_on_arrival, swap_decision, MsetRun, Outcome, TakenRun};
 use crate::capture::hook::Suppressed;
 use crate::capture::state::main_state;
 use crate::catchup::peer::LinkView;
@@ -340,7 +339,7 @@ impl Applier<'_> {
             Op::FlushDb => apply_flush(ctx, opts, st, Some(e.db), stamp),
             Op::FlushAll => apply_flush(ctx, opts, st, None, stamp),
             Op::SwapDb { other } => apply_swap(ctx, opts, st, e.db, *other, stamp),
-            Op::Functions { payload } => apply_functions(ctx, opts, st, payload, stamp),
+            Op::Functions { payload } => apply_functions::apply(ctx, opts, st, payload, stamp),
             Op::Ack { .. }
             | Op::Bound { .. }
             | Op::SyncRequest { .. }
@@ -596,31 +595,6 @@ fn apply_swap(
     run(ctx, opts, "SWAPDB", &[a.as_bytes(), b.as_bytes()])?;
     let _ = st.swap_dbs(db, other);
     st.peer.last_peer_swap = stamp;
-    Ok(Outcome::Applied)
-}
-
-/// The peer's function libraries, if newer than ours (one version covers
-/// them all): `FUNCTION RESTORE ... FLUSH` replaces ours with exactly its
-/// set. The digest recorded is of our own `FUNCTION DUMP` after it (the
-/// bytes may differ from the peer's, e.g. with another `rdbcompression`),
-/// so that only a later change here reads as one.
-fn apply_functions(
-    ctx: &Context,
-    opts: &CallOptions,
-    st: &mut Replication,
-    payload: &[u8],
-    stamp: Stamp,
-) -> std::result::Result<Outcome, String> {
-    let ours = st.versions.functions().map(|f| f.stamp);
-    match functions_decision(ours, stamp) {
-        Decision::Apply => {}
-        other => return Ok(Outcome::of(other)),
-    }
-    run(ctx, opts, "FUNCTION", &[b"RESTORE", payload, b"FLUSH"])?;
-    let digest = crate::redis::snapshot::functions_digest(
-        &crate::redis::server::functions_dump(ctx).unwrap_or_else(|| payload.to_vec()),
-    );
-    st.versions.record_functions(stamp, digest);
     Ok(Outcome::Applied)
 }
 

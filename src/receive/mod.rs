@@ -6,6 +6,7 @@
 pub(crate) mod apply;
 mod apply_counter;
 mod apply_fields;
+mod apply_functions;
 mod apply_plan;
 pub mod poller;
 pub mod sequence;

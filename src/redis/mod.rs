@@ -6,5 +6,6 @@
 
 pub mod alloc;
 pub mod dump;
+pub mod libraries;
 pub(crate) mod server;
 pub(crate) mod snapshot;

@@ -3,6 +3,8 @@
 
     compare.py SERVER OUT KNOWN unit...
 
+SERVER is the server and its version, as redis-8.0.6.
+
 OUT holds plain/, a/ and b/ with one log per unit (runtest's output) and
 peer-differences.tsv (tests/server-suite/peer-check.tcl); a-retry/ and
 b-retry/ the same for units run again after an unexpected difference
@@ -39,6 +41,13 @@ def results(log: Path):
     return passed, failed, exception
 
 
+def applies(entry: str, label: str) -> bool:
+    """Whether a known.tsv server column holds for a server labelled like
+    redis-8.0.6: "any", the server ("redis"), a version ("redis-8.0"), or
+    the release itself."""
+    return entry in ("any", label.split("-")[0], label) or label.startswith(entry + ".")
+
+
 def known(path: Path, server: str):
     """{(unit, test): reason} of the known differences for this server."""
     table = {}
@@ -46,7 +55,7 @@ def known(path: Path, server: str):
         if not line.strip() or line.startswith("#"):
             continue
         parts = line.split("\t")
-        if len(parts) >= 4 and parts[0] in (server, "any"):
+        if len(parts) >= 4 and applies(parts[0], server):
             table[(parts[1], parts[2])] = parts[3]
     return table
 

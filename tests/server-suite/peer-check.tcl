@@ -62,6 +62,48 @@ proc rdmasync_libraries {r} {
     return [lsort $libs]
 }
 
+# The keys of every database holding keys, as {db key} pairs (at most
+# `limit` per node).
+proc rdmasync_keys {r limit} {
+    set found {}
+    foreach line [split [$r info keyspace] "\n"] {
+        if {![regexp {^db([0-9]+):} $line -> db]} continue
+        $r select $db
+        set cursor 0
+        while {[llength $found] < $limit} {
+            lassign [$r scan $cursor count 1000] cursor keys
+            foreach k $keys { lappend found [list $db $k] }
+            if {$cursor == 0} break
+        }
+    }
+    return $found
+}
+
+# Which keys make two digests differ: up to three, each "db:key" with
+# what differs (only on one node, its value, or its expiry). Reading a key
+# may expire it: called once the check has given up waiting.
+proc rdmasync_differing_keys {a b} {
+    set keys [lsort -unique [concat [rdmasync_keys $a 10000] [rdmasync_keys $b 10000]]]
+    set found {}
+    foreach k $keys {
+        lassign $k n key
+        $a select $n
+        $b select $n
+        set ea [$a exists $key]
+        set eb [$b exists $key]
+        if {$ea != $eb} {
+            set why [expr {$ea ? "only on the node" : "only on the peer"}]
+        } elseif {[$a debug digest-value $key] ne [$b debug digest-value $key]} {
+            set why "value differs"
+        } elseif {[$a pexpiretime $key] != [$b pexpiretime $key]} {
+            set why "expiry [$a pexpiretime $key] vs [$b pexpiretime $key]"
+        } else continue
+        lappend found "db$n:$key $why"
+        if {[llength $found] >= 3} break
+    }
+    return [join $found "; "]
+}
+
 # What differs between the two nodes now ("" when nothing).
 proc rdmasync_difference {a b} {
     set da [$a debug digest]
@@ -102,6 +144,11 @@ proc rdmasync_check_peer {name} {
             # Left by an earlier test's reload: no need to wait it out.
             if {[string match "seen-time only*" $diff] && $waited > 500} break
             after 20
+        }
+        # Named once the wait is over (reading keys can expire them).
+        if {[string match "digest *" $diff]} {
+            if {[catch {rdmasync_differing_keys $a $b} keys]} { set keys "keys not listed: $keys" }
+            append diff " ($keys)"
         }
         $a close
         $b close

@@ -812,3 +812,35 @@ pub fn functions_dump(ctx: &Context) -> Option<Vec<u8>> {
         _ => None,
     }
 }
+
+/// Each function library on `ctx` as its name and code (`FUNCTION LIST
+/// WITHCODE`); `None` when the reply is not that list.
+pub fn function_libraries(ctx: &Context) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
+    use redis_module::{CallOptionsBuilder, CallReply, CallResult};
+    let opts = CallOptionsBuilder::new().errors_as_replies().build();
+    let args: [&[u8]; 2] = [b"LIST", b"WITHCODE"];
+    let Ok(CallReply::Array(list)) = ctx.call_ext::<_, CallResult>("FUNCTION", &opts, &args[..])
+    else {
+        return None;
+    };
+    let bytes = |r: Option<CallResult<'_>>| match r {
+        Some(Ok(CallReply::String(s))) => Some(s.as_bytes().to_vec()),
+        _ => None,
+    };
+    let mut libraries = Vec::with_capacity(list.len());
+    for library in list.iter() {
+        let Ok(CallReply::Array(fields)) = library else {
+            return None;
+        };
+        let (mut name, mut code) = (None, None);
+        for at in (0..fields.len()).step_by(2) {
+            match bytes(fields.get(at)).as_deref() {
+                Some(b"library_name") => name = bytes(fields.get(at + 1)),
+                Some(b"library_code") => code = bytes(fields.get(at + 1)),
+                _ => {}
+            }
+        }
+        libraries.push((name?, code?));
+    }
+    Some(libraries)
+}
