@@ -2,7 +2,8 @@
 //! consistent with the bytes, never a panic. Inputs whose header is valid also
 //! get their checksum fixed up, so the paths behind the CRC are explored too.
 //! A counter state, hash state or bound notice in a frame's value is
-//! decoded too: an error or a state that survives a round trip.
+//! decoded too: an error or a state that survives a round trip; the
+//! function libraries' payload is read library by library.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -28,6 +29,10 @@ fn check_merge_state(kind: FrameKind, value: &[u8]) {
             if let Ok(h) = hash_codec::decode_hash(value) {
                 assert_eq!(hash_codec::decode_hash(&hash_codec::encode_hash(&h)), Ok(h));
             }
+        }
+        FrameKind::Functions => {
+            // The receiver reads each library's code (RDB strings, LZF).
+            let _ = rdmasync::redis::libraries::codes(value);
         }
         _ => {}
     }
