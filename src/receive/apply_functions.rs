@@ -40,10 +40,10 @@ pub(super) fn apply(
         Decision::Apply => {}
         other => return Ok(Outcome::of(other)),
     }
-    // What to put back if neither way works (the peer's set may hold a
-    // library this server cannot compile): the set stays as it was.
+    // Ours, and what to put back if neither way works (the peer's set may
+    // hold a library this server cannot compile): the set stays as it was.
     let before = server::functions_dump(ctx);
-    if !write_differences(ctx, opts, payload) {
+    if !write_differences(ctx, opts, payload, before.as_deref()) {
         if let Err(e) = run(ctx, opts, "FUNCTION", &[b"RESTORE", payload, b"FLUSH"]) {
             if let Some(before) = before {
                 let _ = run(ctx, opts, "FUNCTION", &[b"RESTORE", &before, b"FLUSH"]);
@@ -58,12 +58,16 @@ pub(super) fn apply(
     Ok(Outcome::Applied)
 }
 
-/// Deletes and loads what makes our libraries those of `payload`; false
-/// when it could not (the caller then restores the payload whole, which
-/// also replaces whatever this wrote).
-fn write_differences(ctx: &Context, opts: &CallOptions, payload: &[u8]) -> bool {
-    let (Some(theirs), Some(ours)) = (libraries::codes(payload), server::function_libraries(ctx))
-    else {
+/// Deletes and loads what makes our libraries (`ours`, our `FUNCTION
+/// DUMP`) those of `payload`; false when it could not (the caller then
+/// restores the payload whole, which also replaces whatever this wrote).
+fn write_differences(
+    ctx: &Context,
+    opts: &CallOptions,
+    payload: &[u8],
+    ours: Option<&[u8]>,
+) -> bool {
+    let (Some(theirs), Some(ours)) = (libraries::codes(payload), our_libraries(ctx, ours)) else {
         return false;
     };
     let changes = Changes::between(&ours, &theirs);
@@ -75,6 +79,19 @@ fn write_differences(ctx: &Context, opts: &CallOptions, payload: &[u8]) -> bool 
             .load
             .iter()
             .all(|code| run(ctx, opts, "FUNCTION", &[b"LOAD", b"REPLACE", code]).is_ok())
+}
+
+/// Our libraries' names and codes: read from our dump (each name from its
+/// code's first line), else listed (`FUNCTION LIST WITHCODE`, which costs
+/// about as much as the dump again).
+fn our_libraries(ctx: &Context, dump: Option<&[u8]>) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
+    let from_dump = dump.and_then(libraries::codes).and_then(|codes| {
+        codes
+            .into_iter()
+            .map(|code| Some((libraries::name(&code)?.to_vec(), code)))
+            .collect::<Option<Vec<_>>>()
+    });
+    from_dump.or_else(|| server::function_libraries(ctx))
 }
 
 /// What turns one set of libraries into another.

@@ -43,6 +43,50 @@ pub fn codes(payload: &[u8]) -> Option<Vec<Vec<u8>>> {
     Some(codes)
 }
 
+/// The name a library's code declares on its first line (`#!lua
+/// name=mylib`, as the server reads it in `functionExtractLibMetaData`:
+/// words split at white space, `name=` in any case); `None` when the line
+/// quotes or escapes anything (the server's splitting would have to be
+/// followed further) or the name is not letters, digits and underscores,
+/// the only names a server accepts.
+pub fn name(code: &[u8]) -> Option<&[u8]> {
+    let line = code.split(|&b| b == b'\n').next()?;
+    if !line.starts_with(b"#!") || line.iter().any(|b| matches!(b, b'"' | b'\'' | b'\\')) {
+        return None;
+    }
+    let mut names = line
+        .split(u8::is_ascii_whitespace)
+        .skip(1)
+        .filter_map(|word| {
+            word.get(..5)
+                .filter(|p| p.eq_ignore_ascii_case(b"name="))
+                .map(|_| &word[5..])
+        });
+    let name = names.next()?;
+    let valid = !name.is_empty() && name.iter().all(|&b| b.is_ascii_alphanumeric() || b == b'_');
+    (valid && names.next().is_none()).then_some(name)
+}
+
+/// Whether `payload` is laid out as libraries `codes` can read (opcodes
+/// and string lengths; neither the CRC nor the compressed bytes are
+/// checked): the writer's test of whether its peer reads it, made on
+/// every change of the libraries, so it decompresses nothing.
+pub fn readable(payload: &[u8]) -> bool {
+    let Some(body_len) = payload.len().checked_sub(FOOTER_LEN) else {
+        return false;
+    };
+    let mut input = Input {
+        bytes: &payload[..body_len],
+        at: 0,
+    };
+    while !input.done() {
+        if input.byte() != Some(OPCODE_LIBRARY) || input.skip_string().is_none() {
+            return false;
+        }
+    }
+    true
+}
+
 /// A cursor over the libraries' bytes.
 struct Input<'a> {
     bytes: &'a [u8],
@@ -91,6 +135,23 @@ impl Input<'_> {
             Length::Plain(n) if n <= MAX_CODE_LEN => usize::try_from(n).ok(),
             _ => None,
         }
+    }
+
+    /// Steps over an RDB string without decoding it.
+    fn skip_string(&mut self) -> Option<()> {
+        let n = match self.length()? {
+            Length::Plain(n) if n <= MAX_CODE_LEN => usize::try_from(n).ok()?,
+            Length::Encoded(0) => 1,
+            Length::Encoded(1) => 2,
+            Length::Encoded(2) => 4,
+            Length::Encoded(3) => {
+                let compressed_len = self.plain_length()?;
+                self.plain_length()?;
+                compressed_len
+            }
+            _ => return None,
+        };
+        self.take(n).map(|_| ())
     }
 
     /// An RDB string (`rdbGenericLoadStringObject`).
@@ -145,11 +206,15 @@ pub fn lzf_decompress(input: &[u8], len: usize) -> Option<Vec<u8>> {
             }
             let back = ((control & 0x1f) << 8) + usize::from(*input.get(at)?) + 1;
             at += 1;
-            let from = out.len().checked_sub(back)?;
-            // Byte by byte: a reference may overlap what it writes.
-            for i in from..from + run + 2 {
-                let b = *out.get(i)?;
-                out.push(b);
+            let mut from = out.len().checked_sub(back)?;
+            // A reference may overlap what it writes: copied in pieces of
+            // at most `back` bytes, each already written.
+            let mut left = run + 2;
+            while left > 0 {
+                let piece = left.min(out.len() - from);
+                out.extend_from_within(from..from + piece);
+                from += piece;
+                left -= piece;
             }
         }
         if out.len() > len {

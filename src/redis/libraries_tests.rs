@@ -25,6 +25,17 @@ fn a_dump_of_redis_gives_each_library_s_code_plain_or_compressed() {
 }
 
 #[test]
+fn what_codes_reads_is_readable_and_what_is_not_laid_out_so_is_not() {
+    let good = hex(TWO_LIBRARIES);
+    assert!(readable(&good));
+    assert!(!readable(&good[..good.len() - 11]), "cut inside a library");
+    let mut other = good.clone();
+    other[0] = 246;
+    assert!(!readable(&other));
+    assert!(!readable(&[]));
+}
+
+#[test]
 fn an_empty_dump_holds_no_library() {
     let mut payload = vec![10, 0];
     payload.extend_from_slice(&crate::redis::dump::crc64(&payload).to_le_bytes());
@@ -112,10 +123,13 @@ proptest! {
     fn any_bytes_are_read_or_refused_without_a_panic(bytes in prop::collection::vec(any::<u8>(), 0..200), len in 0usize..400) {
         let _ = lzf_decompress(&bytes, len);
         let _ = codes(&bytes);
+        let _ = readable(&bytes);
         let mut sealed = bytes.clone();
         sealed.extend_from_slice(&[10, 0]);
         sealed.extend_from_slice(&crate::redis::dump::crc64(&sealed).to_le_bytes());
-        let _ = codes(&sealed);
+        if codes(&sealed).is_some() {
+            prop_assert!(readable(&sealed));
+        }
     }
 }
 
@@ -127,4 +141,21 @@ fn a_reference_before_the_start_is_refused() {
         lzf_decompress(&[0, b'a', 0x20, 0], 4),
         Some(b"aaaa".to_vec())
     );
+}
+
+#[test]
+fn a_library_s_name_is_read_from_its_first_line() {
+    assert_eq!(name(b"#!lua name=mylib\nreturn 1"), Some(&b"mylib"[..]));
+    assert_eq!(name(b"#!lua   NAME=lib_2 \nx"), Some(&b"lib_2"[..]));
+    assert_eq!(name(b"#!lua\tname=t\r\nx"), Some(&b"t"[..]));
+    for unread in [
+        &b"#!lua name=\"q\"\nx"[..],
+        b"#!lua nom=x\nx",
+        b"#!lua name=a name=b\nx",
+        b"#!lua name=a-b\nx",
+        b"#!lua name=\nx",
+        b"lua name=x\nx",
+    ] {
+        assert_eq!(name(unread), None, "{}", String::from_utf8_lossy(unread));
+    }
 }
