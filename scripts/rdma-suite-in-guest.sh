@@ -28,7 +28,9 @@ fails=0
 #    on the main thread, the same for every transport; the values cross the
 #    link as any batch (20,000-element values read under emulation).
 #  - architecture: reads the sources, starts no server.
-HOST_ONLY=" hotkeys faults durability fidelity merges set_merges hash_merges big_values architecture "
+#  - mixed: pairs of different servers (what crosses is decided by their
+#    RDB formats, not by the transport).
+HOST_ONLY=" hotkeys faults durability fidelity merges set_merges hash_merges big_values architecture mixed "
 # The pair topology (one node per address, two rxe devices) runs the suites
 # that set up, lose and restore links; the single one (rxe0) runs the others.
 # Each suite runs over rdma once (stop 23's CI ran the pair suites in both
