@@ -375,3 +375,56 @@ fn merges_go_on_and_settle_after_a_refusal() {
         );
     }
 }
+
+/// A library only the newer server compiles (Valkey's `server.` API) is
+/// refused on the older one, which keeps its libraries: counted in
+/// `entries_refused` and named in `last_error`, not an apply error, and not
+/// held against the coverage of its acks (as a format refusal on the
+/// writer): the merge metadata of later changes is still collected.
+#[test]
+fn a_library_the_older_server_cannot_compile_is_refused_there_and_merges_go_on() {
+    let (Some(a), Some(b)) = (server("redis-server"), server("valkey-server")) else {
+        eprintln!("skipped: redis-server or valkey-server is not installed");
+        return;
+    };
+    let pair = start_pair_with(&a, &b, &["merge-elements=yes"]);
+    let (valkey, redis) = (&pair.b, &pair.a);
+    let code = "#!lua name=vlib\nserver.register_function('vf', function() return 1 end)";
+    let _: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg(code)
+        .query(&mut valkey.conn())
+        .unwrap();
+    assert!(
+        wait_until(SETTLE, || redis.stat("entries_refused") > 0),
+        "{:?}",
+        redis.status()
+    );
+    let last = redis.status()["last_error"].clone();
+    assert!(last.contains("function libraries"), "{last}");
+    assert_eq!(redis.stat("apply_errors"), 0);
+    let listed: Vec<redis::Value> = redis::cmd("FUNCTION")
+        .arg("LIST")
+        .query(&mut redis.conn())
+        .unwrap();
+    assert!(listed.is_empty(), "Redis 7.0 holds {listed:?}");
+    for i in 0..20 {
+        for (node, p) in [(valkey, "v"), (redis, "r")] {
+            let _: () = redis::cmd("HSET")
+                .arg("h")
+                .arg(format!("{p}{i}"))
+                .arg(i)
+                .query(&mut node.conn())
+                .unwrap();
+        }
+    }
+    assert!(wait_until(SETTLE, || read_value(&pair.a, "h")
+        == read_value(&pair.b, "h")));
+    for node in [valkey, redis] {
+        assert!(
+            wait_until(SETTLE, || node.stat("merge_elements") == 0),
+            "element metadata never collected after a refused library: {:?}",
+            node.status()
+        );
+    }
+}

@@ -31,8 +31,18 @@ fn check_merge_state(kind: FrameKind, value: &[u8]) {
             }
         }
         FrameKind::Functions => {
-            // The receiver reads each library's code (RDB strings, LZF).
-            let _ = rdmasync::redis::libraries::codes(value);
+            // The receiver reads each library's code (RDB strings, LZF);
+            // with the payload's own CRC64 fixed up, past its check too.
+            use rdmasync::redis::libraries;
+            let _ = libraries::codes(value);
+            if let Some(at) = value.len().checked_sub(8) {
+                let mut sealed = value.to_vec();
+                let crc = rdmasync::redis::dump::crc64(&sealed[..at]);
+                sealed[at..].copy_from_slice(&crc.to_le_bytes());
+                if libraries::codes(&sealed).is_some() {
+                    assert!(libraries::readable(&sealed));
+                }
+            }
         }
         _ => {}
     }

@@ -339,7 +339,9 @@ impl Applier<'_> {
             Op::FlushDb => apply_flush(ctx, opts, st, Some(e.db), stamp),
             Op::FlushAll => apply_flush(ctx, opts, st, None, stamp),
             Op::SwapDb { other } => apply_swap(ctx, opts, st, e.db, *other, stamp),
-            Op::Functions { payload } => apply_functions::apply(ctx, opts, st, payload, stamp),
+            Op::Functions { payload } => {
+                apply_functions::apply(ctx, opts, self.shared, st, payload, stamp)
+            }
             Op::Ack { .. }
             | Op::Bound { .. }
             | Op::SyncRequest { .. }
@@ -637,7 +639,10 @@ fn apply_batch(ctx: &Context, shared: &Shared, batch: &Batch) {
     drop(suppressed);
     server::select_db(ctx, original_db);
     shared.clock.observe(tally.newest);
-    Stats::add(&shared.stats.entries_applied, n - tally.failed);
+    Stats::add(
+        &shared.stats.entries_applied,
+        n - tally.failed - tally.refused,
+    );
     Stats::add(&shared.stats.conflicts_discarded, tally.discarded);
     Stats::add(&shared.stats.entries_duplicate, tally.duplicates);
     Stats::add(&shared.stats.apply_errors, tally.failed);
@@ -663,6 +668,9 @@ fn refuse_as_replica(shared: &Shared, batch: &Batch, data_entries: u64) {
 #[derive(Default)]
 struct Tally {
     failed: u64,
+    /// Entries this node's server cannot hold (counted in
+    /// `entries_refused` by whoever refused them).
+    refused: u64,
     discarded: u64,
     duplicates: u64,
     /// The newest clock among them.
@@ -708,6 +716,7 @@ fn apply_entries(
         }
         match applier.entry(st, e, &mut mset) {
             Ok(Outcome::Discarded) => tally.discarded += 1,
+            Ok(Outcome::Refused) => tally.refused += 1,
             Ok(Outcome::Duplicate) => tally.duplicates += 1,
             Ok(Outcome::Applied | Outcome::Notice) => {}
             Err(msg) => {

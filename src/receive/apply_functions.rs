@@ -9,7 +9,9 @@
 //! compilations (Redis 8.0's own suite: 50,000 loads took 175 s against
 //! 8 s). When the payload or our libraries cannot be read, or a command
 //! fails, the payload is restored whole as before; if that fails too, our
-//! set is put back as it was and the entry counts as an apply error.
+//! set is put back as it was and the entry counts as an apply error, or,
+//! in a mixed pair (the payload in another RDB format than ours), as
+//! refused (`entries_refused`): no later try would apply it.
 //!
 //! The code is Lua whatever RDB format the payload has, so the libraries
 //! cross between any two servers of a mixed pair (the writer refuses a
@@ -22,7 +24,9 @@ use super::apply::run;
 use super::apply_plan::{functions_decision, Outcome};
 use crate::catchup::replication::Replication;
 use crate::converge::version::{Decision, Stamp};
+use crate::ops::status::Stats;
 use crate::redis::{libraries, server};
+use crate::shared::Shared;
 
 /// Applies the peer's libraries (a `FUNCTION DUMP` payload) written at
 /// `stamp`. The digest recorded is of our own `FUNCTION DUMP` after it (the
@@ -31,6 +35,7 @@ use crate::redis::{libraries, server};
 pub(super) fn apply(
     ctx: &Context,
     opts: &CallOptions,
+    shared: &Shared,
     st: &mut Replication,
     payload: &[u8],
     stamp: Stamp,
@@ -40,22 +45,54 @@ pub(super) fn apply(
         Decision::Apply => {}
         other => return Ok(Outcome::of(other)),
     }
-    // Ours, and what to put back if neither way works (the peer's set may
-    // hold a library this server cannot compile): the set stays as it was.
+    // Ours, and what to put back if neither way works.
     let before = server::functions_dump(ctx);
-    if !write_differences(ctx, opts, payload, before.as_deref()) {
-        if let Err(e) = run(ctx, opts, "FUNCTION", &[b"RESTORE", payload, b"FLUSH"]) {
-            if let Some(before) = before {
-                let _ = run(ctx, opts, "FUNCTION", &[b"RESTORE", &before, b"FLUSH"]);
-            }
-            return Err(e);
-        }
+    let written = write_differences(ctx, opts, payload, before.as_deref())
+        || run(ctx, opts, "FUNCTION", &[b"RESTORE", payload, b"FLUSH"]).is_ok();
+    if written {
+        record_ours(ctx, st, stamp, Some(payload));
+        return Ok(Outcome::Applied);
     }
-    let digest = crate::redis::snapshot::functions_digest(
-        &server::functions_dump(ctx).unwrap_or_else(|| payload.to_vec()),
+    // The peer's set holds a library this server does not compile (in a
+    // mixed pair, one calling an API only the writer's server has), or a
+    // payload it cannot read: our set stays as it was, under our version.
+    if let Some(before) = &before {
+        let _ = run(ctx, opts, "FUNCTION", &[b"RESTORE", before, b"FLUSH"]);
+    }
+    if let Some(ours) = ours {
+        // Restoring may order the libraries otherwise: the digest is of
+        // what we hold now, or a later read here would take our old set
+        // for a change and ship it over the peer's newer one.
+        record_ours(ctx, st, ours, None);
+    }
+    let theirs = crate::redis::dump::payload_rdb_version(payload);
+    let mine = before
+        .as_deref()
+        .and_then(crate::redis::dump::payload_rdb_version);
+    let msg = format!(
+        "the peer's function libraries (RDB format {}) were not applied: this server (RDB \
+         format {}) could neither load each library nor restore the set; ours are kept",
+        theirs.unwrap_or(0),
+        mine.unwrap_or(0)
     );
-    st.versions.record_functions(stamp, digest);
-    Ok(Outcome::Applied)
+    if theirs == mine {
+        return Err(msg);
+    }
+    // A mixed pair: no later try would do better (docs/operations.md).
+    Stats::add(&shared.stats.entries_refused, 1);
+    redis_module::logging::log_warning(format!("rdmasync: {msg}"));
+    shared.stats.set_error(msg);
+    Ok(Outcome::Refused)
+}
+
+/// Records our libraries as they are now (their digest) at `stamp`; if
+/// they cannot be read, as `otherwise` (else the record stays).
+fn record_ours(ctx: &Context, st: &mut Replication, stamp: Stamp, otherwise: Option<&[u8]>) {
+    let dump = server::functions_dump(ctx);
+    if let Some(dump) = dump.as_deref().or(otherwise) {
+        let digest = crate::redis::snapshot::functions_digest(dump);
+        st.versions.record_functions(stamp, digest);
+    }
 }
 
 /// Deletes and loads what makes our libraries (`ours`, our `FUNCTION

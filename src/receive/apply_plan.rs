@@ -133,6 +133,11 @@ pub(super) enum Outcome {
     Duplicate,
     /// An ack or sync request: no data.
     Notice,
+    /// A change this node's server cannot hold in a mixed pair (function
+    /// libraries one of which it cannot compile): counted and reported,
+    /// and, as a format refusal on the writer, not held against the
+    /// coverage of the peer's acks (nothing would ever carry it here).
+    Refused,
 }
 
 impl Outcome {

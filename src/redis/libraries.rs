@@ -189,6 +189,11 @@ impl Input<'_> {
 /// byte is added), plus 2; offset `(c & 31) << 8`, plus the next byte,
 /// plus 1, back from the end of the output.
 pub fn lzf_decompress(input: &[u8], len: usize) -> Option<Vec<u8>> {
+    // Three bytes decode to at most 264: a longer declared length is not
+    // LZF (and must not reserve memory).
+    if len > input.len().saturating_mul(88) {
+        return None;
+    }
     let mut out = Vec::with_capacity(len);
     let mut at = 0;
     while at < input.len() {
