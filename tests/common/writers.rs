@@ -75,8 +75,11 @@ pub fn cmd(words: &[&str]) -> redis::Cmd {
     c
 }
 
-/// How many of `expected` a check finds missing, on either node.
+/// How many of `expected` a check finds missing, on either node, once the
+/// pair has settled (`Pair::wait_settled`: equal digests alone can be a
+/// link reconnecting with the same amount missing on both).
 pub fn lost_on_both(pair: &Pair, mut missing: impl FnMut(&mut Connection) -> usize) -> usize {
+    pair.wait_settled(std::time::Duration::from_secs(30));
     missing(&mut pair.a.conn()) + missing(&mut pair.b.conn())
 }
 
