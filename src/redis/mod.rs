@@ -7,5 +7,7 @@
 pub mod alloc;
 pub mod dump;
 pub mod libraries;
+pub mod plain_value;
+pub mod rdb_read;
 pub(crate) mod server;
 pub(crate) mod snapshot;
