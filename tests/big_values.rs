@@ -158,6 +158,17 @@ fn big_values_travel_a_slice_at_a_time_and_arrive_whole() {
         pair.a.status()
     );
     assert_eq!(pair.b.stat("values_sliced"), 0, "{:?}", pair.b.status());
+    assert_built_on_b(&pair);
+}
+
+/// B built the big collections a slice at a time (no `RESTORE` of them).
+fn assert_built_on_b(pair: &Pair) {
+    let built = pair.b.stat("values_built");
+    assert!(
+        built >= 5,
+        "B built {built} of the 5 big collections: {:?}",
+        pair.b.status()
+    );
 }
 
 #[test]
@@ -181,6 +192,7 @@ fn a_full_sync_reads_big_values_in_slices() {
         "the full sync read {sliced} values a slice at a time: {:?}",
         pair.a.status()
     );
+    assert_built_on_b(&pair);
 }
 
 #[test]

@@ -338,6 +338,8 @@ impl FullSync {
         });
         let keys: Vec<(Vec<u8>, Stamp)> = keys
             .into_iter()
+            // A value of the peer's being built here is not a key yet.
+            .filter(|key| !server::is_build_key(key))
             .map(|key| {
                 let stamp = stamp_of(versions, db, &key, me);
                 (key, stamp)

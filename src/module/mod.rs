@@ -154,6 +154,7 @@ fn on_server_event(ctx: &Context, event: ServerEvent) {
         }
         ServerEvent::ChildDied => persist::on_child_died(ctx),
         ServerEvent::LoadingEnded => {
+            crate::receive::staging::remove_leftovers(ctx);
             persist::restore_rewrite_versions();
             shared::with_shared(|s| persist::date_unstamped_changes(ctx, s));
             // The loaded libraries are checked against their recorded

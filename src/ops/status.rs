@@ -81,6 +81,12 @@ pub struct Stats {
     pub values_sliced: AtomicU64,
     /// Slice-at-a-time reads started again because the key changed.
     pub slices_restarted: AtomicU64,
+    /// The peer's big values built here a slice per step under a key of
+    /// the module's, then moved over their key (not one `RESTORE`).
+    pub values_built: AtomicU64,
+    /// Builds started again (the build key changed under them) or given
+    /// up for a whole `RESTORE`.
+    pub builds_restarted: AtomicU64,
     /// Times the sender waited for credit.
     pub credit_stalls: AtomicU64,
     /// Sender's tail in the peer's ring (current link).
@@ -319,6 +325,8 @@ fn traffic_fields(stats: &Stats, queue_depth: usize) -> Vec<(&'static str, Field
         ("keys_swept", counter(&stats.keys_swept)),
         ("values_sliced", counter(&stats.values_sliced)),
         ("slices_restarted", counter(&stats.slices_restarted)),
+        ("values_built", counter(&stats.values_built)),
+        ("builds_restarted", counter(&stats.builds_restarted)),
         ("ring_used_bytes", Field::Int(stats.ring_used() as i64)),
         ("credit_stalls", counter(&stats.credit_stalls)),
         ("bad_frames", counter(&stats.bad_frames)),

@@ -14,6 +14,7 @@ use super::apply_counter;
 use super::apply_fields;
 use super::apply_functions;
 use super::apply_plan::{expired_on_arrival, swap_decision, MsetRun, Outcome, TakenRun};
+use super::staging;
 use crate::capture::hook::Suppressed;
 use crate::capture::state::main_state;
 use crate::catchup::peer::LinkView;
@@ -73,9 +74,48 @@ fn apply_pending(ctx: &Context, shared: &Shared) {
     }
     let started = Instant::now();
     let mut flushed = false;
-    while let Some(item) = queue.pop() {
-        let batch = match item {
-            FromLink::Batch(batch) => batch,
+    loop {
+        let (batch, built) = match next_batch(ctx, shared) {
+            staging::Next::Apply(batch, built) => (batch, built),
+            staging::Next::Wait => {
+                // A big value is being built: clients go first.
+                queue.rewake();
+                return;
+            }
+            staging::Next::Idle => break,
+        };
+        // Local changes made earlier in this event-loop iteration are
+        // stamped (and shipped) before a remote entry that could overwrite
+        // or move them is applied: a stamp taken after applying would be
+        // newer than the write it did not see. A batch that touches none of
+        // them lets them wait (a resting hot key stays held; see `hotkeys`).
+        if !flushed && crate::capture::flush::local_changes_go_before(&batch) {
+            crate::capture::flush::flush_now(ctx, shared);
+            flushed = true;
+        }
+        apply_batch(ctx, shared, &batch, &built);
+        staging::finish(ctx, built);
+        if started.elapsed() > APPLY_SLICE {
+            break;
+        }
+    }
+    queue.rewake_if_left();
+}
+
+/// The next batch to apply: a held one whose big values are built, else
+/// the next in the queue (link events on the way are taken), unless it
+/// has big values to build first (`staging`).
+fn next_batch(ctx: &Context, shared: &Shared) -> staging::Next {
+    match staging::next(ctx, shared) {
+        staging::Next::Idle => {}
+        other => return other,
+    }
+    while let Some(item) = shared.apply.pop() {
+        match item {
+            FromLink::Batch(batch) => match staging::hold(ctx, shared, batch) {
+                Some(batch) => return staging::Next::Apply(batch, staging::Built::default()),
+                None => return staging::next(ctx, shared),
+            },
             FromLink::LinkUp {
                 epoch,
                 peer_node,
@@ -87,28 +127,11 @@ fn apply_pending(ctx: &Context, shared: &Shared) {
                 // requeued (`Replication::link_up`).
                 let view = LinkView::up(epoch, peer_node, max_frame).reading_rdb(peer_rdb);
                 crate::capture::flush::link_came_up(view);
-                continue;
             }
-            FromLink::LinkDown { epoch } => {
-                set_link(|view| view.ended(epoch));
-                continue;
-            }
-        };
-        // Local changes made earlier in this event-loop iteration are
-        // stamped (and shipped) before a remote entry that could overwrite
-        // or move them is applied: a stamp taken after applying would be
-        // newer than the write it did not see. A batch that touches none of
-        // them lets them wait (a resting hot key stays held; see `hotkeys`).
-        if !flushed && crate::capture::flush::local_changes_go_before(&batch) {
-            crate::capture::flush::flush_now(ctx, shared);
-            flushed = true;
-        }
-        apply_batch(ctx, shared, &batch);
-        if started.elapsed() > APPLY_SLICE {
-            break;
+            FromLink::LinkDown { epoch } => set_link(|view| view.ended(epoch)),
         }
     }
-    queue.rewake_if_left();
+    staging::Next::Idle
 }
 
 /// The link to the peer as the main thread knows it from now on.
@@ -298,6 +321,8 @@ struct Applier<'c> {
     opts: &'c CallOptions,
     shared: &'c Shared,
     me: u64,
+    /// Values built for this batch ahead of it (`staging`).
+    built: &'c staging::Built,
 }
 
 impl Applier<'_> {
@@ -461,7 +486,7 @@ impl Applier<'_> {
                 if MsetRun::is_plain(e).is_some() {
                     let before = st.versions.get(e.db, key);
                     mset.push(e.db, key, payload, before);
-                } else {
+                } else if !staging::commit(self.ctx, self.built, e, key, payload, *expiry_ms)? {
                     restore(self.ctx, self.opts, key, payload, *expiry_ms, *encoding)?;
                 }
                 let stamp = Stamp::new(e.clock, e.origin);
@@ -498,7 +523,7 @@ fn note_carried(st: &mut Replication, e: &Entry) {
 /// A key of which nothing is recorded here, at a version this node
 /// vouches it deleted (that delete's tombstone was dropped past
 /// `max-tombstones`; see `converge::sweep`), is stale: the delete is newer.
-fn decide(ctx: &Context, st: &Replication, me: u64, e: &Entry, key: &[u8]) -> Decision {
+pub(super) fn decide(ctx: &Context, st: &Replication, me: u64, e: &Entry, key: &[u8]) -> Decision {
     let stamp = Stamp::new(e.clock, e.origin);
     let exists = || server::key_info(ctx, key).exists();
     let decision = st.versions.decide(e.db, key, stamp, me, exists);
@@ -602,7 +627,7 @@ fn apply_swap(
 
 /// Applies one batch on the main thread, entry by entry under the
 /// last-writer-wins rule.
-fn apply_batch(ctx: &Context, shared: &Shared, batch: &Batch) {
+fn apply_batch(ctx: &Context, shared: &Shared, batch: &Batch, built: &staging::Built) {
     let n = batch.entries.iter().filter(|e| e.is_data()).count() as u64;
     if ctx.get_flags().contains(redis_module::ContextFlags::SLAVE) {
         refuse_as_replica(shared, batch, n);
@@ -622,7 +647,7 @@ fn apply_batch(ctx: &Context, shared: &Shared, batch: &Batch) {
     };
     st.versions
         .warm(batch.entries.iter().filter_map(|e| Some((e.db, e.key()?))));
-    let tally = apply_entries(ctx, &opts, shared, &mut st, batch);
+    let tally = apply_entries(ctx, &opts, shared, &mut st, (batch, built));
     st.peer_bound = None;
     st.peer_applied = None;
     if let Some((origin, clock)) = st.peer_batch_coverage.take() {
@@ -683,13 +708,14 @@ fn apply_entries(
     opts: &CallOptions,
     shared: &Shared,
     st: &mut Replication,
-    batch: &Batch,
+    (batch, built): (&Batch, &staging::Built),
 ) -> Tally {
     let applier = Applier {
         ctx,
         opts,
         shared,
         me: shared.node_id,
+        built,
     };
     let mut tally = Tally::default();
     let mut mset = MsetRun::new();

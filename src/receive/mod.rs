@@ -10,3 +10,4 @@ mod apply_functions;
 mod apply_plan;
 pub mod poller;
 pub mod sequence;
+pub(crate) mod staging;

@@ -54,12 +54,19 @@ impl<'a> PlainValue<'a> {
     /// The value `payload` holds, if it is a list, set, hash or sorted set
     /// in the plain form and its CRC matches.
     pub fn parse(payload: &'a [u8]) -> Option<Self> {
-        let body_len = payload.len().checked_sub(FOOTER_LEN)?;
+        payload.len().checked_sub(FOOTER_LEN)?;
         let (checked, crc) = payload.split_at(payload.len() - 8);
         if crc64(checked) != u64::from_le_bytes(crc.try_into().ok()?) {
             return None;
         }
-        let body = &payload[..body_len];
+        Self::parse_checked(payload)
+    }
+
+    /// The value of a payload [`PlainValue::parse`] accepted before (its
+    /// CRC is not computed again: a slice at a time must not cost the
+    /// whole payload each time).
+    pub fn parse_checked(payload: &'a [u8]) -> Option<Self> {
+        let body = &payload[..payload.len().checked_sub(FOOTER_LEN)?];
         let mut input = RdbInput::new(body, 0);
         let kind = match input.byte()? {
             1 => Kind::List,

@@ -18,6 +18,7 @@ use redis_module::RedisModuleTimerID;
 
 use crate::error::{Error, Result};
 use crate::proto::entry::Batch;
+use crate::redis::plain_value::Cursor;
 use crate::redis::server::ThreadContext;
 use crate::shared::Shared;
 
@@ -70,6 +71,46 @@ pub struct ApplyConsumer {
     pub(crate) context: Mutex<Option<ThreadContext>>,
     /// The apply timer, while one is pending (stopped at unload).
     pub(crate) timer: Mutex<Option<RedisModuleTimerID>>,
+    /// A batch popped but not applied yet while its big values are built
+    /// (`receive::staging`); what follows it waits in the queue.
+    pub(crate) held: Mutex<Option<HeldBatch>>,
+}
+
+/// A batch taken from the queue whose big values are being built, a slice
+/// per event-loop step, under keys of the module's own before it applies
+/// (`receive::staging`).
+#[derive(Debug)]
+pub struct HeldBatch {
+    /// The batch, applied whole once every build ended.
+    pub batch: Batch,
+    /// Its values being built, in entry order.
+    pub builds: Vec<ValueBuild>,
+}
+
+/// One value of a held batch being built.
+#[derive(Debug)]
+pub struct ValueBuild {
+    /// Its entry's index in the batch.
+    pub entry: usize,
+    /// The slot of the key it is built under (`server::build_key`).
+    pub slot: usize,
+    /// How far the payload was read (and written to the build key).
+    pub cursor: Cursor,
+    /// Times it started again because the build key changed under it.
+    pub restarts: u32,
+    /// Whether it is done, or given up (the batch then restores it whole).
+    pub state: BuildState,
+}
+
+/// Where a value's build stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BuildState {
+    /// More elements to write.
+    Building,
+    /// Every element is in the build key.
+    Built,
+    /// Given up: the value is restored whole from its payload.
+    Abandoned,
 }
 
 /// The two ends of a fresh link -> main thread queue.
@@ -96,6 +137,7 @@ pub fn apply_queue() -> Result<(ApplyProducer, ApplyConsumer)> {
         rewake,
         context: Mutex::new(ThreadContext::new()),
         timer: Mutex::new(None),
+        held: Mutex::new(None),
     };
     Ok((producer, consumer))
 }
@@ -213,6 +255,11 @@ impl ApplyConsumer {
         if !self.channel.items.is_empty() {
             self.channel.wake(&self.rewake);
         }
+    }
+
+    /// Wakes the event loop again (a held batch's build goes on).
+    pub(crate) fn rewake(&self) {
+        self.channel.wake(&self.rewake);
     }
 
     /// The oldest item waiting, if any.
