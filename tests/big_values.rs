@@ -234,3 +234,148 @@ fn a_full_sync_reads_big_values_in_slices_while_a_client_changes_them() {
         .unwrap();
     assert!(hlen > ELEMENTS as i64 / 2, "B holds {hlen} fields of big:h");
 }
+
+/// Fields of the hash the peer builds in the tests below (a few hundred
+/// 2 ms steps in a debug build).
+const BUILT_FIELDS: u32 = 300_000;
+/// The key the peer builds its first big value of a batch under.
+const BUILD_KEY: &[u8] = b"\xffrdmasync:building:0";
+
+/// Writes a hash of `BUILT_FIELDS` fields on `node` in one command (it
+/// ships as one value).
+fn write_big_hash(node: &Node) {
+    let _: i64 = redis::cmd("EVAL")
+        .arg(
+            "for i = 1, tonumber(ARGV[1]) do redis.call('HSET', 'built', 'f' .. i, i) end \
+             return 1",
+        )
+        .arg(0)
+        .arg(BUILT_FIELDS)
+        .query(&mut node.conn())
+        .unwrap();
+}
+
+/// Polls `node` until its build key exists (`true`) or `timeout` passes.
+fn wait_for_build(node: &Node, timeout: Duration) -> bool {
+    let mut c = node.conn();
+    common::wait_until(timeout, || {
+        redis::cmd("EXISTS")
+            .arg(BUILD_KEY)
+            .query::<i64>(&mut c)
+            .unwrap()
+            == 1
+    })
+}
+
+#[test]
+fn the_peer_serves_clients_while_it_builds_a_big_value_and_shows_it_only_whole() {
+    let pair = Pair::start();
+    pair.wait_in_step();
+    let stop = Arc::new(AtomicBool::new(false));
+    // A reader of B: the hash's length at each poll, and whether the
+    // build key existed then.
+    let reader = {
+        let (port, stop) = (pair.b.port, stop.clone());
+        std::thread::spawn(move || {
+            let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
+            let mut c = client.get_connection().unwrap();
+            let mut seen = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let (len, building): (i64, i64) = redis::pipe()
+                    .cmd("HLEN")
+                    .arg("built")
+                    .cmd("EXISTS")
+                    .arg(BUILD_KEY)
+                    .query(&mut c)
+                    .unwrap();
+                seen.push((len, building == 1));
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            seen
+        })
+    };
+    write_big_hash(&pair.a);
+    pair.wait_converged(SETTLE);
+    stop.store(true, Ordering::Relaxed);
+    let seen = reader.join().unwrap();
+    let partial: Vec<i64> = seen
+        .iter()
+        .map(|&(len, _)| len)
+        .filter(|&len| len != 0 && len != i64::from(BUILT_FIELDS))
+        .collect();
+    assert!(partial.is_empty(), "a reader of B saw part of the hash: {partial:?}");
+    let during = seen.iter().filter(|&&(_, building)| building).count();
+    assert!(
+        during >= 5,
+        "B answered {during} polls while it built the hash (of {}): {:?}",
+        seen.len(),
+        pair.b.status()
+    );
+    assert_eq!(pair.b.stat("values_built"), 1, "{:?}", pair.b.status());
+    let left: i64 = redis::cmd("EXISTS")
+        .arg(BUILD_KEY)
+        .query(&mut pair.b.conn())
+        .unwrap();
+    assert_eq!(left, 0, "the build key is gone once the value is in place");
+}
+
+#[test]
+fn a_client_write_on_the_peer_during_a_build_is_newer_and_wins() {
+    let pair = Pair::start();
+    pair.wait_in_step();
+    write_big_hash(&pair.a);
+    assert!(
+        wait_for_build(&pair.b, SETTLE),
+        "B never built the hash: {:?}",
+        pair.b.status()
+    );
+    // Newer than A's hash: with whole-key last-writer-wins it replaces it.
+    let _: () = redis::cmd("DEL").arg("built").query(&mut pair.b.conn()).unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg("built")
+        .arg("late")
+        .arg("1")
+        .query(&mut pair.b.conn())
+        .unwrap();
+    pair.wait_converged(SETTLE);
+    for node in [&pair.a, &pair.b] {
+        let fields: Vec<String> = redis::cmd("HKEYS")
+            .arg("built")
+            .query(&mut node.conn())
+            .unwrap();
+        assert_eq!(fields, ["late"], "the newer write wins on both nodes");
+    }
+    assert_eq!(pair.b.stat("values_built"), 0, "{:?}", pair.b.status());
+    let left: i64 = redis::cmd("EXISTS")
+        .arg(BUILD_KEY)
+        .query(&mut pair.b.conn())
+        .unwrap();
+    assert_eq!(left, 0, "the build key of the losing value is removed");
+}
+
+#[test]
+fn a_reload_during_a_build_drops_the_build_key_and_the_value_still_arrives_whole() {
+    let pair = Pair::start();
+    pair.wait_in_step();
+    write_big_hash(&pair.a);
+    assert!(
+        wait_for_build(&pair.b, SETTLE),
+        "B never built the hash: {:?}",
+        pair.b.status()
+    );
+    // The snapshot holds the build key; the load deletes it.
+    let _: () = redis::cmd("DEBUG").arg("RELOAD").query(&mut pair.b.conn()).unwrap();
+    pair.wait_converged(SETTLE);
+    let len: i64 = redis::cmd("HLEN").arg("built").query(&mut pair.b.conn()).unwrap();
+    assert_eq!(len, i64::from(BUILT_FIELDS));
+    assert!(
+        pair.b.stat("builds_restarted") >= 1,
+        "the build did not start again: {:?}",
+        pair.b.status()
+    );
+    let left: i64 = redis::cmd("EXISTS")
+        .arg(BUILD_KEY)
+        .query(&mut pair.b.conn())
+        .unwrap();
+    assert_eq!(left, 0);
+}
