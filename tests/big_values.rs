@@ -303,7 +303,10 @@ fn the_peer_serves_clients_while_it_builds_a_big_value_and_shows_it_only_whole()
         .map(|&(len, _)| len)
         .filter(|&len| len != 0 && len != i64::from(BUILT_FIELDS))
         .collect();
-    assert!(partial.is_empty(), "a reader of B saw part of the hash: {partial:?}");
+    assert!(
+        partial.is_empty(),
+        "a reader of B saw part of the hash: {partial:?}"
+    );
     let during = seen.iter().filter(|&&(_, building)| building).count();
     assert!(
         during >= 5,
@@ -330,7 +333,10 @@ fn a_client_write_on_the_peer_during_a_build_is_newer_and_wins() {
         pair.b.status()
     );
     // Newer than A's hash: with whole-key last-writer-wins it replaces it.
-    let _: () = redis::cmd("DEL").arg("built").query(&mut pair.b.conn()).unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg("built")
+        .query(&mut pair.b.conn())
+        .unwrap();
     let _: () = redis::cmd("HSET")
         .arg("built")
         .arg("late")
@@ -364,9 +370,15 @@ fn a_reload_during_a_build_drops_the_build_key_and_the_value_still_arrives_whole
         pair.b.status()
     );
     // The snapshot holds the build key; the load deletes it.
-    let _: () = redis::cmd("DEBUG").arg("RELOAD").query(&mut pair.b.conn()).unwrap();
+    let _: () = redis::cmd("DEBUG")
+        .arg("RELOAD")
+        .query(&mut pair.b.conn())
+        .unwrap();
     pair.wait_converged(SETTLE);
-    let len: i64 = redis::cmd("HLEN").arg("built").query(&mut pair.b.conn()).unwrap();
+    let len: i64 = redis::cmd("HLEN")
+        .arg("built")
+        .query(&mut pair.b.conn())
+        .unwrap();
     assert_eq!(len, i64::from(BUILT_FIELDS));
     assert!(
         pair.b.stat("builds_restarted") >= 1,

@@ -16,7 +16,11 @@
 //! `SWAPDB`, a load): each step checks that it holds what was written so
 //! far, and starts again if not; after 3 restarts, or when the module
 //! cannot write an element, the value is restored whole. A build key left
-//! by a crash (in a snapshot taken mid-build) is deleted at load.
+//! by a crash (in a snapshot taken mid-build) is unlinked at load; every
+//! unlink of a build key is propagated, for replicas that loaded one.
+//! Nothing is built on a replica, in a cluster, past half of `maxmemory`
+//! (the value it replaces lives until the build ends), or when it has
+//! expired already.
 
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
@@ -24,10 +28,11 @@ use std::time::{Duration, Instant};
 use redis_module::{CallOptionsBuilder, Context, ContextFlags};
 
 use super::apply::{decide, run};
+use super::apply_plan::expired_on_arrival;
 use crate::capture::hook::Suppressed;
 use crate::capture::state::main_state;
 use crate::converge::version::Decision;
-use crate::ops::status::Stats;
+use crate::ops::status::{unix_ms, Stats};
 use crate::proto::entry::{Batch, Encoding, Entry, Op};
 use crate::redis::plain_value::PlainValue;
 use crate::redis::server::{self, build_key, BUILD_SLOTS};
@@ -58,9 +63,14 @@ pub(super) enum Next {
     Idle,
 }
 
-/// The values built for a batch about to apply: entry seq -> build key.
+/// The values built for a batch about to apply (entry seq -> build key
+/// slot, and what it must hold), and every slot its builds used (unlinked
+/// after the batch: a lost or given-up build leaves nothing behind).
 #[derive(Default)]
-pub(super) struct Built(RefCell<Vec<(u64, usize, PlainLen)>>);
+pub(super) struct Built {
+    values: RefCell<Vec<(u64, usize, PlainLen)>>,
+    slots: Vec<usize>,
+}
 
 /// The kind and element count a build key must hold to be moved.
 type PlainLen = (crate::redis::dump::Kind, u64);
@@ -68,13 +78,21 @@ type PlainLen = (crate::redis::dump::Kind, u64);
 /// Holds `batch` if it has big values to build first (`None`), else hands
 /// it back.
 pub(super) fn hold(ctx: &Context, shared: &Shared, batch: Batch) -> Option<Batch> {
-    if ctx.get_flags().contains(ContextFlags::SLAVE) {
+    // A build key would hash to another slot than its value's key.
+    let unbuildable = ContextFlags::SLAVE | ContextFlags::CLUSTER;
+    if ctx.get_flags().intersects(unbuildable) || !server::memory_to_spare() {
         return Some(batch);
     }
     let builds = values_to_build(ctx, shared, &batch);
     if builds.is_empty() {
         return Some(batch);
     }
+    // This node's writes during the build are stamped after the batch's
+    // (its clocks were checked against the bound on the link thread), as
+    // they would be had it applied at once.
+    shared
+        .clock
+        .observe(batch.entries.iter().map(|e| e.clock).max().unwrap_or(0));
     let original = server::selected_db(ctx);
     let _quiet = Suppressed::new();
     for b in &builds {
@@ -99,9 +117,12 @@ fn values_to_build(ctx: &Context, shared: &Shared, batch: &Batch) -> Vec<ValueBu
         if builds.len() == BUILD_SLOTS {
             break;
         }
-        let Some((key, value)) = big_plain_value(e) else {
+        let Some((key, value, expiry_ms)) = big_plain_value(e) else {
             continue;
         };
+        if expired_on_arrival(expiry_ms, unix_ms()) {
+            continue;
+        }
         let merged =
             st.versions.counters.contains(e.db, key) || st.versions.hashes.contains(e.db, key);
         if merged || !server::select_db(ctx, e.db) {
@@ -121,23 +142,25 @@ fn values_to_build(ctx: &Context, shared: &Shared, batch: &Batch) -> Vec<ValueBu
     builds
 }
 
-/// The key and value of `e` if it is a big collection in the plain form.
-fn big_plain_value(e: &Entry) -> Option<(&[u8], PlainValue<'_>)> {
+/// The key, value and expiry of `e` if it is a big collection in the
+/// plain form.
+fn big_plain_value(e: &Entry) -> Option<(&[u8], PlainValue<'_>, Option<u64>)> {
     let Op::Value {
         key,
         payload,
         encoding: Encoding::Dump,
-        ..
+        expiry_ms,
     } = &e.op
     else {
         return None;
     };
-    if payload.len() < LOOK_MIN_BYTES {
+    // The type byte first: only a plain collection is worth its CRC.
+    if payload.len() < LOOK_MIN_BYTES || !matches!(payload.first(), Some(1 | 2 | 4 | 5)) {
         return None;
     }
     let value = PlainValue::parse(payload)?;
     let big = value.declared() > BUILD_MIN_ELEMENTS || payload.len() > BUILD_MIN_BYTES;
-    big.then_some((key.as_slice(), value))
+    big.then_some((key.as_slice(), value, *expiry_ms))
 }
 
 /// Builds the held batch's values for one step; the batch to apply once
@@ -238,28 +261,34 @@ fn restart(ctx: &Context, shared: &Shared, build: &mut ValueBuild, value: &Plain
 }
 
 /// Unlinks the build key of `slot` in every database (a `SWAPDB` may have
-/// moved it), here only: it was never propagated. Leaves a database
-/// selected.
+/// moved it). The unlink is propagated as well: a replica that loaded a
+/// snapshot taken mid-build holds the key too. Leaves a database selected.
 fn unlink_everywhere(ctx: &Context, slot: usize) {
     let name = build_key(slot);
-    let local = CallOptionsBuilder::new().errors_as_replies().build();
+    let opts = CallOptionsBuilder::new()
+        .errors_as_replies()
+        .replicate()
+        .build();
     for db in 0..server::database_count(ctx) {
         if server::select_db(ctx, db) && server::key_info(ctx, &name).exists() {
-            let _ = run(ctx, &local, "UNLINK", &[&name]);
+            let _ = run(ctx, &opts, "UNLINK", &[&name]);
         }
     }
 }
 
 /// The builds that ended whole, by entry seq.
 fn built_of(batch: &Batch, builds: &[ValueBuild]) -> Built {
-    let mut built = Vec::new();
+    let mut values = Vec::new();
     for b in builds.iter().filter(|b| b.state == BuildState::Built) {
         let e = &batch.entries[b.entry];
         if let Some((_, value)) = big_plain_value_checked(e) {
-            built.push((e.seq, b.slot, (value.kind(), value.declared())));
+            values.push((e.seq, b.slot, (value.kind(), value.declared())));
         }
     }
-    Built(RefCell::new(built))
+    Built {
+        values: RefCell::new(values),
+        slots: builds.iter().map(|b| b.slot).collect(),
+    }
 }
 
 /// As [`big_plain_value`], for a payload whose CRC was checked.
@@ -273,7 +302,7 @@ fn big_plain_value_checked(e: &Entry) -> Option<(&[u8], PlainValue<'_>)> {
 /// Moves the value built for `e` over `key` in the selected database, in
 /// place of restoring `payload`: `Ok(false)` when nothing whole was built
 /// for it (the caller restores the payload). The replicas and the AOF get
-/// the `RESTORE`, as if it had run.
+/// the `UNLINK` and the `RESTORE`, as if the payload had been restored.
 ///
 /// # Errors
 /// The command that failed.
@@ -286,23 +315,31 @@ pub(super) fn commit(
     expiry_ms: Option<u64>,
 ) -> Result<bool, String> {
     let found = {
-        let mut list = built.0.borrow_mut();
-        let at = list.iter().position(|(seq, ..)| *seq == e.seq);
-        at.map(|i| list.swap_remove(i))
+        let mut values = built.values.borrow_mut();
+        let at = values.iter().position(|(seq, ..)| *seq == e.seq);
+        at.map(|i| values.swap_remove(i))
     };
     let Some((_, slot, (kind, declared))) = found else {
         return Ok(false);
     };
     let name = build_key(slot);
-    let local = CallOptionsBuilder::new().errors_as_replies().build();
     if server::built_len(ctx, &name, kind) != Some(declared) {
-        let _ = run(ctx, &local, "UNLINK", &[&name]);
         return Ok(false);
     }
-    run(ctx, &local, "UNLINK", &[key])?;
-    run(ctx, &local, "RENAME", &[&name, key])?;
-    if let Some(at) = expiry_ms {
-        run(ctx, &local, "PEXPIREAT", &[key, at.to_string().as_bytes()])?;
+    let replicated = CallOptionsBuilder::new()
+        .errors_as_replies()
+        .replicate()
+        .build();
+    // The value it replaces is freed off the main thread, here and on the
+    // replicas (as `restore` does for a big payload).
+    run(ctx, &replicated, "UNLINK", &[key])?;
+    if expired_on_arrival(expiry_ms, unix_ms()) {
+        // As RESTORE with a past TTL: no key (the unlink went out).
+        return Ok(true);
+    }
+    if !move_built(ctx, &name, key, expiry_ms) {
+        let _ = run(ctx, &replicated, "UNLINK", &[key]);
+        return Ok(false);
     }
     let ttl = expiry_ms.unwrap_or(0).to_string();
     ctx.replicate(
@@ -313,34 +350,48 @@ pub(super) fn commit(
     Ok(true)
 }
 
+/// Renames the build key `name` to `key` and sets its expiry, here only:
+/// whether both took.
+fn move_built(ctx: &Context, name: &[u8], key: &[u8], expiry_ms: Option<u64>) -> bool {
+    let local = CallOptionsBuilder::new().errors_as_replies().build();
+    run(ctx, &local, "RENAME", &[name, key]).is_ok()
+        && expiry_ms.is_none_or(|at| {
+            run(ctx, &local, "PEXPIREAT", &[key, at.to_string().as_bytes()]).is_ok()
+        })
+}
+
 /// After the batch applied: the build keys it did not move (the value lost
-/// to a newer write, or was merged) are unlinked.
+/// to a newer write, was merged, or its build was given up) are unlinked.
 pub(super) fn finish(ctx: &Context, built: Built) {
-    let left = built.0.into_inner();
-    if left.is_empty() {
+    if built.slots.is_empty() {
         return;
     }
     let original = server::selected_db(ctx);
     let _quiet = Suppressed::new();
-    for (_, slot, _) in left {
+    for slot in built.slots {
         unlink_everywhere(ctx, slot);
     }
     server::select_db(ctx, original);
 }
 
-/// At load: build keys a snapshot taken mid-build holds are deleted (and
-/// the deletes propagated, for replicas that loaded the same snapshot).
+/// At load: build keys a snapshot taken mid-build holds are unlinked (and
+/// the unlinks propagated, for replicas that loaded the same snapshot).
 pub fn remove_leftovers(ctx: &Context) {
     if ctx.get_flags().contains(ContextFlags::SLAVE) {
-        // Its master's commit deletes them.
+        // Its master propagates the unlink of each build key it ends.
         return;
     }
     let original = server::selected_db(ctx);
     let _quiet = Suppressed::new();
-    let opts = CallOptionsBuilder::new()
-        .errors_as_replies()
-        .replicate()
-        .build();
+    // Nothing propagates while clients are paused (Redis asserts).
+    let opts = if server::clients_paused() {
+        CallOptionsBuilder::new().errors_as_replies().build()
+    } else {
+        CallOptionsBuilder::new()
+            .errors_as_replies()
+            .replicate()
+            .build()
+    };
     for db in 0..server::database_count(ctx) {
         if !server::select_db(ctx, db) {
             continue;
@@ -348,7 +399,7 @@ pub fn remove_leftovers(ctx: &Context) {
         for slot in 0..BUILD_SLOTS {
             let name = build_key(slot);
             if server::key_info(ctx, &name).exists() {
-                let _ = run(ctx, &opts, "DEL", &[&name]);
+                let _ = run(ctx, &opts, "UNLINK", &[&name]);
             }
         }
     }

@@ -32,6 +32,18 @@ pub fn is_build_key(key: &[u8]) -> bool {
     key.starts_with(BUILD_KEY_PREFIX)
 }
 
+/// Whether a value may be built beside the one it replaces: no
+/// `maxmemory`, or less than half of it in use.
+pub fn memory_to_spare() -> bool {
+    // SAFETY: reading a pointer of the API table.
+    let Some(ratio) = (unsafe { raw::RedisModule_GetUsedMemoryRatio }) else {
+        return true;
+    };
+    // SAFETY: a pure query of the server's memory use, on the main thread.
+    let used = unsafe { ratio() };
+    used < 0.5
+}
+
 /// The `REDISMODULE_KEYTYPE_*` of a kind.
 fn key_type_of(kind: Kind) -> isize {
     match kind {

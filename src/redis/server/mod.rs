@@ -16,7 +16,7 @@ pub use keys::{
     restore_access, Access, InPlace, KeyInfo,
 };
 // The module's load probes them (not built in unit tests).
-pub use build::{add_elements, build_key, built_len, is_build_key, BUILD_SLOTS};
+pub use build::{add_elements, build_key, built_len, is_build_key, memory_to_spare, BUILD_SLOTS};
 pub use element_key::{kind_of_type, ElementKey};
 #[cfg(all(feature = "module", not(test)))]
 pub use keys::{probe_field_ttls, FieldTtls};
