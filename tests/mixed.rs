@@ -8,8 +8,10 @@
 //! it is refused by name, counted and reported, never dropped silently.
 //!
 //! Pairs: Redis 7.0 (RDB 10) with Valkey 8 (11), both from the machine's
-//! packages; Redis 7.0 with Redis 8.0 (12) and Redis 8.0 with Valkey 9.1
-//! (80) when scripts/build-servers.sh built them (under target/servers/).
+//! packages; Redis 7.0 with Redis 8.0 (12) and with Valkey 9.1 (80), Redis
+//! 7.4 (12) with Valkey 8 and with Valkey 9.1, and Redis 8.0 with Valkey
+//! 9.1 when scripts/build-servers.sh built or fetched them (under
+//! target/servers/).
 //! A pair whose server is missing is skipped with a message saying so.
 
 mod common;
@@ -305,6 +307,46 @@ fn redis_7_0_and_valkey_8_keep_in_sync_both_ways() {
 fn redis_7_0_and_redis_8_keep_in_sync_both_ways() {
     let (Some(a), Some(b)) = (server("redis-server"), built("redis")) else {
         eprintln!("skipped: no Redis 8 under target/servers (scripts/build-servers.sh redis)");
+        return;
+    };
+    check_mixed_pair(&a, &b);
+}
+
+/// Redis 7.4.1 as scripts/build-servers.sh redis-7.4 fetches it.
+fn redis_7_4() -> Option<String> {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("target/servers/redis-7.4.1/redis-server");
+    server(&path.display().to_string())
+}
+
+#[test]
+fn redis_7_0_and_valkey_9_keep_in_sync_both_ways() {
+    let (Some(a), Some(b)) = (server("redis-server"), built("valkey")) else {
+        eprintln!("skipped: no Valkey 9 under target/servers (scripts/build-servers.sh valkey)");
+        return;
+    };
+    check_mixed_pair(&a, &b);
+}
+
+#[test]
+fn redis_7_4_and_valkey_9_keep_in_sync_both_ways() {
+    let (Some(a), Some(b)) = (redis_7_4(), built("valkey")) else {
+        eprintln!(
+            "skipped: no Redis 7.4 or Valkey 9 under target/servers \
+             (scripts/build-servers.sh redis-7.4 valkey)"
+        );
+        return;
+    };
+    check_mixed_pair(&a, &b);
+}
+
+#[test]
+fn redis_7_4_and_valkey_8_keep_in_sync_both_ways() {
+    let (Some(a), Some(b)) = (redis_7_4(), server("valkey-server")) else {
+        eprintln!(
+            "skipped: no Redis 7.4 under target/servers (scripts/build-servers.sh redis-7.4) \
+             or valkey-server is not installed"
+        );
         return;
     };
     check_mixed_pair(&a, &b);
