@@ -55,9 +55,13 @@ pub(super) fn apply(
     }
     // Ours, and what to put back if neither way works.
     let before = server::functions_dump(ctx);
-    let written = write_differences(ctx, opts, payload, before.as_deref())
-        || run(ctx, opts, "FUNCTION", &[b"RESTORE", payload, b"FLUSH"]).is_ok();
-    if written {
+    let restored = || run(ctx, opts, "FUNCTION", &[b"RESTORE", payload, b"FLUSH"]);
+    let written = if write_differences(ctx, opts, payload, before.as_deref()) {
+        Ok(())
+    } else {
+        restored()
+    };
+    if written.is_ok() {
         record_ours(ctx, st, stamp, Some(payload));
         return Ok(Outcome::Applied);
     }
@@ -79,9 +83,10 @@ pub(super) fn apply(
         .and_then(crate::redis::dump::payload_rdb_version);
     let msg = format!(
         "the peer's function libraries (RDB format {}) were not applied: this server (RDB \
-         format {}) could neither load each library nor restore the set; ours are kept",
+         format {}) could neither load each library nor restore the set ({}); ours are kept",
         theirs.unwrap_or(0),
-        mine.unwrap_or(0)
+        mine.unwrap_or(0),
+        written.err().unwrap_or_default()
     );
     if theirs == mine {
         return Err(msg);

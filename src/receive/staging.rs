@@ -78,6 +78,10 @@ type PlainLen = (crate::redis::dump::Kind, u64);
 /// Holds `batch` if it has big values to build first (`None`), else hands
 /// it back.
 pub(super) fn hold(ctx: &Context, shared: &Shared, batch: Batch) -> Option<Batch> {
+    // The common case costs a look at each entry's size and type byte.
+    if !batch.entries.iter().any(worth_a_look) {
+        return Some(batch);
+    }
     // A build key would hash to another slot than its value's key.
     let unbuildable = ContextFlags::SLAVE | ContextFlags::CLUSTER;
     if ctx.get_flags().intersects(unbuildable) || !server::memory_to_spare() {
@@ -142,6 +146,19 @@ fn values_to_build(ctx: &Context, shared: &Shared, batch: &Batch) -> Vec<ValueBu
     builds
 }
 
+/// Whether `e` may hold a big collection in the plain form: a payload that
+/// is long enough and starts with a plain collection's type byte.
+fn worth_a_look(e: &Entry) -> bool {
+    match &e.op {
+        Op::Value {
+            payload,
+            encoding: Encoding::Dump,
+            ..
+        } => payload.len() >= LOOK_MIN_BYTES && matches!(payload.first(), Some(1 | 2 | 4 | 5)),
+        _ => false,
+    }
+}
+
 /// The key, value and expiry of `e` if it is a big collection in the
 /// plain form.
 fn big_plain_value(e: &Entry) -> Option<(&[u8], PlainValue<'_>, Option<u64>)> {
@@ -155,7 +172,7 @@ fn big_plain_value(e: &Entry) -> Option<(&[u8], PlainValue<'_>, Option<u64>)> {
         return None;
     };
     // The type byte first: only a plain collection is worth its CRC.
-    if payload.len() < LOOK_MIN_BYTES || !matches!(payload.first(), Some(1 | 2 | 4 | 5)) {
+    if !worth_a_look(e) {
         return None;
     }
     let value = PlainValue::parse(payload)?;
