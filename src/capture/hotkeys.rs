@@ -71,6 +71,22 @@ impl HotKeys {
         self.until.insert((db, key.into()), now + rest);
     }
 
+    /// `key` of `db` changed while a slice-at-a-time read of it ran (at
+    /// `now`): it rests as long as a costly key may, and its changes are
+    /// read whole meanwhile (see [`HotKeys::is_resting`]).
+    pub fn changed_while_sliced(&mut self, db: u32, key: &[u8], now: Instant, max_rest: Duration) {
+        if !max_rest.is_zero() {
+            self.until.insert((db, key.into()), now + max_rest);
+        }
+    }
+
+    /// Whether `key` of `db` rests at `now`.
+    pub fn is_resting(&self, db: u32, key: &[u8], now: Instant) -> bool {
+        self.until
+            .get(&(db, Box::from(key)))
+            .is_some_and(|until| *until > now)
+    }
+
     /// Whether a flush at `now` of `pending` changes should wait: one of the
     /// resting keys is among them (`is_pending`) and not too many wait.
     /// Forgets keys whose rest is over.
@@ -90,6 +106,21 @@ mod tests {
     use super::*;
 
     const MAX_REST: Duration = Duration::from_millis(100);
+
+    #[test]
+    fn a_key_changed_while_sliced_rests_the_longest_rest() {
+        let mut h = HotKeys::default();
+        let t0 = Instant::now();
+        h.changed_while_sliced(0, b"big", t0, MAX_REST);
+        assert!(h.is_resting(0, b"big", t0 + MAX_REST - Duration::from_millis(1)));
+        assert!(!h.is_resting(0, b"big", t0 + MAX_REST));
+        assert!(!h.is_resting(1, b"big", t0));
+        h.changed_while_sliced(0, b"other", t0, Duration::ZERO);
+        assert!(
+            !h.is_resting(0, b"other", t0),
+            "no rest when resting is off"
+        );
+    }
 
     #[test]
     fn cheap_snapshots_never_rest() {

@@ -4,9 +4,10 @@
 //! a full sync.
 
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::capture::flush::{count_read_failures, entry, op_of, pending_of, push};
+use crate::capture::state::main_state;
 use crate::catchup::big_read::{BigRead, BigStep};
 use crate::catchup::fullsync::{FullSync, Shipment};
 use crate::catchup::replication::Replication;
@@ -40,7 +41,7 @@ pub fn retry_unread(reader: &Reader, shared: &Shared, st: &mut Replication) {
             Read::Value(snap) => entries.push(entry(db, stamp, snap.into_op(key.into()))),
             // Deleted or expired since: the hook marked it, its delete ships.
             Read::Absent => {}
-            Read::Failed => {
+            Read::Failed | Read::Big => {
                 failed += 1;
                 st.unread.insert((db, key), stamp);
             }
@@ -113,7 +114,7 @@ fn key_entry(
                     st.versions.record_delete(db, &key, stamp, 0);
                     None
                 }
-                Read::Failed => {
+                Read::Failed | Read::Big => {
                     // Retried at this version, not restamped as new.
                     count_read_failures(shared, 1);
                     st.unread.insert((db, key.into()), stamp);
@@ -249,6 +250,12 @@ fn advance_backlog_read(reader: &Reader, shared: &Shared, st: &mut Replication) 
         }
         BigStep::Changed(big) => {
             Stats::add(&shared.stats.slices_restarted, 1);
+            // Changing faster than it is sliced: its next live changes are
+            // read whole, resting between reads (`flush::ReadRun`).
+            let max_rest = Duration::from_millis(shared.config.hot_key_rest_ms);
+            if let Some(mut hot) = main_state().hot.get() {
+                hot.changed_while_sliced(big.db, &big.key, Instant::now(), max_rest);
+            }
             let restarts = big.restarts() + 1;
             let op = PendingOp::Key {
                 db: big.db,

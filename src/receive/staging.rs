@@ -4,8 +4,10 @@
 //!
 //! A batch holding a list, set, hash or sorted set of more than 4,096
 //! elements (or over 4 MiB) in the plain form, that would win here, is
-//! held (`HeldBatch`): each step writes about 2 ms of its elements into a
-//! key of the module's own (`server::build_key`), clients are served in
+//! held (`HeldBatch`): each step writes 2 ms of its elements (up to 20 ms,
+//! a quarter of the time the server spent on other work since the last
+//! step, so that busy clients do not starve it) into a key of the module's
+//! own (`server::build_key`), clients are served in
 //! between, and what follows the batch waits in the queue. Once every
 //! value is built the batch applies whole as any other, and each built
 //! value is moved over its key (`UNLINK`, `RENAME`) where the batch would
@@ -46,8 +48,12 @@ const BUILD_MIN_ELEMENTS: u64 = 4096;
 const BUILD_MIN_BYTES: usize = 4 << 20;
 /// Payloads smaller than this are not looked at (4,096 elements take more).
 const LOOK_MIN_BYTES: usize = 8 << 10;
-/// Main-thread time one step writes for.
+/// Main-thread time one step writes for, at least...
 const BUILD_STEP: Duration = Duration::from_millis(2);
+/// ... and at most: a quarter of the time the server spent on other work
+/// since the last step, so that a build goes on (with a fifth of the main
+/// thread) while clients run costly commands.
+const MAX_BUILD_STEP: Duration = Duration::from_millis(20);
 /// Elements written between two looks at the clock.
 const ELEMENTS_PER_LOOK: usize = 256;
 /// Restarts after which a value is restored whole instead.
@@ -104,7 +110,11 @@ pub(super) fn hold(ctx: &Context, shared: &Shared, batch: Batch) -> Option<Batch
         unlink_everywhere(ctx, b.slot);
     }
     server::select_db(ctx, original);
-    *shared.apply.held.lock() = Some(HeldBatch { batch, builds });
+    *shared.apply.held.lock() = Some(HeldBatch {
+        batch,
+        builds,
+        stepped_at: Instant::now(),
+    });
     None
 }
 
@@ -187,7 +197,10 @@ pub(super) fn next(ctx: &Context, shared: &Shared) -> Next {
     let Some(held) = slot.as_mut() else {
         return Next::Idle;
     };
-    let deadline = Instant::now() + BUILD_STEP;
+    let now = Instant::now();
+    let share =
+        (now.saturating_duration_since(held.stepped_at) / 4).clamp(BUILD_STEP, MAX_BUILD_STEP);
+    let deadline = now + share;
     let replica = ctx.get_flags().contains(ContextFlags::SLAVE);
     let original = server::selected_db(ctx);
     let quiet = Suppressed::new();
@@ -205,10 +218,11 @@ pub(super) fn next(ctx: &Context, shared: &Shared) -> Next {
     }
     drop(quiet);
     server::select_db(ctx, original);
+    held.stepped_at = Instant::now();
     if held.builds.iter().any(|b| b.state == BuildState::Building) {
         return Next::Wait;
     }
-    let Some(HeldBatch { batch, builds }) = slot.take() else {
+    let Some(HeldBatch { batch, builds, .. }) = slot.take() else {
         return Next::Idle;
     };
     let built = built_of(&batch, &builds);

@@ -85,6 +85,9 @@ pub struct HeldBatch {
     pub batch: Batch,
     /// Its values being built, in entry order.
     pub builds: Vec<ValueBuild>,
+    /// When the last build step ended (the time the server spent on
+    /// others since sets the next step's share).
+    pub stepped_at: std::time::Instant,
 }
 
 /// One value of a held batch being built.
