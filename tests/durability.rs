@@ -929,6 +929,40 @@ fn a_delete_lost_in_a_restart_after_its_tombstone_was_collected_still_converges(
     assert_eq!(pair.b.status()["catchup"], "full", "{:?}", pair.b.status());
 }
 
+/// Both nodes restart from snapshots after B deleted a key and collected
+/// its tombstone: A's snapshot still holds the key, B's has the delete.
+/// Each asks the other for what it misses at once; B's own request asks
+/// only since its watermark, and A's sync since B's surviving changes
+/// would not carry the key, so B must also ask A for everything (its
+/// answer) or the key stays on A alone.
+#[test]
+fn a_delete_collected_before_both_nodes_restart_from_snapshots_still_converges() {
+    let mut pair = pair_persisting(Persistence::Rdb);
+    let _: () = pair.b.conn().set("k", "v").unwrap();
+    // Newer than `k`: B's surviving changes reach past it.
+    let _: () = pair.b.conn().set("later", "w").unwrap();
+    assert!(wait_value(&pair.a, "later", Some("w")));
+    assert!(wait_until(SETTLE, || pair.a.stat("peer_watermark") > 0
+        && pair.b.stat("peer_watermark") > 0));
+    let _: () = redis::cmd("SAVE").query(&mut pair.a.conn()).unwrap();
+    let _: i64 = pair.b.conn().del("k").unwrap();
+    assert!(wait_value(&pair.a, "k", None));
+    assert!(
+        wait_until(SETTLE, || pair.b.stat("tombstones") == 0),
+        "collected"
+    );
+    let _: () = redis::cmd("SAVE").query(&mut pair.b.conn()).unwrap();
+    pair.a.kill();
+    pair.b.restart();
+    pair.a.restart();
+    pair.a.set_peer_port(&pair.b.listen_port().to_string());
+    pair.b.set_peer_port(&pair.a.listen_port().to_string());
+    pair.wait_linked();
+    pair.wait_settled(SETTLE);
+    assert_eq!(get(&pair.a, "k"), get(&pair.b, "k"));
+    assert_eq!(get(&pair.a, "later"), Some("w".to_string()));
+}
+
 /// Deletes past `max-tombstones` while cut, then A killed and restarted
 /// from its AOF before the link returns: the dropped floor comes back
 /// with A's files, so the sync A's restart leads to still sweeps: none of

@@ -77,17 +77,18 @@ impl Probe {
     /// The peer's request was taken: what the peer misses is known now.
     /// An `initial` one (the peer lost state) gets an answer back unless
     /// this node asked on this link already or asks on its own anyway;
-    /// `asks_all` when the answer must ask for everything.
+    /// `asks_all` when the answer must ask for everything: then one is due
+    /// in any case (our own request asks only since our watermark), and
+    /// again if the last one asked for less.
     pub fn peer_request_taken(&mut self, initial: bool, asks_all: bool) {
         self.awaiting_peer_request = false;
-        if initial && !self.asked_on_link && self.own != Some(Asking::Due) {
-            let was = self.answer.is_some_and(|a| a.asks_all);
+        let answers = initial && !self.asked_on_link && self.own != Some(Asking::Due);
+        let was = self.answer.is_some_and(|a| a.asks_all);
+        if answers || (asks_all && !was) {
             self.answer = Some(Answer {
                 asking: Asking::Due,
                 asks_all: was || asks_all,
             });
-        } else if asks_all {
-            self.answer_asks_all_too();
         }
     }
 
@@ -106,13 +107,6 @@ impl Probe {
     /// Whether the answer due asks for everything.
     pub fn answer_asks_all(&self) -> bool {
         self.answer.is_some_and(|a| a.asks_all)
-    }
-
-    /// The answer (if one is due or unacknowledged) asks for everything.
-    pub fn answer_asks_all_too(&mut self) {
-        if let Some(a) = self.answer.as_mut() {
-            a.asks_all = true;
-        }
     }
 
     /// Our own request is taken as sent and acknowledged (tests that
@@ -269,6 +263,29 @@ mod tests {
         assert!(p.answer_asks_all());
         p.peer_request_taken(true, false);
         assert!(p.answer_asks_all(), "not taken back");
+    }
+
+    #[test]
+    fn an_answer_asking_for_everything_goes_out_even_beside_our_own_request() {
+        // Both nodes lost state and we asked first: our request asks only
+        // since our watermark, so the peer would never ship everything.
+        let mut p = Probe::default();
+        p.lost_state();
+        p.sent(1, false);
+        p.peer_request_taken(true, true);
+        assert_eq!(p.next_to_send(), Some(true));
+        assert!(p.answer_asks_all());
+        // An answer that went out asking for less is sent again.
+        let mut q = Probe::settled();
+        q.peer_request_taken(true, false);
+        q.sent(5, true);
+        q.peer_request_taken(true, true);
+        assert_eq!(q.next_to_send(), Some(true), "due again");
+        assert!(q.answer_asks_all());
+        // One that asked for everything already is not.
+        q.sent(6, true);
+        q.peer_request_taken(true, true);
+        assert_eq!(q.next_to_send(), None);
     }
 
     #[test]

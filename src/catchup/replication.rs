@@ -283,20 +283,21 @@ impl Replication {
         else {
             return;
         };
+        let deletes_kept =
+            !self.versions.collected_after(me, since) && !self.versions.collected_after(peer, own);
         // What the peer misses is known now (and ships before coverage);
-        // a first request gets an answer back.
-        self.peer.probe.peer_request_taken(initial, false);
+        // a first request gets an answer back. Before any return below: a
+        // sync of ours ships no delete whose tombstone we collected, so
+        // only the peer's whole dataset makes the two sides agree then.
+        self.peer
+            .probe
+            .peer_request_taken(initial, initial && !deletes_kept);
         // A full sync running or due covers any request but an initial one
         // that had received part of it (the peer lost that part).
         let running_full = self.peer.snapshot.full_running_or_owed();
         let covered = self.peer.snapshot.started_after(received);
         if running_full && (!initial || covered) {
             return;
-        }
-        let deletes_kept =
-            !self.versions.collected_after(me, since) && !self.versions.collected_after(peer, own);
-        if initial && !deletes_kept {
-            self.peer.probe.answer_asks_all_too();
         }
         if since > 0 && since != u64::MAX && own_data_versioned && deletes_kept {
             self.peer.snapshot.owe(SyncKind::Since { since, own });
@@ -696,6 +697,33 @@ mod tests {
         r.peer.acknowledged(5);
         r.link_up(3);
         assert!(!r.peer.probe.asks_own());
+    }
+
+    #[test]
+    fn a_peer_that_lost_a_delete_we_collected_is_asked_for_everything_in_every_case() {
+        // Both nodes lost state and we asked first (our request asks only
+        // since our watermark): an answer asking for everything goes too.
+        let mut both = Replication::new(10);
+        both.link_up(1);
+        both.peer.sync_request_sent(1, false);
+        both.versions.record_collected(Stamp::new(600, 1));
+        both.peer.peer_asks_for_sync(0, 500, 400, false);
+        both.take_sync_request(true, 1, 2);
+        assert!(both.peer.snapshot.owes_full());
+        assert_eq!(both.peer.probe.next_to_send(), Some(true));
+        assert!(both.peer.probe.answer_asks_all());
+        // A full sync of ours already running covers the request, but
+        // ships no delete we collected: the answer still asks for all.
+        let mut running = Replication::new(10);
+        running.link_up(1);
+        running.peer.probe.forget_own();
+        running.peer.pushed(10);
+        running.peer.start_full_sync(FullSync::new(16));
+        running.versions.record_collected(Stamp::new(600, 1));
+        running.peer.peer_asks_for_sync(5, 500, 400, false);
+        running.take_sync_request(true, 1, 2);
+        assert_eq!(running.peer.probe.next_to_send(), Some(true));
+        assert!(running.peer.probe.answer_asks_all());
     }
 
     #[test]
