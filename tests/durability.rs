@@ -963,6 +963,39 @@ fn a_delete_collected_before_both_nodes_restart_from_snapshots_still_converges()
     assert_eq!(get(&pair.a, "later"), Some("w".to_string()));
 }
 
+/// A restarted from a snapshot that lacks its write `w` (which B holds),
+/// then, still cut off, changed something and reloaded: the second load
+/// keeps changes of A's newer than `w`. A's request must still ask B for
+/// its own changes since the first load's loss, or `w` stays on B alone.
+#[test]
+fn a_write_lost_by_a_restart_comes_back_after_a_second_load() {
+    let mut pair = pair_persisting(Persistence::Rdb);
+    let _: () = pair.a.conn().set("base", "1").unwrap();
+    assert!(wait_value(&pair.b, "base", Some("1")));
+    let _: () = redis::cmd("SAVE").query(&mut pair.a.conn()).unwrap();
+    let _: () = pair.a.conn().set("w", "x").unwrap();
+    assert!(wait_value(&pair.b, "w", Some("x")));
+    cut(&pair);
+    // A restarts unlinked (peer port 1) from its snapshot, which lacks `w`.
+    let peer_arg = format!("port={}", pair.b.listen_port());
+    for arg in pair.a.args.iter_mut().filter(|a| **a == peer_arg) {
+        *arg = "port=1".into();
+    }
+    pair.a.restart();
+    assert_eq!(get(&pair.a, "w"), None);
+    let _: () = pair.a.conn().set("after", "y").unwrap();
+    let _: () = redis::cmd("DEBUG")
+        .arg("RELOAD")
+        .query(&mut pair.a.conn())
+        .unwrap();
+    heal(&pair);
+    pair.wait_settled(SETTLE);
+    for node in [&pair.a, &pair.b] {
+        assert_eq!(get(node, "w"), Some("x".to_string()), "w came back");
+        assert_eq!(get(node, "after"), Some("y".to_string()));
+    }
+}
+
 /// Deletes past `max-tombstones` while cut, then A killed and restarted
 /// from its AOF before the link returns: the dropped floor comes back
 /// with A's files, so the sync A's restart leads to still sweeps: none of

@@ -288,12 +288,11 @@ pub fn date_unstamped_changes(ctx: &Context, shared: &Shared) {
     // What survived of this node's own changes (its requests say so, and
     // the peer ships back what it holds after it).
     let own = st.versions.newest_of(me);
-    st.own_durable = Some(own);
     // Changes of its own it lost may be stamped up to the clock it had
     // then, which may have run ahead of the wall clock by as much as a
     // peer's clock may be ahead: past both.
     let offset = crate::converge::clock::pack_millis(st.max_clock_offset_ms);
-    st.own_loaded_clock = shared.clock.now().saturating_add(offset);
+    st.loaded(own, shared.clock.now().saturating_add(offset));
     if st.versions.unstamped_len() == 0 {
         return;
     }

@@ -93,6 +93,11 @@ pub struct Replication {
     /// after `own_durable` and up to it may have been lost by that load
     /// (a sweep vouches for none of them).
     pub own_loaded_clock: u64,
+    /// The window of own changes loads may have lost, `(from, to]`, kept
+    /// from one load to the next until the peer's answering sync has
+    /// arrived: a second load (a `DEBUG RELOAD`, a replica's resync) widens
+    /// it instead of forgetting what the first lost.
+    pub lost_window: Option<(u64, u64)>,
     /// Tombstones of this node's deletes kept for a peer that has not
     /// acknowledged them (`max-tombstones`).
     pub tombstone_limit: usize,
@@ -164,6 +169,7 @@ impl Replication {
             unread: hashbrown::HashMap::new(),
             own_durable: None,
             own_loaded_clock: 0,
+            lost_window: None,
             tombstone_limit: crate::ops::config::DEFAULT_MAX_TOMBSTONES,
             max_clock_offset_ms: crate::ops::config::DEFAULT_MAX_CLOCK_OFFSET_MS,
             own_coverage_cap: None,
@@ -549,6 +555,25 @@ impl Replication {
         }
     }
 
+    /// A load ended: this node's own changes survived up to `own`, and
+    /// those stamped up to `loaded` may have been lost. A window an earlier
+    /// load left open (the peer has not answered since) widens.
+    pub fn loaded(&mut self, own: u64, loaded: u64) {
+        let (from, to) = match self.lost_window {
+            Some((from, to)) => (from.min(own), to.max(loaded)),
+            None => (own, loaded),
+        };
+        self.lost_window = Some((from, to));
+        self.own_durable = Some(from);
+        self.own_loaded_clock = to;
+    }
+
+    /// The peer's answering sync arrived whole (its coverage is taken
+    /// again): what the loads lost of ours is back.
+    pub fn lost_window_closed(&mut self) {
+        self.lost_window = None;
+    }
+
     /// This node's data came from elsewhere (it was a replica and is a
     /// master again): merge with the peer both ways, versions kept.
     pub fn merge_again(&mut self) {
@@ -697,6 +722,19 @@ mod tests {
         r.peer.acknowledged(5);
         r.link_up(3);
         assert!(!r.peer.probe.asks_own());
+    }
+
+    #[test]
+    fn a_second_load_before_the_peer_answers_widens_the_window_of_lost_changes() {
+        let mut r = Replication::new(10);
+        r.loaded(100, 200);
+        assert_eq!((r.own_durable, r.own_loaded_clock), (Some(100), 200));
+        // Own changes written since survive the second load.
+        r.loaded(150, 300);
+        assert_eq!((r.own_durable, r.own_loaded_clock), (Some(100), 300));
+        r.lost_window_closed();
+        r.loaded(400, 500);
+        assert_eq!((r.own_durable, r.own_loaded_clock), (Some(400), 500));
     }
 
     #[test]

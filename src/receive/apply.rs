@@ -567,6 +567,11 @@ fn note_ack(st: &mut Replication, e: &Entry, applied: u64, in_step: bool, me: u6
         if accepts {
             let cap = st.peer_coverage_cap.unwrap_or(u64::MAX);
             st.versions.record_covered(e.origin, e.clock.min(cap));
+            if e.clock > 0 {
+                // The peer claims coverage again only once its sync
+                // answering our request arrived whole.
+                st.lost_window_closed();
+            }
         }
         apply_counter::bound_moved(st, me, e.origin, applied, in_step);
     }
