@@ -480,7 +480,7 @@ fn ship_field_changes(
 
 /// A read of `key` of `db` that took `cost` for `bytes`: a costly one is
 /// counted and the key rests (see `hotkeys`).
-fn rest_if_costly(shared: &Shared, db: u32, key: &[u8], cost: Duration, bytes: usize) {
+pub(crate) fn rest_if_costly(shared: &Shared, db: u32, key: &[u8], cost: Duration, bytes: usize) {
     if !is_costly(cost, bytes) {
         return;
     }

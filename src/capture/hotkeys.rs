@@ -71,15 +71,6 @@ impl HotKeys {
         self.until.insert((db, key.into()), now + rest);
     }
 
-    /// `key` of `db` changed while a slice-at-a-time read of it ran (at
-    /// `now`): it rests as long as a costly key may, and its changes are
-    /// read whole meanwhile (see [`HotKeys::is_resting`]).
-    pub fn changed_while_sliced(&mut self, db: u32, key: &[u8], now: Instant, max_rest: Duration) {
-        if !max_rest.is_zero() {
-            self.until.insert((db, key.into()), now + max_rest);
-        }
-    }
-
     /// Whether `key` of `db` rests at `now`.
     pub fn is_resting(&self, db: u32, key: &[u8], now: Instant) -> bool {
         self.until
@@ -108,18 +99,14 @@ mod tests {
     const MAX_REST: Duration = Duration::from_millis(100);
 
     #[test]
-    fn a_key_changed_while_sliced_rests_the_longest_rest() {
+    fn a_key_rests_until_its_rest_ends() {
         let mut h = HotKeys::default();
         let t0 = Instant::now();
-        h.changed_while_sliced(0, b"big", t0, MAX_REST);
-        assert!(h.is_resting(0, b"big", t0 + MAX_REST - Duration::from_millis(1)));
-        assert!(!h.is_resting(0, b"big", t0 + MAX_REST));
+        h.snapshotted(0, b"big", Duration::from_millis(1), t0, MAX_REST);
+        let rest = Duration::from_millis(19);
+        assert!(h.is_resting(0, b"big", t0 + rest - Duration::from_millis(1)));
+        assert!(!h.is_resting(0, b"big", t0 + rest));
         assert!(!h.is_resting(1, b"big", t0));
-        h.changed_while_sliced(0, b"other", t0, Duration::ZERO);
-        assert!(
-            !h.is_resting(0, b"other", t0),
-            "no rest when resting is off"
-        );
     }
 
     #[test]

@@ -4,10 +4,9 @@
 //! a full sync.
 
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use crate::capture::flush::{count_read_failures, entry, op_of, pending_of, push};
-use crate::capture::state::main_state;
+use crate::capture::flush::{count_read_failures, entry, op_of, pending_of, push, rest_if_costly};
 use crate::catchup::big_read::{BigRead, BigStep};
 use crate::catchup::fullsync::{FullSync, Shipment};
 use crate::catchup::replication::Replication;
@@ -222,8 +221,8 @@ fn start_big_read(
 }
 
 /// One slice of the big value at the front of the backlog; once read, it
-/// ships at its version. Read across a change of the key, it starts again
-/// (at most `MAX_SLICED_RESTARTS` times), then is read at once.
+/// ships at its version. Read across a change of the key, it is read at
+/// once, and the key rests if that read was costly (`hotkeys`).
 fn advance_backlog_read(reader: &Reader, shared: &Shared, st: &mut Replication) {
     let Some(big) = st.peer.backlog_read.take() else {
         return;
@@ -250,20 +249,18 @@ fn advance_backlog_read(reader: &Reader, shared: &Shared, st: &mut Replication) 
         }
         BigStep::Changed(big) => {
             Stats::add(&shared.stats.slices_restarted, 1);
-            // Changing faster than it is sliced: its next live changes are
-            // read whole, resting between reads (`flush::ReadRun`).
-            let max_rest = Duration::from_millis(shared.config.hot_key_rest_ms);
-            if let Some(mut hot) = main_state().hot.get() {
-                hot.changed_while_sliced(big.db, &big.key, Instant::now(), max_rest);
-            }
-            let restarts = big.restarts() + 1;
-            let op = PendingOp::Key {
-                db: big.db,
-                key: big.key,
-            };
-            // `None`: no longer big, or not ours: read as any other op.
-            st.peer.backlog_read = start_big_read(reader, shared, st, &op, restarts);
-            return;
+            // Changing faster than it is sliced: read at once now, and it
+            // rests as any costly read does; its next live changes wait
+            // meanwhile (`hotkeys`).
+            let started = Instant::now();
+            let ops = st.peer.backlog.take_front(1);
+            let entries: Vec<Entry> = ops
+                .into_iter()
+                .filter_map(|op| backlog_entry(reader, shared, st, op))
+                .collect();
+            let bytes = entries.iter().map(Entry::payload_len).sum();
+            rest_if_costly(shared, big.db, &big.key, started.elapsed(), bytes);
+            entries
         }
         BigStep::Whole(_) => {
             let ops = st.peer.backlog.take_front(1);

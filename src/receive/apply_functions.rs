@@ -81,13 +81,7 @@ pub(super) fn apply(
     let mine = before
         .as_deref()
         .and_then(crate::redis::dump::payload_rdb_version);
-    let msg = format!(
-        "the peer's function libraries (RDB format {}) were not applied: this server (RDB \
-         format {}) could neither load each library nor restore the set ({}); ours are kept",
-        theirs.unwrap_or(0),
-        mine.unwrap_or(0),
-        written.err().unwrap_or_default()
-    );
+    let msg = not_applied(theirs, mine, &written.err().unwrap_or_default());
     if theirs == mine {
         return Err(msg);
     }
@@ -173,6 +167,16 @@ impl<'a> Changes<'a> {
                 .collect(),
         }
     }
+}
+
+/// Why the peer's set was not applied, for the log and `last_error`.
+fn not_applied(theirs: Option<u16>, mine: Option<u16>, why: &str) -> String {
+    format!(
+        "the peer's function libraries (RDB format {}) were not applied: this server (RDB \
+         format {}) could neither load each library nor restore the set ({why}); ours are kept",
+        theirs.unwrap_or(0),
+        mine.unwrap_or(0),
+    )
 }
 
 #[cfg(test)]
