@@ -274,29 +274,21 @@ const READ_RUN: usize = 256;
 struct ReadRun {
     db: u32,
     keys: Vec<Vec<u8>>,
-    /// The peer is in step: a big value goes to the backlog, read a slice
-    /// at a time (unless it rests: it changed during such a read).
-    slice_big: bool,
 }
 
 impl ReadRun {
     /// Reads the keys, stamps each change in order and records its version.
     /// A hash, set or sorted set changed only element by element
     /// (`merge-elements`) ships those elements, read alone.
-    ///
-    /// A big value (issue 26, point 3) is not read whole here: it and
-    /// every key after it go to the backlog, read a slice per step when
-    /// they ship (`resend::drain_backlog`), in order; `true` then, and the
-    /// caller sends the rest of its changes that way too.
     fn ship(
         &mut self,
         reader: &Reader,
         shared: &Shared,
         st: &mut Replication,
         out: &mut Vec<Entry>,
-    ) -> bool {
+    ) {
         if self.keys.is_empty() {
-            return false;
+            return;
         }
         let db = self.db;
         server::select_db(reader.ctx(), db);
@@ -304,78 +296,28 @@ impl ReadRun {
         st.versions.warm(keys.iter().map(|k| (db, k.as_slice())));
         let wall = shared.clock.wall();
         let keys = ship_field_changes(reader.ctx(), shared, st, (db, wall), keys, out);
-        let reads = match self.slice_big {
-            true => reader.read_many_small(&keys),
-            false => reader.read_many(&keys),
-        };
-        let mut reads = read_resting_whole(reader, db, &keys, reads);
-        let big = reads.iter().position(|r| matches!(r, Read::Big));
-        let mut keys = keys;
-        let later = big.map(|at| {
-            reads.truncate(at);
-            keys.split_off(at)
-        });
+        let reads = reader.read_many(&keys);
+        let main = main_state();
+        let mut window = main.increments.get();
         let mut failed = Vec::new();
-        {
-            let main = main_state();
-            let mut window = main.increments.get();
-            for (key, read) in keys.into_iter().zip(reads) {
-                let sum = window.as_mut().and_then(|w| w.take(db, &key));
-                let snap = match read {
-                    Read::Value(snap) => Some(snap),
-                    Read::Absent => None,
-                    Read::Failed | Read::Big => {
-                        failed.push(key);
-                        continue;
-                    }
-                };
-                let stamp = Stamp::new(shared.clock.tick(wall), shared.node_id);
-                let change = (db, key, stamp);
-                if let Err(key) = ship_read(reader.ctx(), shared, st, change, sum, snap, out) {
+        for (key, read) in keys.into_iter().zip(reads) {
+            let sum = window.as_mut().and_then(|w| w.take(db, &key));
+            let snap = match read {
+                Read::Value(snap) => Some(snap),
+                Read::Absent => None,
+                Read::Failed => {
                     failed.push(key);
+                    continue;
                 }
+            };
+            let stamp = Stamp::new(shared.clock.tick(wall), shared.node_id);
+            let change = (db, key, stamp);
+            if let Err(key) = ship_read(reader.ctx(), shared, st, change, sum, snap, out) {
+                failed.push(key);
             }
         }
         read_again_later(shared, db, failed);
-        let Some(later) = later else {
-            return false;
-        };
-        defer_keys(reader, shared, st, db, later);
-        true
     }
-}
-
-/// Big values of keys that rest (they changed while a slice-at-a-time read
-/// of them ran) read whole after all.
-fn read_resting_whole(reader: &Reader, db: u32, keys: &[Vec<u8>], reads: Vec<Read>) -> Vec<Read> {
-    if !reads.iter().any(|r| matches!(r, Read::Big)) {
-        return reads;
-    }
-    let now = Instant::now();
-    let main = main_state();
-    let hot = main.hot.get();
-    let resting = |key: &[u8]| hot.as_ref().is_some_and(|h| h.is_resting(db, key, now));
-    keys.iter()
-        .zip(reads)
-        .map(|(key, read)| match read {
-            Read::Big if resting(key) => reader.read_one(key),
-            other => other,
-        })
-        .collect()
-}
-
-/// Keys of `db` whose changes ship from the backlog, in order (a big value
-/// read a slice at a time, and what follows it): each change stamped and
-/// its version recorded now.
-fn defer_keys(reader: &Reader, shared: &Shared, st: &mut Replication, db: u32, keys: Vec<Vec<u8>>) {
-    let mut ops = Vec::with_capacity(keys.len());
-    for key in keys {
-        let stamp = Stamp::new(shared.clock.now(), shared.node_id);
-        st.last_local_stamp = stamp.clock;
-        record_key_change(reader, shared, st, db, &key, stamp);
-        ops.push(PendingOp::Key { db, key });
-    }
-    st.defer(ops);
 }
 
 /// The change of `key` the read found (`snap`; `None`: absent), stamped
@@ -480,7 +422,7 @@ fn ship_field_changes(
 
 /// A read of `key` of `db` that took `cost` for `bytes`: a costly one is
 /// counted and the key rests (see `hotkeys`).
-pub(crate) fn rest_if_costly(shared: &Shared, db: u32, key: &[u8], cost: Duration, bytes: usize) {
+fn rest_if_costly(shared: &Shared, db: u32, key: &[u8], cost: Duration, bytes: usize) {
     if !is_costly(cost, bytes) {
         return;
     }
@@ -523,37 +465,27 @@ fn record_local(
     shared: &Shared,
     st: &mut Replication,
     ops: Vec<PendingOp>,
-    mut direct: bool,
+    direct: bool,
 ) -> Vec<Entry> {
     let mut entries = Vec::new();
     let mut deferred = Vec::new();
     let mut run = ReadRun {
         db: 0,
         keys: Vec::new(),
-        slice_big: direct && st.lets_changes_rest(st.peer.link.epoch),
     };
     for op in ops {
-        let op = match op {
-            PendingOp::Key { db, key } if direct => {
+        if direct {
+            if let PendingOp::Key { db, key } = op {
                 if db != run.db || run.keys.len() >= READ_RUN {
-                    // A big value went to the backlog: so does the rest.
-                    direct = !run.ship(reader, shared, st, &mut entries);
+                    run.ship(reader, shared, st, &mut entries);
                     run.db = db;
                 }
-                if direct {
-                    run.keys.push(key);
-                    continue;
-                }
-                PendingOp::Key { db, key }
+                run.keys.push(key);
+                continue;
             }
-            other => {
-                if direct {
-                    // Everything before this op is stamped before it.
-                    direct = !run.ship(reader, shared, st, &mut entries);
-                }
-                other
-            }
-        };
+            // Everything before this op is stamped before it.
+            run.ship(reader, shared, st, &mut entries);
+        }
         let stamp = Stamp::new(shared.clock.now(), shared.node_id);
         st.last_local_stamp = stamp.clock;
         match record_change(reader, shared, st, &op, stamp) {

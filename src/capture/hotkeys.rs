@@ -71,13 +71,6 @@ impl HotKeys {
         self.until.insert((db, key.into()), now + rest);
     }
 
-    /// Whether `key` of `db` rests at `now`.
-    pub fn is_resting(&self, db: u32, key: &[u8], now: Instant) -> bool {
-        self.until
-            .get(&(db, Box::from(key)))
-            .is_some_and(|until| *until > now)
-    }
-
     /// Whether a flush at `now` of `pending` changes should wait: one of the
     /// resting keys is among them (`is_pending`) and not too many wait.
     /// Forgets keys whose rest is over.
@@ -97,17 +90,6 @@ mod tests {
     use super::*;
 
     const MAX_REST: Duration = Duration::from_millis(100);
-
-    #[test]
-    fn a_key_rests_until_its_rest_ends() {
-        let mut h = HotKeys::default();
-        let t0 = Instant::now();
-        h.snapshotted(0, b"big", Duration::from_millis(1), t0, MAX_REST);
-        let rest = Duration::from_millis(19);
-        assert!(h.is_resting(0, b"big", t0 + rest - Duration::from_millis(1)));
-        assert!(!h.is_resting(0, b"big", t0 + rest));
-        assert!(!h.is_resting(1, b"big", t0));
-    }
 
     #[test]
     fn cheap_snapshots_never_rest() {

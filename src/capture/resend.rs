@@ -6,7 +6,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use crate::capture::flush::{count_read_failures, entry, op_of, pending_of, push, rest_if_costly};
+use crate::capture::flush::{count_read_failures, entry, op_of, pending_of, push};
 use crate::catchup::big_read::{BigRead, BigStep};
 use crate::catchup::fullsync::{FullSync, Shipment};
 use crate::catchup::replication::Replication;
@@ -40,7 +40,7 @@ pub fn retry_unread(reader: &Reader, shared: &Shared, st: &mut Replication) {
             Read::Value(snap) => entries.push(entry(db, stamp, snap.into_op(key.into()))),
             // Deleted or expired since: the hook marked it, its delete ships.
             Read::Absent => {}
-            Read::Failed | Read::Big => {
+            Read::Failed => {
                 failed += 1;
                 st.unread.insert((db, key), stamp);
             }
@@ -113,7 +113,7 @@ fn key_entry(
                     st.versions.record_delete(db, &key, stamp, 0);
                     None
                 }
-                Read::Failed | Read::Big => {
+                Read::Failed => {
                     // Retried at this version, not restamped as new.
                     count_read_failures(shared, 1);
                     st.unread.insert((db, key.into()), stamp);
@@ -221,8 +221,8 @@ fn start_big_read(
 }
 
 /// One slice of the big value at the front of the backlog; once read, it
-/// ships at its version. Read across a change of the key, it is read at
-/// once, and the key rests if that read was costly (`hotkeys`).
+/// ships at its version. Read across a change of the key, it starts again
+/// (at most `MAX_SLICED_RESTARTS` times), then is read at once.
 fn advance_backlog_read(reader: &Reader, shared: &Shared, st: &mut Replication) {
     let Some(big) = st.peer.backlog_read.take() else {
         return;
@@ -249,18 +249,14 @@ fn advance_backlog_read(reader: &Reader, shared: &Shared, st: &mut Replication) 
         }
         BigStep::Changed(big) => {
             Stats::add(&shared.stats.slices_restarted, 1);
-            // Changing faster than it is sliced: read at once now, and it
-            // rests as any costly read does; its next live changes wait
-            // meanwhile (`hotkeys`).
-            let started = Instant::now();
-            let ops = st.peer.backlog.take_front(1);
-            let entries: Vec<Entry> = ops
-                .into_iter()
-                .filter_map(|op| backlog_entry(reader, shared, st, op))
-                .collect();
-            let bytes = entries.iter().map(Entry::payload_len).sum();
-            rest_if_costly(shared, big.db, &big.key, started.elapsed(), bytes);
-            entries
+            let restarts = big.restarts() + 1;
+            let op = PendingOp::Key {
+                db: big.db,
+                key: big.key,
+            };
+            // `None`: no longer big, or not ours: read as any other op.
+            st.peer.backlog_read = start_big_read(reader, shared, st, &op, restarts);
+            return;
         }
         BigStep::Whole(_) => {
             let ops = st.peer.backlog.take_front(1);

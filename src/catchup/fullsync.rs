@@ -402,7 +402,7 @@ impl FullSync {
             Read::Value(snap) => out.push((db, stamp, snap.into_op(key))),
             // Gone since the scan: its delete ships by itself.
             Read::Absent => {}
-            Read::Failed | Read::Big => {
+            Read::Failed => {
                 self.missed = true;
                 self.unread.push((db, key, stamp));
             }
@@ -548,7 +548,7 @@ impl FullSync {
                 Read::Value(snap) => out.push((db, stamp, snap.into_op(key))),
                 // Expired since: each node expires it itself.
                 Read::Absent => {}
-                Read::Failed | Read::Big => unread.push((db, key, stamp)),
+                Read::Failed => unread.push((db, key, stamp)),
             }
         }
         server::select_db(reader.ctx(), original);

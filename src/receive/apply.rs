@@ -275,7 +275,7 @@ fn flush_keeping(
         match reader.read_one(key) {
             Read::Value(snap) => saved.push((key, snap)),
             Read::Absent => {}
-            Read::Failed | Read::Big => return unlink_all_but(ctx, opts, reader, keep),
+            Read::Failed => return unlink_all_but(ctx, opts, reader, keep),
         }
     }
     run(ctx, opts, "FLUSHDB", &[])?;

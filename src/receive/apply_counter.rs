@@ -56,7 +56,7 @@ fn local(ctx: &Context, st: &Replication, db: u32, key: &[u8]) -> Local {
             Some(v) => Local::Integer(v, stamp),
             None => Local::Other(stamp),
         },
-        Read::Value(_) | Read::Failed | Read::Big => Local::Other(stamp),
+        Read::Value(_) | Read::Failed => Local::Other(stamp),
     }
 }
 

@@ -63,9 +63,6 @@ pub enum Read {
     /// The key exists but the read failed (an error reply): nothing may be
     /// concluded about it, least of all that it was deleted.
     Failed,
-    /// Not read: a big value, which the caller reads a slice at a time
-    /// (only from [`Reader::read_many_small`]).
-    Big,
 }
 
 /// Keyspace reads in the database currently selected on `ctx`.
@@ -110,18 +107,6 @@ impl<'a> Reader<'a> {
     /// Each name is made into a Redis string once, for the lookup and the
     /// command alike.
     pub fn read_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<Read> {
-        self.read_keys(keys, false)
-    }
-
-    /// [`Reader::read_many`], except that a big value (a string over 4 MiB,
-    /// a collection of more than 4,096 elements that can hold no field
-    /// TTLs) is not read: [`Read::Big`], for the caller to read it a slice
-    /// at a time.
-    pub fn read_many_small<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<Read> {
-        self.read_keys(keys, true)
-    }
-
-    fn read_keys<K: AsRef<[u8]>>(&self, keys: &[K], defer_big: bool) -> Vec<Read> {
         let names: Vec<RedisString> = keys
             .iter()
             .map(|k| RedisString::create_from_slice(std::ptr::null_mut(), k.as_ref()))
@@ -129,7 +114,7 @@ impl<'a> Reader<'a> {
         let db_field_ttls = server::db_may_hold_field_ttls(self.ctx, server::selected_db(self.ctx));
         let mut looked_up: Vec<(server::KeyInfo, Option<InPlace>)> = names
             .iter()
-            .map(|name| server::key_info_and_value(self.ctx, name, db_field_ttls, defer_big))
+            .map(|name| server::key_info_and_value(self.ctx, name, db_field_ttls))
             .collect();
         let strings: Vec<&RedisString> = names
             .iter()
@@ -188,7 +173,6 @@ impl<'a> Reader<'a> {
             return Read::Failed;
         }
         let read = match value {
-            Some(InPlace::Big) => return Read::Big,
             Some(InPlace::String(bytes)) => Some((bytes, Encoding::RawString, Duration::ZERO)),
             Some(InPlace::Dump(payload, took)) => Some((payload, Encoding::Dump, took)),
             None if by_mget => mget_values

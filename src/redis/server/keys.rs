@@ -120,11 +120,6 @@ pub enum InPlace {
     /// A list, set, sorted set or hash as a DUMP payload (`crate::redis::dump`),
     /// and how long reading it took.
     Dump(Vec<u8>, std::time::Duration),
-    /// Not read: a value the caller reads a slice at a time instead (a
-    /// string over [`super::sliced::SLICE_BYTES`], a collection of more
-    /// than [`super::sliced::SLICE_ELEMENTS`] that is not a hash with
-    /// field TTLs).
-    Big,
 }
 
 /// [`key_info_of`], and the value where the key API reads it without a
@@ -134,24 +129,21 @@ pub enum InPlace {
 /// them), streams (their consumer groups have no reader), module types, or
 /// a read that did not complete, and a hash that may hold fields with a
 /// TTL (see [`db_may_hold_field_ttls`] for `db_field_ttls`).
-///
-/// With `defer_big`, a big value is not read ([`InPlace::Big`]).
 pub fn key_info_and_value(
     ctx: &Context,
     name: &redis_module::RedisString,
     db_field_ttls: bool,
-    defer_big: bool,
 ) -> (KeyInfo, Option<InPlace>) {
-    open_key(ctx, name, Some((db_field_ttls, defer_big)))
+    open_key(ctx, name, Some(db_field_ttls))
 }
 
 /// Type and expiry of `name`, and (`read_value`) its value where read in
 /// place; `read_value` says whether its database may hold hash fields with
-/// a TTL, and whether a big value is left unread.
+/// a TTL.
 fn open_key(
     ctx: &Context,
     name: &redis_module::RedisString,
-    read_value: Option<(bool, bool)>,
+    read_value: Option<bool>,
 ) -> (KeyInfo, Option<InPlace>) {
     let absent = KeyInfo {
         kind: raw::REDISMODULE_KEYTYPE_EMPTY as i32,
@@ -186,13 +178,10 @@ fn open_key(
         };
         let value = match read_value {
             None => None,
-            Some((db_field_ttls, true)) if is_big(handle, &info, db_field_ttls) => {
-                Some(InPlace::Big)
-            }
             Some(_) if info.is_string() => long_string(handle).map(InPlace::String),
             // The module's payload carries no field TTLs: the server's own
             // DUMP does.
-            Some((db_field_ttls, _))
+            Some(db_field_ttls)
                 if info.kind == raw::REDISMODULE_KEYTYPE_HASH as i32
                     && may_hold_field_ttls(handle, db_field_ttls) =>
             {
@@ -322,35 +311,6 @@ unsafe fn long_string(handle: *mut raw::RedisModuleKey) -> Option<Vec<u8>> {
         let mut len = 0usize;
         let at = dma(handle, &mut len, raw::REDISMODULE_READ as i32);
         (!at.is_null()).then(|| std::slice::from_raw_parts(at.cast::<u8>(), len).to_vec())
-    }
-}
-
-/// Whether the open key `handle` of `info` holds a value read a slice at a
-/// time: a string over `SLICE_BYTES`, or a list, set, sorted set or hash
-/// (one that cannot hold field TTLs, see [`may_hold_field_ttls`] for
-/// `db_field_ttls`) of more than `SLICE_ELEMENTS`.
-///
-/// # Safety
-/// `handle` is a live key opened for reading.
-unsafe fn is_big(handle: *mut raw::RedisModuleKey, info: &KeyInfo, db_field_ttls: bool) -> bool {
-    use super::sliced::{SLICE_BYTES, SLICE_ELEMENTS};
-    // SAFETY: the API table is filled by RedisModule_Init; reading a pointer.
-    let Some(value_len) = (unsafe { raw::RedisModule_ValueLength }) else {
-        return false;
-    };
-    // SAFETY: `handle` is live (the caller's contract).
-    let len = unsafe { value_len(handle) };
-    match info.kind as isize {
-        raw::REDISMODULE_KEYTYPE_STRING => len > SLICE_BYTES,
-        raw::REDISMODULE_KEYTYPE_LIST
-        | raw::REDISMODULE_KEYTYPE_SET
-        | raw::REDISMODULE_KEYTYPE_ZSET => len > SLICE_ELEMENTS,
-        raw::REDISMODULE_KEYTYPE_HASH => {
-            // SAFETY: `handle` is live (the caller's contract).
-            let field_ttls = unsafe { may_hold_field_ttls(handle, db_field_ttls) };
-            len > SLICE_ELEMENTS && !field_ttls
-        }
-        _ => false,
     }
 }
 
