@@ -255,6 +255,27 @@ fn write_big_hash(node: &Node) {
         .unwrap();
 }
 
+/// A pair whose node B is building the big hash A wrote.
+fn pair_building_a_big_hash() -> Pair {
+    let pair = Pair::start();
+    pair.wait_in_step();
+    write_big_hash(&pair.a);
+    assert!(
+        wait_for_build(&pair.b, SETTLE),
+        "B never built the hash: {:?}",
+        pair.b.status()
+    );
+    pair
+}
+
+/// Whether `node` holds the build key (0 or 1).
+fn build_key_held(node: &Node) -> i64 {
+    redis::cmd("EXISTS")
+        .arg(BUILD_KEY)
+        .query(&mut node.conn())
+        .unwrap()
+}
+
 /// Polls `node` until its build key exists (`true`) or `timeout` passes.
 fn wait_for_build(node: &Node, timeout: Duration) -> bool {
     let mut c = node.conn();
@@ -315,23 +336,16 @@ fn the_peer_serves_clients_while_it_builds_a_big_value_and_shows_it_only_whole()
         pair.b.status()
     );
     assert_eq!(pair.b.stat("values_built"), 1, "{:?}", pair.b.status());
-    let left: i64 = redis::cmd("EXISTS")
-        .arg(BUILD_KEY)
-        .query(&mut pair.b.conn())
-        .unwrap();
-    assert_eq!(left, 0, "the build key is gone once the value is in place");
+    assert_eq!(
+        build_key_held(&pair.b),
+        0,
+        "the build key is gone once the value is in place"
+    );
 }
 
 #[test]
 fn a_client_write_on_the_peer_during_a_build_is_newer_and_wins() {
-    let pair = Pair::start();
-    pair.wait_in_step();
-    write_big_hash(&pair.a);
-    assert!(
-        wait_for_build(&pair.b, SETTLE),
-        "B never built the hash: {:?}",
-        pair.b.status()
-    );
+    let pair = pair_building_a_big_hash();
     // Newer than A's hash: with whole-key last-writer-wins it replaces it.
     let _: () = redis::cmd("DEL")
         .arg("built")
@@ -352,23 +366,16 @@ fn a_client_write_on_the_peer_during_a_build_is_newer_and_wins() {
         assert_eq!(fields, ["late"], "the newer write wins on both nodes");
     }
     assert_eq!(pair.b.stat("values_built"), 0, "{:?}", pair.b.status());
-    let left: i64 = redis::cmd("EXISTS")
-        .arg(BUILD_KEY)
-        .query(&mut pair.b.conn())
-        .unwrap();
-    assert_eq!(left, 0, "the build key of the losing value is removed");
+    assert_eq!(
+        build_key_held(&pair.b),
+        0,
+        "the build key of the losing value is removed"
+    );
 }
 
 #[test]
 fn a_reload_during_a_build_drops_the_build_key_and_the_value_still_arrives_whole() {
-    let pair = Pair::start();
-    pair.wait_in_step();
-    write_big_hash(&pair.a);
-    assert!(
-        wait_for_build(&pair.b, SETTLE),
-        "B never built the hash: {:?}",
-        pair.b.status()
-    );
+    let pair = pair_building_a_big_hash();
     // The snapshot holds the build key; the load deletes it.
     let _: () = redis::cmd("DEBUG")
         .arg("RELOAD")
@@ -385,9 +392,5 @@ fn a_reload_during_a_build_drops_the_build_key_and_the_value_still_arrives_whole
         "the build did not start again: {:?}",
         pair.b.status()
     );
-    let left: i64 = redis::cmd("EXISTS")
-        .arg(BUILD_KEY)
-        .query(&mut pair.b.conn())
-        .unwrap();
-    assert_eq!(left, 0);
+    assert_eq!(build_key_held(&pair.b), 0);
 }

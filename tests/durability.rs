@@ -78,6 +78,16 @@ fn get(node: &Node, key: &str) -> Option<String> {
     node.conn().get(key).unwrap()
 }
 
+/// B deletes `k`, A applies the delete, and B collects its tombstone.
+fn delete_k_on_b_until_collected(pair: &Pair) {
+    let _: i64 = pair.b.conn().del("k").unwrap();
+    assert!(wait_value(&pair.a, "k", None));
+    assert!(
+        wait_until(SETTLE, || pair.b.stat("tombstones") == 0),
+        "collected"
+    );
+}
+
 fn wait_value(node: &Node, key: &str, want: Option<&str>) -> bool {
     wait_until(SETTLE, || get(node, key).as_deref() == want)
 }
@@ -916,12 +926,7 @@ fn a_delete_lost_in_a_restart_after_its_tombstone_was_collected_still_converges(
     assert!(wait_value(&pair.a, "k", Some("v")));
     assert!(wait_until(SETTLE, || pair.a.stat("peer_watermark") > 0));
     let _: () = redis::cmd("SAVE").query(&mut pair.a.conn()).unwrap();
-    let _: i64 = pair.b.conn().del("k").unwrap();
-    assert!(wait_value(&pair.a, "k", None));
-    assert!(
-        wait_until(SETTLE, || pair.b.stat("tombstones") == 0),
-        "collected"
-    );
+    delete_k_on_b_until_collected(&pair);
     pair.a.restart();
     pair.wait_linked();
     pair.wait_converged(SETTLE);
@@ -945,12 +950,7 @@ fn a_delete_collected_before_both_nodes_restart_from_snapshots_still_converges()
     assert!(wait_until(SETTLE, || pair.a.stat("peer_watermark") > 0
         && pair.b.stat("peer_watermark") > 0));
     let _: () = redis::cmd("SAVE").query(&mut pair.a.conn()).unwrap();
-    let _: i64 = pair.b.conn().del("k").unwrap();
-    assert!(wait_value(&pair.a, "k", None));
-    assert!(
-        wait_until(SETTLE, || pair.b.stat("tombstones") == 0),
-        "collected"
-    );
+    delete_k_on_b_until_collected(&pair);
     let _: () = redis::cmd("SAVE").query(&mut pair.b.conn()).unwrap();
     pair.a.kill();
     pair.b.restart();

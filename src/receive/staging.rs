@@ -238,11 +238,7 @@ fn step(
     build: &mut ValueBuild,
     deadline: Instant,
 ) -> bool {
-    let value = match &e.op {
-        Op::Value { payload, .. } => PlainValue::parse_checked(payload),
-        _ => None,
-    };
-    let Some(value) = value.filter(|_| server::select_db(ctx, e.db)) else {
+    let Some(value) = held_value(e).filter(|_| server::select_db(ctx, e.db)) else {
         build.state = BuildState::Abandoned;
         return true;
     };
@@ -295,11 +291,17 @@ fn restart(ctx: &Context, shared: &Shared, build: &mut ValueBuild, value: &Plain
 /// moved it). The unlink is propagated as well: a replica that loaded a
 /// snapshot taken mid-build holds the key too. Leaves a database selected.
 fn unlink_everywhere(ctx: &Context, slot: usize) {
+    unlink_in_every_db(ctx, slot, true);
+}
+
+/// [`unlink_everywhere`], propagated only with `propagate`.
+fn unlink_in_every_db(ctx: &Context, slot: usize, propagate: bool) {
     let name = build_key(slot);
-    let opts = CallOptionsBuilder::new()
-        .errors_as_replies()
-        .replicate()
-        .build();
+    let opts = match propagate {
+        true => CallOptionsBuilder::new().errors_as_replies().replicate(),
+        false => CallOptionsBuilder::new().errors_as_replies(),
+    }
+    .build();
     for db in 0..server::database_count(ctx) {
         if server::select_db(ctx, db) && server::key_info(ctx, &name).exists() {
             let _ = run(ctx, &opts, "UNLINK", &[&name]);
@@ -312,7 +314,7 @@ fn built_of(batch: &Batch, builds: &[ValueBuild]) -> Built {
     let mut values = Vec::new();
     for b in builds.iter().filter(|b| b.state == BuildState::Built) {
         let e = &batch.entries[b.entry];
-        if let Some((_, value)) = big_plain_value_checked(e) {
+        if let Some(value) = held_value(e) {
             values.push((e.seq, b.slot, (value.kind(), value.declared())));
         }
     }
@@ -322,10 +324,10 @@ fn built_of(batch: &Batch, builds: &[ValueBuild]) -> Built {
     }
 }
 
-/// As [`big_plain_value`], for a payload whose CRC was checked.
-fn big_plain_value_checked(e: &Entry) -> Option<(&[u8], PlainValue<'_>)> {
+/// The value of a held entry (its CRC was checked when it was held).
+fn held_value(e: &Entry) -> Option<PlainValue<'_>> {
     match &e.op {
-        Op::Value { key, payload, .. } => Some((key, PlainValue::parse_checked(payload)?)),
+        Op::Value { payload, .. } => PlainValue::parse_checked(payload),
         _ => None,
     }
 }
@@ -415,24 +417,9 @@ pub fn remove_leftovers(ctx: &Context) {
     let original = server::selected_db(ctx);
     let _quiet = Suppressed::new();
     // Nothing propagates while clients are paused (Redis asserts).
-    let opts = if server::clients_paused() {
-        CallOptionsBuilder::new().errors_as_replies().build()
-    } else {
-        CallOptionsBuilder::new()
-            .errors_as_replies()
-            .replicate()
-            .build()
-    };
-    for db in 0..server::database_count(ctx) {
-        if !server::select_db(ctx, db) {
-            continue;
-        }
-        for slot in 0..BUILD_SLOTS {
-            let name = build_key(slot);
-            if server::key_info(ctx, &name).exists() {
-                let _ = run(ctx, &opts, "UNLINK", &[&name]);
-            }
-        }
+    let propagate = !server::clients_paused();
+    for slot in 0..BUILD_SLOTS {
+        unlink_in_every_db(ctx, slot, propagate);
     }
     server::select_db(ctx, original);
 }
