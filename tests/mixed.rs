@@ -443,7 +443,7 @@ fn a_library_the_older_server_cannot_compile_is_refused_there_and_merges_go_on()
         redis.status()
     );
     let last = redis.status()["last_error"].clone();
-    assert!(last.contains("function libraries"), "{last}");
+    assert!(last.contains("function library 'vlib'"), "{last}");
     assert_eq!(redis.stat("apply_errors"), 0);
     let listed: Vec<redis::Value> = redis::cmd("FUNCTION")
         .arg("LIST")

@@ -13,6 +13,7 @@ use crate::capture::counters;
 use crate::capture::flush_plan::{may_rest, plan, FlushFacts};
 use crate::capture::hook::{ExpiredKey, Suppressed};
 use crate::capture::hotkeys::is_costly;
+use crate::capture::libraries;
 use crate::capture::resend;
 use crate::capture::state::{main_state, MainState};
 use crate::catchup::fullsync::FullSync;
@@ -65,7 +66,7 @@ pub(crate) fn pending_of(e: &Entry) -> Option<PendingOp> {
         },
         Op::FlushDb => PendingOp::FlushDb(e.db),
         Op::FlushAll => PendingOp::FlushAll,
-        Op::Functions { .. } => PendingOp::Functions,
+        Op::Library { name, .. } | Op::LibraryDelete { name } => PendingOp::Library(name.clone()),
         Op::SwapDb { other } => {
             PendingOp::SwapDb(e.db, *other, Some(Stamp::new(e.clock, e.origin)))
         }
@@ -131,7 +132,10 @@ pub(crate) fn push(
     // Every tombstone shipped (live, resent or in a full sync) becomes
     // collectable once the peer acknowledges the entry that carried it.
     for (db, key, stamp, seq) in tombstones {
-        st.versions.mark_shipped(db, &key, stamp, seq);
+        match db {
+            Some(db) => st.versions.mark_shipped(db, &key, stamp, seq),
+            None => st.versions.mark_library_shipped(&key, stamp, seq),
+        }
     }
     match sent {
         Some(sent) => st.shipped(sent, last_seq),
@@ -140,13 +144,18 @@ pub(crate) fn push(
     Ok(last_seq)
 }
 
-/// The deletes among `entries`: `(db, key, stamp, seq)`.
-fn tombstones_of(entries: &[Entry]) -> Vec<(u32, Vec<u8>, Stamp, u64)> {
+/// The deletes among `entries`: `(db, key, stamp, seq)`, the database
+/// `None` for a function library's.
+fn tombstones_of(entries: &[Entry]) -> Vec<(Option<u32>, Vec<u8>, Stamp, u64)> {
     entries
         .iter()
-        .filter_map(|e| match &e.op {
-            Op::Delete { key } => Some((e.db, key.clone(), Stamp::new(e.clock, e.origin), e.seq)),
-            _ => None,
+        .filter_map(|e| {
+            let db = match &e.op {
+                Op::Delete { key } => (Some(e.db), key),
+                Op::LibraryDelete { name } => (None, name),
+                _ => return None,
+            };
+            Some((db.0, db.1.clone(), Stamp::new(e.clock, e.origin), e.seq))
         })
         .collect()
 }
@@ -156,7 +165,7 @@ fn tombstones_of(entries: &[Entry]) -> Vec<(u32, Vec<u8>, Stamp, u64)> {
 /// DUMP payloads its server would not restore (an RDB format newer than
 /// its own: a stream, a module type or a hash with field TTLs going from
 /// Valkey to Redis 7, or from Redis 8 to Valkey 9; the function libraries
-/// cross whenever their payload can be read, as their code). They are refused here, before they are numbered, so that
+/// cross as their code). They are refused here, before they are numbered, so that
 /// the peer's acks never skip them; the refusal is counted
 /// (`entries_refused`), logged and kept as `last_error`, and the key
 /// differs between the nodes until it is written or deleted again
@@ -230,11 +239,6 @@ fn why_refused(e: &Entry, link: LinkView) -> Option<(String, bool)> {
             encoding: Encoding::Dump,
             ..
         } => (crate::redis::dump::type_name(payload), payload),
-        // The peer loads the libraries' code one by one (Lua, whatever
-        // the RDB format around it): only a payload it cannot read is
-        // restored whole (receive::apply_functions).
-        Op::Functions { payload } if crate::redis::libraries::readable(payload) => return None,
-        Op::Functions { payload } => ("function libraries", payload),
         _ => return None,
     };
     let written = crate::redis::dump::payload_rdb_version(payload)?;
@@ -422,7 +426,7 @@ fn ship_field_changes(
 
 /// A read of `key` of `db` that took `cost` for `bytes`: a costly one is
 /// counted and the key rests (see `hotkeys`).
-fn rest_if_costly(shared: &Shared, db: u32, key: &[u8], cost: Duration, bytes: usize) {
+pub(crate) fn rest_if_costly(shared: &Shared, db: u32, key: &[u8], cost: Duration, bytes: usize) {
     if !is_costly(cost, bytes) {
         return;
     }
@@ -473,6 +477,7 @@ fn record_local(
         db: 0,
         keys: Vec::new(),
     };
+    let mut library_reads = libraries::LibraryReads::new(&ops);
     for op in ops {
         if direct {
             if let PendingOp::Key { db, key } = op {
@@ -488,6 +493,17 @@ fn record_local(
         }
         let stamp = Stamp::new(shared.clock.now(), shared.node_id);
         st.last_local_stamp = stamp.clock;
+        if matches!(op, PendingOp::Functions | PendingOp::Library(_)) {
+            let ctx = reader.ctx();
+            for wire in libraries::record(&mut library_reads, ctx, shared, st, &op, stamp) {
+                let e = entry(0, stamp, wire);
+                match pending_of(&e) {
+                    Some(later) if !direct => deferred.push(later),
+                    _ => entries.push(e),
+                }
+            }
+            continue;
+        }
         match record_change(reader, shared, st, &op, stamp) {
             Some((db, wire)) if direct => entries.push(entry(db, stamp, wire)),
             Some(_) => deferred.push(op),
@@ -535,8 +551,8 @@ fn record_change(
             }
             Some((a, Op::SwapDb { other: b }))
         }
-        PendingOp::Functions => changed_functions(reader, shared, st, stamp)
-            .map(|payload| (0, Op::Functions { payload })),
+        // Stamped with their reads in `record_local`.
+        PendingOp::Functions | PendingOp::Library(_) => None,
     }
 }
 
@@ -611,40 +627,6 @@ fn record_hash_change(
         // Nothing read now: the backlog reads the whole key when it ships.
         let _ = crate::capture::hashes::whole_change(ctx, shared, st, (db, key), stamp, false);
     }
-}
-
-/// The function libraries if they changed since their recorded version
-/// (then recorded at `stamp`); `None` when they did not, or could not be
-/// read (counted; not retried at every flush, the next FUNCTION command or
-/// load reads them again).
-fn changed_functions(
-    reader: &Reader,
-    shared: &Shared,
-    st: &mut Replication,
-    stamp: Stamp,
-) -> Option<Vec<u8>> {
-    let started = Instant::now();
-    let Some(payload) = reader.functions() else {
-        count_read_failures(shared, 1);
-        return None;
-    };
-    rest_if_costly(
-        shared,
-        crate::capture::hotkeys::FUNCTIONS_DB,
-        crate::capture::hotkeys::FUNCTIONS_KEY,
-        started.elapsed(),
-        payload.len(),
-    );
-    let digest = crate::redis::snapshot::functions_digest(&payload);
-    let changed = match st.versions.functions() {
-        Some(f) => f.digest != digest,
-        None => payload.len() > crate::redis::snapshot::EMPTY_FUNCTIONS_DUMP_LEN,
-    };
-    if !changed {
-        return None;
-    }
-    st.versions.record_functions(stamp, digest);
-    Some(payload)
 }
 
 fn on_wake_timer(_ctx: &Context, (): ()) {
@@ -913,7 +895,7 @@ fn take_changes(main: &MainState, may_wait: bool) -> (Vec<PendingOp>, bool) {
         };
         let pending = |db: u32, k: &[u8]| {
             if db == crate::capture::hotkeys::FUNCTIONS_DB {
-                dirty.functions_pending()
+                dirty.libraries_pending()
             } else {
                 dirty.contains(db, k)
             }

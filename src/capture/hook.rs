@@ -343,11 +343,19 @@ pub fn on_command(command: &server::FilteredCommand<'_>) {
             return;
         }
         Kind::Function => {
-            // Read at the next flush (and, if queued, at the EXECs after):
-            // an unchanged set of libraries ships nothing.
-            dirty.mark_functions();
-            if client.is_none_or(|c| c.queuing) {
-                silent.functions_queued_at = Some(std::time::Instant::now());
+            // Read at the next flush (and, if queued, all at the EXECs
+            // after): an unchanged library ships nothing.
+            let named = crate::capture::silent::library_named(&args);
+            match named {
+                Some(name) if client.is_some_and(|c| !c.queuing) => {
+                    dirty.mark_library(name.to_vec());
+                }
+                _ => {
+                    dirty.mark_functions();
+                    if client.is_none_or(|c| c.queuing) {
+                        silent.functions_queued_at = Some(std::time::Instant::now());
+                    }
+                }
             }
             return;
         }

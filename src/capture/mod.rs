@@ -14,6 +14,7 @@ pub(crate) mod hashes;
 pub(crate) mod hook;
 pub mod hotkeys;
 pub mod increments;
+pub(crate) mod libraries;
 pub mod past_expiry;
 pub(crate) mod persist;
 pub(crate) mod resend;

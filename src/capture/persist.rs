@@ -47,8 +47,15 @@ pub fn encode(store: &VersionStore) -> Vec<Vec<u8>> {
     for (origin, clock) in store.watermarks() {
         add(TAG_COVERED, 0, Stamp::new(clock, origin), &[]);
     }
-    if let Some(f) = store.functions() {
-        add(journal::TAG_FUNCTIONS, 0, f.stamp, &f.digest.to_le_bytes());
+    for (name, version) in store.libraries().iter() {
+        match version.crc() {
+            Some(crc) => {
+                let mut key = crc.to_le_bytes().to_vec();
+                key.extend_from_slice(name);
+                add(journal::TAG_LIBRARY, 0, version.stamp(), &key);
+            }
+            None => add(journal::TAG_LIBRARY_DELETED, 0, version.stamp(), name),
+        }
     }
     for (origin, clock) in store.collected_marks() {
         add(journal::TAG_COLLECTED, 0, Stamp::new(clock, origin), &[]);
@@ -121,9 +128,9 @@ fn add_unstamped(blobs: &mut Vec<Vec<u8>>) {
                     &b.to_le_bytes(),
                 );
             }
-            // The libraries in the RDB are compared with their recorded
-            // digest after the load: a change not stamped yet shows there.
-            PendingOp::Functions => {}
+            // The libraries in the RDB are compared with their versions
+            // after the load: a change not stamped yet shows there.
+            PendingOp::Functions | PendingOp::Library(_) => {}
         }
     }
     if !blob.is_empty() {
@@ -553,7 +560,8 @@ mod tests {
         s.record_delete(3, b"gone", Stamp::new(7, 2), 9);
         s.flush(Some(2), Stamp::new(4, 1));
         s.flush(None, Stamp::new(3, 2));
-        s.record_functions(Stamp::new(6, 2), 0xfeed);
+        s.record_library(b"lib", Stamp::new(6, 2), Some(0xfeed), 0);
+        s.record_library(b"old", Stamp::new(8, 1), None, 0);
         let blobs = encode(&s);
         let mut back = VersionStore::new();
         for b in &blobs {
@@ -567,10 +575,11 @@ mod tests {
                 gc_after: 0
             })
         );
-        assert_eq!(back.tombstones(), 1);
+        assert_eq!(back.tombstones(), 2);
         assert_eq!(back.floor(2), Stamp::new(4, 1));
         assert_eq!(back.floor_all(), Stamp::new(3, 2));
-        assert_eq!(back.functions(), s.functions());
+        assert_eq!(back.libraries().get(b"lib"), s.libraries().get(b"lib"));
+        assert_eq!(back.libraries().get(b"old"), s.libraries().get(b"old"));
     }
 
     #[test]

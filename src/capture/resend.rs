@@ -85,7 +85,17 @@ fn backlog_entry(
             let stamp = shipped.unwrap_or_else(|| Stamp::new(shared.clock.now(), me));
             Some(entry(a, stamp, Op::SwapDb { other: b }))
         }
-        PendingOp::Functions => functions_entry(reader, shared, st),
+        PendingOp::Library(name) => {
+            crate::capture::libraries::resend_entry(reader.ctx(), shared, st, &name)
+        }
+        // Each library changed is queued by name (`flush::record_local`):
+        // this one compares all of them with their versions again.
+        PendingOp::Functions => {
+            if let Some(mut dirty) = crate::capture::state::main_state().dirty.get() {
+                dirty.mark_functions();
+            }
+            None
+        }
     }
 }
 
@@ -132,24 +142,6 @@ fn key_entry(
         }
         _ => None,
     }
-}
-
-/// The function libraries at this node's recorded version, unless they
-/// changed since (the next flush stamps them then).
-fn functions_entry(reader: &Reader, shared: &Shared, st: &Replication) -> Option<Entry> {
-    let me = shared.node_id;
-    let version = st.versions.functions().filter(|f| f.stamp.node == me)?;
-    let Some(payload) = reader.functions() else {
-        count_read_failures(shared, 1);
-        return None;
-    };
-    if crate::redis::snapshot::functions_digest(&payload) != version.digest {
-        if let Some(mut dirty) = crate::capture::state::main_state().dirty.get() {
-            dirty.mark_functions();
-        }
-        return None;
-    }
-    Some(entry(0, version.stamp, Op::Functions { payload }))
 }
 
 /// Ships the backlog for at most the rest of the slice. A big value on

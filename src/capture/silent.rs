@@ -93,6 +93,23 @@ pub fn changes_functions(args: &[&[u8]]) -> bool {
     })
 }
 
+/// The one library `FUNCTION <subcommand> ...` (`args`, the name at 0)
+/// changes, when it names one: `LOAD [REPLACE] code` (the name its code
+/// declares) and `DELETE name`. `None` for the others (`FLUSH`,
+/// `RESTORE`: any library may change) and for code whose name cannot be
+/// read.
+pub fn library_named<'a>(args: &[&'a [u8]]) -> Option<&'a [u8]> {
+    let sub = args.get(1)?;
+    let last = *args.last()?;
+    if sub.eq_ignore_ascii_case(b"load") && args.len() >= 3 {
+        crate::redis::libraries::name(last)
+    } else if sub.eq_ignore_ascii_case(b"delete") && args.len() == 3 {
+        Some(last)
+    } else {
+        None
+    }
+}
+
 /// The positions (in `args`, the name at 0) of the keys `keys` says.
 pub fn key_positions(keys: Keys, args: &[&[u8]]) -> Vec<usize> {
     let n = args.len();
@@ -212,5 +229,35 @@ mod tests {
         }
         assert_eq!(kind(b"EXECUTE"), Kind::Other);
         assert_eq!(kind(b""), Kind::Other);
+    }
+
+    #[test]
+    fn a_load_or_a_delete_names_its_library_and_the_rest_none() {
+        let named = |line: &str| {
+            let args: Vec<&[u8]> = line.split('|').map(str::as_bytes).collect();
+            library_named(&args).map(|n| String::from_utf8_lossy(n).into_owned())
+        };
+        let code = "#!lua name=mylib\nredis.register_function('f', function() return 1 end)";
+        assert_eq!(
+            named(&format!("FUNCTION|LOAD|{code}")).as_deref(),
+            Some("mylib")
+        );
+        assert_eq!(
+            named(&format!("function|load|REPLACE|{code}")).as_deref(),
+            Some("mylib")
+        );
+        assert_eq!(named("FUNCTION|DELETE|mylib").as_deref(), Some("mylib"));
+        for none in [
+            "FUNCTION|LOAD",
+            "FUNCTION|LOAD|no shebang",
+            "FUNCTION|LOAD|#!lua name='quoted'\n",
+            "FUNCTION|DELETE",
+            "FUNCTION|DELETE|a|b",
+            "FUNCTION|FLUSH",
+            "FUNCTION|RESTORE|payload|FLUSH",
+            "FUNCTION",
+        ] {
+            assert_eq!(named(none), None, "{none}");
+        }
     }
 }

@@ -304,11 +304,11 @@ impl FullSync {
             }
         }
         out.sort_by_key(|(_, _, op)| !matches!(op, Op::FlushAll));
-        if let Some(f) = versions.functions().filter(|f| self.wanted(f.stamp)) {
-            if let Some(payload) = reader.functions() {
-                out.push((0, f.stamp, Op::Functions { payload }));
-            }
-        }
+        out.extend(crate::capture::libraries::sync_shipments(
+            reader.ctx(),
+            versions,
+            |s| self.wanted(s),
+        ));
         match self.since {
             None => Phase::Keys {
                 db: 0,

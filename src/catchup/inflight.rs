@@ -13,11 +13,19 @@ use crate::proto::entry::{Entry, Op};
 /// One shipped change; a key name is `names[start..end]` of its batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Change {
-    Key { db: u32, start: usize, end: usize },
+    Key {
+        db: u32,
+        start: usize,
+        end: usize,
+    },
     FlushDb(u32),
     FlushAll,
     SwapDb(u32, u32, Stamp),
-    Functions,
+    /// A function library's code or delete; its name is `names[start..end]`.
+    Library {
+        start: usize,
+        end: usize,
+    },
 }
 
 /// The changes of one pushed batch, in sequence order.
@@ -61,7 +69,14 @@ impl SentBatch {
             Op::FlushDb => Change::FlushDb(db),
             Op::FlushAll => Change::FlushAll,
             Op::SwapDb { other } => Change::SwapDb(db, *other, Stamp::new(e.clock, e.origin)),
-            Op::Functions { .. } => Change::Functions,
+            Op::Library { name, .. } | Op::LibraryDelete { name } => {
+                let start = self.names.len();
+                self.names.extend_from_slice(name);
+                Change::Library {
+                    start,
+                    end: self.names.len(),
+                }
+            }
             // A sync cut off starts over whole: its sweep marks with it.
             Op::Ack { .. }
             | Op::Bound { .. }
@@ -85,7 +100,7 @@ impl SentBatch {
             Change::FlushDb(db) => PendingOp::FlushDb(db),
             Change::FlushAll => PendingOp::FlushAll,
             Change::SwapDb(a, b, stamp) => PendingOp::SwapDb(a, b, Some(stamp)),
-            Change::Functions => PendingOp::Functions,
+            Change::Library { start, end } => PendingOp::Library(self.names[start..end].to_vec()),
         }
     }
 }

@@ -257,8 +257,10 @@ impl Replication {
         let acked = self.peer.peer_acked;
         let ops = self.peer.inflight.drain();
         for op in &ops {
-            if let PendingOp::Key { db, key } = op {
-                self.versions.unship(*db, key, acked);
+            match op {
+                PendingOp::Key { db, key } => self.versions.unship(*db, key, acked),
+                PendingOp::Library(name) => self.versions.unship_library(name, acked),
+                _ => {}
             }
         }
         ops

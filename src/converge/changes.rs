@@ -28,9 +28,13 @@ pub enum PendingOp {
     /// `SWAPDB a b`, with the stamp it already shipped with, if it did (a
     /// resend keeps it, so the peer can tell it applied that swap already).
     SwapDb(u32, u32, Option<Stamp>),
-    /// The function libraries may have changed (`FUNCTION LOAD`, `DELETE`,
-    /// `FLUSH`, `RESTORE`); they are read at flush time. Pending at most once.
+    /// Any function library may have changed (`FUNCTION FLUSH`, `RESTORE`,
+    /// a load by the server): all are read at flush time and compared with
+    /// their versions. Pending at most once.
     Functions,
+    /// The function library of this name may have changed (`FUNCTION
+    /// LOAD`, `DELETE`); it is read at flush time. Pending once per name.
+    Library(Vec<u8>),
 }
 
 impl PendingOp {
@@ -60,6 +64,8 @@ pub struct DirtySet {
     hasher: DefaultHashBuilder,
     /// How many of `ops` are flushes or swaps.
     flushes_and_swaps: usize,
+    /// The names of the `Library` ops.
+    libraries: hashbrown::HashSet<Vec<u8>>,
 }
 
 fn hash_key(hasher: &DefaultHashBuilder, db: u32, key: &[u8]) -> u64 {
@@ -138,7 +144,9 @@ impl DirtySet {
             | Op::Fields { key, .. } => flush_or_swap || self.contains(e.db, key),
             // A sweep's end deletes keys: a change of theirs is dated first.
             Op::FlushDb | Op::FlushAll | Op::SwapDb { .. } | Op::SweepEnd { .. } => true,
-            Op::Functions { .. } => self.functions_pending(),
+            Op::Library { name, .. } | Op::LibraryDelete { name } => {
+                self.functions_pending() || self.libraries.contains(name)
+            }
             Op::Ack { .. } | Op::SyncRequest { .. } | Op::SweepStart { .. } | Op::Bound { .. } => {
                 false
             }
@@ -155,11 +163,17 @@ impl DirtySet {
         let n = n.min(self.ops.len());
         let front: Vec<PendingOp> = self.ops.drain(..n).collect();
         for (pos, op) in (self.base..).zip(&front) {
-            if let PendingOp::Key { db, key } = op {
-                let h = hash_key(&self.hasher, *db, key);
-                if let Ok(entry) = self.index.find_entry(h, |&p| p == pos) {
-                    entry.remove();
+            match op {
+                PendingOp::Key { db, key } => {
+                    let h = hash_key(&self.hasher, *db, key);
+                    if let Ok(entry) = self.index.find_entry(h, |&p| p == pos) {
+                        entry.remove();
+                    }
                 }
+                PendingOp::Library(name) => {
+                    self.libraries.remove(name);
+                }
+                _ => {}
             }
         }
         self.base += n as u64;
@@ -176,11 +190,24 @@ impl DirtySet {
                 PendingOp::FlushAll => self.flushing(None),
                 PendingOp::SwapDb(a, b, shipped) => self.swap_op(a, b, shipped),
                 PendingOp::Functions => self.mark_functions(),
+                PendingOp::Library(name) => self.mark_library(name),
             }
         }
     }
 
-    /// Records that the function libraries may have changed.
+    /// Records that the function library `name` may have changed.
+    pub fn mark_library(&mut self, name: Vec<u8>) {
+        if self.libraries.insert(name.clone()) {
+            self.ops.push_back(PendingOp::Library(name));
+        }
+    }
+
+    /// Whether a change of any function library is pending.
+    pub fn libraries_pending(&self) -> bool {
+        !self.libraries.is_empty() || self.functions_pending()
+    }
+
+    /// Records that any function library may have changed.
     pub fn mark_functions(&mut self) {
         if !self.functions_pending() {
             self.ops.push_back(PendingOp::Functions);
@@ -273,6 +300,7 @@ impl DirtySet {
     /// Takes everything pending.
     pub fn take(&mut self) -> Vec<PendingOp> {
         self.index.clear();
+        self.libraries.clear();
         self.flushes_and_swaps = 0;
         self.base += self.ops.len() as u64;
         Vec::from(std::mem::take(&mut self.ops))
@@ -481,7 +509,14 @@ mod tests {
                     PendingOp::FlushAll => self.flushing(None),
                     PendingOp::SwapDb(a, b, _) => self.swapped(a, b),
                     PendingOp::Functions => self.functions(),
+                    PendingOp::Library(name) => self.library(name),
                 }
+            }
+        }
+        fn library(&mut self, name: Vec<u8>) {
+            let op = PendingOp::Library(name);
+            if !self.0.contains(&op) {
+                self.0.push(op);
             }
         }
         fn functions(&mut self) {
@@ -497,6 +532,7 @@ mod tests {
         Flush(Option<u32>),
         Swap(u32, u32),
         Functions,
+        Library(u8),
         TakeFront(usize),
         TakeAndRestore(usize),
     }
@@ -507,6 +543,7 @@ mod tests {
             1 => proptest::option::of(0u32..3).prop_map(Step::Flush),
             1 => (0u32..3, 0u32..3).prop_map(|(a, b)| Step::Swap(a, b)),
             1 => Just(Step::Functions),
+            2 => (0u8..4).prop_map(Step::Library),
             2 => (0usize..6).prop_map(Step::TakeFront),
             1 => (0usize..6).prop_map(Step::TakeAndRestore),
         ]
@@ -536,6 +573,10 @@ mod tests {
                         d.mark_functions();
                         m.functions();
                     }
+                    Step::Library(n) => {
+                        d.mark_library(vec![n]);
+                        m.library(vec![n]);
+                    }
                     Step::TakeFront(n) => {
                         let n2 = n.min(m.0.len());
                         prop_assert_eq!(d.take_front(n), m.0.drain(..n2).collect::<Vec<_>>());
@@ -560,6 +601,10 @@ mod tests {
                     m.0.iter().any(PendingOp::is_flush_or_swap)
                 );
                 prop_assert_eq!(d.functions_pending(), m.0.contains(&PendingOp::Functions));
+                prop_assert_eq!(
+                    d.libraries_pending(),
+                    m.0.iter().any(|op| matches!(op, PendingOp::Functions | PendingOp::Library(_)))
+                );
                 for db in 0..3 {
                     for k in 0..12u8 {
                         prop_assert_eq!(d.contains(db, &[k]), m.has(db, &[k]));

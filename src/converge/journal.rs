@@ -52,8 +52,10 @@ pub const TAG_FLUSHED_ALL: u8 = 13;
 /// A tombstone of `stamp.node` stamped `stamp.clock` was collected (the
 /// newest so far; no key).
 pub const TAG_COLLECTED: u8 = 14;
-/// The function libraries hold what was written at the stamp; the key is
-/// the CRC64 their `FUNCTION DUMP` payload carries (8 bytes, little-endian).
+/// The function libraries as one set, as builds before per-library
+/// versions wrote it (the key: the CRC64 of their `FUNCTION DUMP`):
+/// replayed as nothing, the load then stamps each library it finds
+/// without a version of its own.
 pub const TAG_FUNCTIONS: u8 = 15;
 /// The node dropped its own tombstones over `max-tombstones` up to
 /// `stamp` (the newest; no key): its next full sync sweeps.
@@ -65,6 +67,15 @@ pub const TAG_MERGE_BOUND: u8 = 18;
 /// A hash's merge metadata, or a part of it (`merge::hash_journal`; no
 /// stamp).
 pub const TAG_HASH: u8 = 19;
+/// A function library holds the code written at the stamp: the key is the
+/// CRC64 of its code (8 bytes, little-endian), then its name.
+pub const TAG_LIBRARY: u8 = 20;
+/// A function library was deleted at the stamp (a tombstone); the key is
+/// its name.
+pub const TAG_LIBRARY_DELETED: u8 = 21;
+/// A function library's version was forgotten (a collected tombstone); the
+/// key is its name, no stamp.
+pub const TAG_LIBRARY_FORGET: u8 = 22;
 
 /// One decoded record, borrowing its key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -225,10 +236,15 @@ pub(crate) fn apply_record(store: &mut VersionStore, r: &Record<'_>) -> bool {
         TAG_COUNTER => return store.replay_counter(r.db, r.key),
         TAG_HASH => return store.replay_hash(r.db, r.key),
         TAG_MERGE_BOUND => store.counters.raise_bound(r.stamp.node, r.stamp.clock),
-        TAG_FUNCTIONS => match <[u8; 8]>::try_from(r.key) {
-            Ok(digest) => store.record_functions(r.stamp, u64::from_le_bytes(digest)),
-            Err(_) => return false,
+        TAG_FUNCTIONS => {}
+        TAG_LIBRARY => match r.key.split_first_chunk::<8>() {
+            Some((crc, name)) => {
+                store.record_library(name, r.stamp, Some(u64::from_le_bytes(*crc)), 0);
+            }
+            None => return false,
         },
+        TAG_LIBRARY_DELETED => store.record_library(r.key, r.stamp, None, 0),
+        TAG_LIBRARY_FORGET => store.forget_library(r.key),
         TAG_FLUSHED => store.flushed_unstamped(Some(r.db)),
         TAG_FLUSHED_ALL => store.flushed_unstamped(None),
         TAG_SWAP => match <[u8; 4]>::try_from(r.key) {
@@ -266,19 +282,31 @@ mod tests {
     }
 
     #[test]
-    fn the_function_libraries_version_replays_and_a_bad_digest_is_refused() {
+    fn each_library_version_replays_and_a_short_record_is_refused() {
         let mut origin = VersionStore::journaled();
-        origin.record_functions(Stamp::new(4, A), 1);
-        origin.record_functions(Stamp::new(9, B), 0xabcd);
+        origin.record_library(b"kept", Stamp::new(4, A), Some(1), 0);
+        origin.record_library(b"gone", Stamp::new(5, A), Some(2), 0);
+        origin.record_library(b"gone", Stamp::new(9, B), None, 0);
+        origin.record_library(b"collected", Stamp::new(6, B), None, 0);
+        origin.forget_library(b"collected");
         let bytes = payload(&mut origin);
         let mut loaded = VersionStore::journaled();
         assert_eq!(replay(&bytes, &mut loaded).map(|r| r.newest), Ok(9));
-        assert_eq!(loaded.functions(), origin.functions());
+        let mut want: Vec<_> = origin.libraries().iter().collect();
+        let mut got: Vec<_> = loaded.libraries().iter().collect();
+        want.sort_unstable_by_key(|(n, _)| n.to_vec());
+        got.sort_unstable_by_key(|(n, _)| n.to_vec());
+        assert_eq!((got.len(), got), (2, want));
         assert_eq!(loaded.newest_of(B), 9);
-        // A digest that is not 8 bytes is not a record this build writes.
+        assert_eq!(loaded.tombstones(), 1);
+        // A live record without its 8-byte CRC is not one this build writes.
         let mut bad = vec![FORMAT];
-        put_record(&mut bad, TAG_FUNCTIONS, 0, Stamp::new(1, A), b"short");
+        put_record(&mut bad, TAG_LIBRARY, 0, Stamp::new(1, A), b"short");
         assert!(replay(&bad, &mut VersionStore::new()).is_err());
+        // The set's version older builds wrote replays as nothing.
+        let mut old = vec![FORMAT];
+        put_record(&mut old, TAG_FUNCTIONS, 0, Stamp::new(3, A), &[0; 8]);
+        assert!(replay(&old, &mut VersionStore::new()).is_ok());
     }
 
     #[test]

@@ -6,6 +6,7 @@
 pub mod changes;
 pub mod clock;
 pub mod journal;
+pub mod libraries;
 pub mod merge;
 pub mod sweep;
 pub mod version;

@@ -121,10 +121,8 @@ pub struct VersionStore {
     /// `max-tombstones` (see [`Self::drop_oldest_own`]); the peer's next
     /// full sync sweeps below it (`converge::sweep`).
     dropped: Option<Stamp>,
-    /// The version of the function libraries, one for them all: the stamp
-    /// of their last change and the CRC64 their `FUNCTION DUMP` payload carried
-    /// then (a load whose libraries differ from it changed them unstamped).
-    functions: Option<FunctionsVersion>,
+    /// The version of each function library (`converge::libraries`).
+    libraries: crate::converge::libraries::Libraries,
     /// Counters with merge metadata and the merge bound (issue 27):
     /// journaled and persisted with the versions (`merge::journaled`).
     pub counters: crate::converge::merge::counters::Counters,
@@ -134,15 +132,6 @@ pub struct VersionStore {
     /// Flushes, swaps and replacements of whole databases so far: a read
     /// spread over several steps that sees it move read across one.
     db_changes: u64,
-}
-
-/// The version of the function libraries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FunctionsVersion {
-    /// When they last changed.
-    pub stamp: Stamp,
-    /// The CRC64 their `FUNCTION DUMP` payload carried after that change.
-    pub digest: u64,
 }
 
 impl VersionStore {
@@ -253,7 +242,7 @@ impl VersionStore {
 
     /// Tombstones held.
     pub fn tombstones(&self) -> usize {
-        self.tombstones
+        self.tombstones + self.libraries.tombstones()
     }
 
     /// Whether the tombstone index holds mostly keys rewritten since (a
@@ -530,6 +519,11 @@ impl VersionStore {
             }
         });
         self.tombstones -= collected;
+        for (name, stamp) in self.libraries.collectable(acked, acked_remote) {
+            self.forget_library(&name);
+            newest_collected.push(stamp);
+            collected += 1;
+        }
         for stamp in newest_collected {
             self.record_collected(stamp);
         }
@@ -604,21 +598,48 @@ impl VersionStore {
         self.dropped
     }
 
-    /// The version of the function libraries (`None`: never stamped).
-    pub fn functions(&self) -> Option<FunctionsVersion> {
-        self.functions
+    /// The versions of the function libraries.
+    pub fn libraries(&self) -> &crate::converge::libraries::Libraries {
+        &self.libraries
     }
 
-    /// The function libraries changed at `stamp` to a payload of CRC64
-    /// `digest` (journaled).
-    pub fn record_functions(&mut self, stamp: Stamp, digest: u64) {
-        self.functions = Some(FunctionsVersion { stamp, digest });
-        self.journal_record(
-            crate::converge::journal::TAG_FUNCTIONS,
-            0,
-            stamp,
-            &digest.to_le_bytes(),
-        );
+    /// Records library `name` as written at `stamp` with code of CRC64
+    /// `crc` (`Some`), or deleted then (`None`, collectable after
+    /// `gc_after`); journaled.
+    pub fn record_library(&mut self, name: &[u8], stamp: Stamp, crc: Option<u64>, gc_after: u64) {
+        use crate::converge::journal::{TAG_LIBRARY, TAG_LIBRARY_DELETED};
+        use crate::converge::libraries::LibraryVersion;
+        let version = match crc {
+            Some(crc) => {
+                let mut key = crc.to_le_bytes().to_vec();
+                key.extend_from_slice(name);
+                self.journal_record(TAG_LIBRARY, 0, stamp, &key);
+                LibraryVersion::Live { stamp, crc }
+            }
+            None => {
+                self.journal_record(TAG_LIBRARY_DELETED, 0, stamp, name);
+                LibraryVersion::Deleted { stamp, gc_after }
+            }
+        };
+        self.libraries.set(name, version);
+    }
+
+    /// The delete of library `name` stamped `stamp` went out as `seq`.
+    pub fn mark_library_shipped(&mut self, name: &[u8], stamp: Stamp, seq: u64) {
+        self.libraries.mark_shipped(name, stamp, seq);
+    }
+
+    /// The delete of library `name` went out after `acked` and may be
+    /// lost: kept until shipped again.
+    pub fn unship_library(&mut self, name: &[u8], acked: u64) {
+        self.libraries.unship(name, acked);
+    }
+
+    /// Forgets library `name`'s version (journaled).
+    pub(crate) fn forget_library(&mut self, name: &[u8]) {
+        let tag = crate::converge::journal::TAG_LIBRARY_FORGET;
+        self.journal_record(tag, 0, Stamp::ZERO, name);
+        self.libraries.forget(name);
     }
 
     /// Whether a tombstone of `node` stamped after `clock` was collected
@@ -660,9 +681,9 @@ impl VersionStore {
                 .map(|v| v.stamp().clock)
                 .chain([d.floor.clock])
         });
-        let functions = self.functions.map(|f| f.stamp.clock);
+        let libraries = self.libraries.iter().map(|(_, v)| v.stamp().clock);
         keys.chain([self.floor_all.clock])
-            .chain(functions)
+            .chain(libraries)
             .max()
             .unwrap_or(0)
     }
@@ -765,11 +786,11 @@ impl VersionStore {
     /// floors; 0: none).
     pub fn newest_of(&self, node: u64) -> u64 {
         let floors = self.floors().into_iter().map(|(_, s)| s);
-        let functions = self.functions.map(|f| f.stamp);
+        let libraries = self.libraries.iter().map(|(_, v)| v.stamp());
         self.records()
             .map(|(_, _, v)| v.stamp())
             .chain(floors)
-            .chain(functions)
+            .chain(libraries)
             .filter(|s| s.node == node)
             .map(|s| s.clock)
             .max()

@@ -58,12 +58,18 @@ pub enum Op {
         /// The second database.
         other: u32,
     },
-    /// The function libraries are now exactly these: a `FUNCTION DUMP`
-    /// payload (which may hold none), applied with `FUNCTION RESTORE ...
-    /// FLUSH`. One version covers them all (last writer wins).
-    Functions {
-        /// The `FUNCTION DUMP` payload.
-        payload: Vec<u8>,
+    /// One function library holds this code (loaded or replaced), applied
+    /// with `FUNCTION LOAD REPLACE`; each library has its own version.
+    Library {
+        /// The library's name (as its code declares it).
+        name: Vec<u8>,
+        /// Its code.
+        code: Vec<u8>,
+    },
+    /// One function library no longer exists.
+    LibraryDelete {
+        /// The library's name.
+        name: Vec<u8>,
     },
     /// The sender has applied every data entry of ours up to sequence
     /// `applied` (trims what we keep for resending, collects tombstones).
@@ -162,7 +168,8 @@ impl Entry {
                 key.len() + state.len()
             }
             Op::Bound { seen } => seen.len(),
-            Op::Functions { payload } => payload.len(),
+            Op::Library { name, code } => name.len() + code.len(),
+            Op::LibraryDelete { name } => name.len(),
             Op::SweepStart { .. } => FLOORS_LEN,
             _ => 0,
         }

@@ -8,8 +8,9 @@
 //!   0  4   magic "RSYN" (0x4e595352 little-endian)
 //!   4  1   version (5)
 //!   5  1   kind (1 value, 2 delete, 3 flushdb, 4 flushall, 5 swapdb,
-//!            6 ack, 7 sync request, 8 functions, 9 sweep start, 10 sweep
-//!            end, 11 counter state, 12 merge bound)
+//!            6 ack, 7 sync request, 8 function library, 9 sweep start,
+//!            10 sweep end, 11 counter state, 12 merge bound, 13 hash
+//!            merge state, 14 function library deleted)
 //!   6  2   flags (1 batch end, 2 more chunks follow, 4 continuation chunk,
 //!            8 raw string: the value is a string's bytes, not a DUMP payload)
 //!   8  4   frame_len (whole frame, padding included)
@@ -35,7 +36,7 @@ pub const FRAME_MAGIC: u32 = u32::from_le_bytes(*b"RSYN");
 /// Magic of a padding marker.
 pub const PAD_MAGIC: u32 = u32::from_le_bytes(*b"RSPD");
 /// Protocol version written in every frame.
-pub const VERSION: u8 = 9;
+pub const VERSION: u8 = 10;
 /// Bytes of the fixed header.
 pub const HEADER_LEN: usize = 64;
 /// Bytes of the CRC trailer.
@@ -81,8 +82,8 @@ pub enum FrameKind {
     Ack = 6,
     /// The sender asks for a full sync.
     SyncRequest = 7,
-    /// The function libraries (a `FUNCTION DUMP` payload, possibly chunked).
-    Functions = 8,
+    /// One function library's code (the key: its name; possibly chunked).
+    Library = 8,
     /// A sweeping full sync starts (its floors in the value).
     SweepStart = 9,
     /// A sweeping full sync ended (`arg` 1: complete).
@@ -93,6 +94,8 @@ pub enum FrameKind {
     Bound = 12,
     /// A hash's merge state (the value; its expiry in the header).
     Fields = 13,
+    /// A function library was deleted (the key: its name).
+    LibraryDelete = 14,
 }
 
 impl FrameKind {
@@ -105,12 +108,13 @@ impl FrameKind {
             5 => Self::SwapDb,
             6 => Self::Ack,
             7 => Self::SyncRequest,
-            8 => Self::Functions,
+            8 => Self::Library,
             9 => Self::SweepStart,
             10 => Self::SweepEnd,
             11 => Self::Counter,
             12 => Self::Bound,
             13 => Self::Fields,
+            14 => Self::LibraryDelete,
             _ => return None,
         })
     }
@@ -372,7 +376,7 @@ fn check_lengths(h: &FrameHeader, len: usize) -> Result<(), WireError> {
     let carries_value = matches!(
         h.kind,
         FrameKind::Value
-            | FrameKind::Functions
+            | FrameKind::Library
             | FrameKind::SweepStart
             | FrameKind::Counter
             | FrameKind::Fields
@@ -389,7 +393,12 @@ fn check_lengths(h: &FrameHeader, len: usize) -> Result<(), WireError> {
     }
     if matches!(
         h.kind,
-        FrameKind::Value | FrameKind::Delete | FrameKind::Counter | FrameKind::Fields
+        FrameKind::Value
+            | FrameKind::Delete
+            | FrameKind::Counter
+            | FrameKind::Fields
+            | FrameKind::Library
+            | FrameKind::LibraryDelete
     ) == (key == 0)
     {
         return Err(WireError::BadLength("key presence does not match kind"));
@@ -488,7 +497,8 @@ fn place_op<'a>(op: &'a Op, h: &mut FrameHeader) -> (&'a [u8], &'a [u8]) {
             (FrameKind::Fields, key, state)
         }
         Op::Bound { seen } => (FrameKind::Bound, &[], seen),
-        Op::Functions { payload } => (FrameKind::Functions, &[], payload),
+        Op::Library { name, code } => (FrameKind::Library, name, code),
+        Op::LibraryDelete { name } => (FrameKind::LibraryDelete, name, &[]),
         Op::FlushDb => (FrameKind::FlushDb, &[], &[]),
         Op::FlushAll => (FrameKind::FlushAll, &[], &[]),
         Op::SwapDb { other } => {
@@ -720,8 +730,13 @@ mod tests {
                     },
                 }),
             proptest::collection::vec(any::<u8>(), 1..40).prop_map(|key| Op::Delete { key }),
-            proptest::collection::vec(any::<u8>(), 0..300)
-                .prop_map(|payload| Op::Functions { payload }),
+            (
+                proptest::collection::vec(any::<u8>(), 1..40),
+                proptest::collection::vec(any::<u8>(), 0..300)
+            )
+                .prop_map(|(name, code)| Op::Library { name, code }),
+            proptest::collection::vec(any::<u8>(), 1..40)
+                .prop_map(|name| Op::LibraryDelete { name }),
             Just(Op::FlushDb),
             Just(Op::FlushAll),
             any::<u32>().prop_map(|other| Op::SwapDb { other }),

@@ -364,9 +364,10 @@ impl Applier<'_> {
             Op::FlushDb => apply_flush(ctx, opts, st, Some(e.db), stamp),
             Op::FlushAll => apply_flush(ctx, opts, st, None, stamp),
             Op::SwapDb { other } => apply_swap(ctx, opts, st, e.db, *other, stamp),
-            Op::Functions { payload } => {
-                apply_functions::apply(ctx, opts, self.shared, st, payload, stamp)
+            Op::Library { name, code } => {
+                apply_functions::load(ctx, opts, self.shared, st, (name, code), stamp)
             }
+            Op::LibraryDelete { name } => apply_functions::delete(ctx, opts, st, name, stamp),
             Op::Ack { .. }
             | Op::Bound { .. }
             | Op::SyncRequest { .. }

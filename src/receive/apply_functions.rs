@@ -1,220 +1,150 @@
-//! The peer's function libraries, applied when newer than ours (one version
-//! covers them all, last writer wins for the set): this node ends with
-//! exactly the peer's set.
+//! The peer's function libraries, one at a time: a library's code is
+//! loaded (`FUNCTION LOAD REPLACE`) and a delete deletes it (`FUNCTION
+//! DELETE`) when newer than this node's version of that library (last
+//! writer wins per library, `converge::libraries`). Loading N libraries
+//! one by one on the writer costs this node N loads.
 //!
-//! Only what differs is written: a library of ours whose code the peer's
-//! set lacks is deleted, a library of the peer's whose code we lack is
-//! loaded. `FUNCTION RESTORE ... FLUSH` would compile every library again,
-//! so a writer loading N libraries one at a time cost this node N squared
-//! compilations (Redis 8.0's own suite: 50,000 loads took 175 s against
-//! 8 s). When the payload or our libraries cannot be read, or a command
-//! fails, the payload is restored whole as before; if that fails too, our
-//! set is put back as it was and the entry counts as an apply error, or,
-//! in a mixed pair (the payload in another RDB format than ours), as
-//! refused (`entries_refused`): no later try would apply it.
+//! Two libraries may register the same function (each site loads its own
+//! at once): the server refuses the second. The newer library wins on
+//! both nodes: here an older one holding the name is deleted (recorded
+//! deleted at its own stamp) before the newer one loads, and an older one
+//! arriving after a newer one holds the name is recorded deleted at its
+//! stamp without loading. Either way both nodes end with the newer library
+//! and the older one deleted at its stamp.
 //!
-//! The code is Lua whatever RDB format the payload has, so the libraries
-//! cross between any two servers of a mixed pair (the writer refuses a
-//! payload only if it cannot read it either, `capture::flush`).
+//! A library this server does not compile (in a mixed pair, one calling an
+//! API only the writer's server has) is refused: counted
+//! (`entries_refused`), logged and kept as `last_error`; this node keeps
+//! what it held.
 
-use hashbrown::HashSet;
 use redis_module::{CallOptions, Context};
 
 use super::apply::run;
-use super::apply_plan::{functions_decision, Outcome};
+use super::apply_plan::Outcome;
 use crate::catchup::replication::Replication;
-use crate::converge::version::{Decision, Stamp};
+use crate::converge::version::{Decision, Stamp, GC_AT_NEXT_ACK};
 use crate::ops::status::Stats;
-use crate::redis::{libraries, server};
+use crate::redis::{dump, server};
 use crate::shared::Shared;
 
-/// Applies the peer's libraries (a `FUNCTION DUMP` payload) written at
-/// `stamp`. The digest recorded is of our own `FUNCTION DUMP` after it (the
-/// bytes may differ from the peer's: another `rdbcompression`, another
-/// order), so that only a later change here reads as one.
-pub(super) fn apply(
+/// Libraries holding a function the new one registers that are deleted
+/// for it, at most (each refusal names one function).
+const MAX_DISPLACED: usize = 64;
+
+/// Loads the peer's library `name` of code `code` written at `stamp`.
+pub(super) fn load(
     ctx: &Context,
     opts: &CallOptions,
     shared: &Shared,
     st: &mut Replication,
-    payload: &[u8],
+    (name, code): (&[u8], &[u8]),
     stamp: Stamp,
 ) -> Result<Outcome, String> {
-    let ours = st.versions.functions().map(|f| f.stamp);
-    match functions_decision(ours, stamp) {
+    match st.versions.libraries().decide(name, stamp) {
         Decision::Apply => {}
         other => return Ok(Outcome::of(other)),
     }
-    if shared.apply.later_function_set_waits() {
-        // A later set of the peer's is queued: it replaces this one when
-        // it applies (last writer wins for the set). While the peer loads
-        // libraries one by one faster than this node applies its sets,
-        // applying each would fall further and further behind (Redis
-        // 8.0's suite: 50,000 loads).
-        return Ok(Outcome::Discarded);
-    }
-    // Ours, and what to put back if neither way works.
-    let before = server::functions_dump(ctx);
-    let restored = || run(ctx, opts, "FUNCTION", &[b"RESTORE", payload, b"FLUSH"]);
-    let written = if write_differences(ctx, opts, payload, before.as_deref()) {
-        Ok(())
-    } else {
-        restored()
-    };
-    if written.is_ok() {
-        record_ours(ctx, st, stamp, Some(payload));
+    let crc = dump::crc64(code);
+    if st.versions.libraries().get(name).and_then(|v| v.crc()) == Some(crc) {
+        // The same code here already (both sites loaded it).
+        st.versions.record_library(name, stamp, Some(crc), 0);
         return Ok(Outcome::Applied);
     }
-    // The peer's set holds a library this server does not compile (in a
-    // mixed pair, one calling an API only the writer's server has), or a
-    // payload it cannot read: our set stays as it was, under our version.
-    if let Some(before) = &before {
-        let _ = run(ctx, opts, "FUNCTION", &[b"RESTORE", before, b"FLUSH"]);
+    for _ in 0..=MAX_DISPLACED {
+        let why = match run(ctx, opts, "FUNCTION", &[b"LOAD", b"REPLACE", code]) {
+            Ok(()) => {
+                st.versions.record_library(name, stamp, Some(crc), 0);
+                return Ok(Outcome::Applied);
+            }
+            Err(why) => why,
+        };
+        let owner = taken_function(&why).and_then(|f| server::function_owner(ctx, f));
+        let Some(owner) = owner.filter(|o| o != name) else {
+            return Ok(refuse(shared, name, &why));
+        };
+        let owner_stamp = st
+            .versions
+            .libraries()
+            .get(&owner)
+            .map_or(Stamp::ZERO, |v| v.stamp());
+        if owner_stamp > stamp {
+            // Ours is newer: the peer's loses here as it does there.
+            let _ = run(ctx, opts, "FUNCTION", &[b"DELETE", name]);
+            st.versions
+                .record_library(name, stamp, None, GC_AT_NEXT_ACK);
+            return Ok(Outcome::Discarded);
+        }
+        run(ctx, opts, "FUNCTION", &[b"DELETE", &owner])?;
+        st.versions
+            .record_library(&owner, owner_stamp, None, GC_AT_NEXT_ACK);
     }
-    if let Some(ours) = ours {
-        // Restoring may order the libraries otherwise: the digest is of
-        // what we hold now, or a later read here would take our old set
-        // for a change and ship it over the peer's newer one.
-        record_ours(ctx, st, ours, None);
+    Err(format!(
+        "FUNCTION LOAD of library '{}': more than {MAX_DISPLACED} libraries hold its functions",
+        String::from_utf8_lossy(name)
+    ))
+}
+
+/// Deletes library `name` as the peer did at `stamp`.
+pub(super) fn delete(
+    ctx: &Context,
+    opts: &CallOptions,
+    st: &mut Replication,
+    name: &[u8],
+    stamp: Stamp,
+) -> Result<Outcome, String> {
+    match st.versions.libraries().decide(name, stamp) {
+        Decision::Apply => {}
+        other => return Ok(Outcome::of(other)),
     }
-    let theirs = crate::redis::dump::payload_rdb_version(payload);
-    let mine = before
-        .as_deref()
-        .and_then(crate::redis::dump::payload_rdb_version);
-    let msg = not_applied(theirs, mine, &written.err().unwrap_or_default());
-    if theirs == mine {
-        return Err(msg);
+    if let Err(why) = run(ctx, opts, "FUNCTION", &[b"DELETE", name]) {
+        if !why.to_ascii_lowercase().contains("library not found") {
+            return Err(why);
+        }
     }
-    // A mixed pair: no later try would do better (docs/operations.md).
+    st.versions
+        .record_library(name, stamp, None, GC_AT_NEXT_ACK);
+    Ok(Outcome::Applied)
+}
+
+/// The function a refused load registers that another library holds: the
+/// server says `Function <name> already exists`.
+fn taken_function(why: &str) -> Option<&[u8]> {
+    let (_, rest) = why.split_once("Function ")?;
+    let (function, _) = rest.split_once(" already exists")?;
+    (!function.is_empty() && !function.contains(' ')).then_some(function.as_bytes())
+}
+
+/// A library this server does not compile: counted, logged, kept as
+/// `last_error`.
+fn refuse(shared: &Shared, name: &[u8], why: &str) -> Outcome {
+    let msg = format!(
+        "the peer's function library '{}' was not loaded: this server refused it ({why}); \
+         this node keeps its own until the library is loaded again in a form it compiles",
+        String::from_utf8_lossy(name)
+    );
     Stats::add(&shared.stats.entries_refused, 1);
     redis_module::logging::log_warning(format!("rdmasync: {msg}"));
     shared.stats.set_error(msg);
-    Ok(Outcome::Refused)
-}
-
-/// Records our libraries as they are now (their digest) at `stamp`; if
-/// they cannot be read, as `otherwise` (else the record stays).
-fn record_ours(ctx: &Context, st: &mut Replication, stamp: Stamp, otherwise: Option<&[u8]>) {
-    let dump = server::functions_dump(ctx);
-    if let Some(dump) = dump.as_deref().or(otherwise) {
-        let digest = crate::redis::snapshot::functions_digest(dump);
-        st.versions.record_functions(stamp, digest);
-    }
-}
-
-/// Deletes and loads what makes our libraries (`ours`, our `FUNCTION
-/// DUMP`) those of `payload`; false when it could not (the caller then
-/// restores the payload whole, which also replaces whatever this wrote).
-fn write_differences(
-    ctx: &Context,
-    opts: &CallOptions,
-    payload: &[u8],
-    ours: Option<&[u8]>,
-) -> bool {
-    let (Some(theirs), Some(ours)) = (libraries::codes(payload), our_libraries(ctx, ours)) else {
-        return false;
-    };
-    let changes = Changes::between(&ours, &theirs);
-    changes
-        .delete
-        .iter()
-        .all(|name| run(ctx, opts, "FUNCTION", &[b"DELETE", name]).is_ok())
-        && changes
-            .load
-            .iter()
-            .all(|code| run(ctx, opts, "FUNCTION", &[b"LOAD", b"REPLACE", code]).is_ok())
-}
-
-/// Our libraries' names and codes: read from our dump (each name from its
-/// code's first line), else listed (`FUNCTION LIST WITHCODE`, which costs
-/// about as much as the dump again).
-fn our_libraries(ctx: &Context, dump: Option<&[u8]>) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
-    let from_dump = dump.and_then(libraries::codes).and_then(|codes| {
-        codes
-            .into_iter()
-            .map(|code| Some((libraries::name(&code)?.to_vec(), code)))
-            .collect::<Option<Vec<_>>>()
-    });
-    from_dump.or_else(|| server::function_libraries(ctx))
-}
-
-/// What turns one set of libraries into another.
-#[derive(Debug, PartialEq, Eq)]
-struct Changes<'a> {
-    /// Names of ours to delete: the other set has no library with their
-    /// code. Deleted before any load, so that a function name they
-    /// register is free for a library loaded in their place.
-    delete: Vec<&'a [u8]>,
-    /// Codes of theirs to load: we have no library with that code.
-    load: Vec<&'a [u8]>,
-}
-
-impl<'a> Changes<'a> {
-    /// From `ours` (name and code of each library) to `theirs` (codes).
-    fn between(ours: &'a [(Vec<u8>, Vec<u8>)], theirs: &'a [Vec<u8>]) -> Self {
-        let their_codes: HashSet<&[u8]> = theirs.iter().map(Vec::as_slice).collect();
-        let our_codes: HashSet<&[u8]> = ours.iter().map(|(_, code)| code.as_slice()).collect();
-        Changes {
-            delete: ours
-                .iter()
-                .filter(|(_, code)| !their_codes.contains(code.as_slice()))
-                .map(|(name, _)| name.as_slice())
-                .collect(),
-            load: theirs
-                .iter()
-                .map(Vec::as_slice)
-                .filter(|code| !our_codes.contains(code))
-                .collect(),
-        }
-    }
-}
-
-/// Why the peer's set was not applied, for the log and `last_error`.
-fn not_applied(theirs: Option<u16>, mine: Option<u16>, why: &str) -> String {
-    format!(
-        "the peer's function libraries (RDB format {}) were not applied: this server (RDB \
-         format {}) could neither load each library nor restore the set ({why}); ours are kept",
-        theirs.unwrap_or(0),
-        mine.unwrap_or(0),
-    )
+    Outcome::Refused
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn lib(name: &str, code: &str) -> (Vec<u8>, Vec<u8>) {
-        (name.as_bytes().to_vec(), code.as_bytes().to_vec())
-    }
-
     #[test]
-    fn only_libraries_whose_code_differs_are_deleted_or_loaded() {
-        let ours = vec![
-            lib("kept", "#!lua name=kept\nA"),
-            lib("changed", "#!lua name=changed\nold"),
-            lib("gone", "#!lua name=gone\nG"),
-        ];
-        let theirs = vec![
-            b"#!lua name=new\nN".to_vec(),
-            b"#!lua name=kept\nA".to_vec(),
-            b"#!lua name=changed\nnew".to_vec(),
-        ];
-        let changes = Changes::between(&ours, &theirs);
-        assert_eq!(changes.delete, vec![&b"changed"[..], &b"gone"[..]]);
+    fn the_taken_function_is_read_from_the_server_s_refusal() {
         assert_eq!(
-            changes.load,
-            vec![&b"#!lua name=new\nN"[..], &b"#!lua name=changed\nnew"[..]]
+            taken_function("FUNCTION: ERR Function f1 already exists"),
+            Some(&b"f1"[..])
         );
-    }
-
-    #[test]
-    fn equal_sets_change_nothing_and_an_empty_one_deletes_everything() {
-        let ours = vec![lib("a", "#!lua name=a\n1"), lib("b", "#!lua name=b\n2")];
-        let same = vec![b"#!lua name=b\n2".to_vec(), b"#!lua name=a\n1".to_vec()];
-        let none = Changes::between(&ours, &same);
-        assert!(none.delete.is_empty() && none.load.is_empty());
-        let flushed = Changes::between(&ours, &[]);
-        assert_eq!(flushed.delete, vec![&b"a"[..], &b"b"[..]]);
-        assert!(flushed.load.is_empty());
+        assert_eq!(
+            taken_function("FUNCTION: Function already exists in the library"),
+            None
+        );
+        assert_eq!(
+            taken_function("FUNCTION: ERR Error compiling function"),
+            None
+        );
     }
 }

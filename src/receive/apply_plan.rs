@@ -112,16 +112,6 @@ pub(super) fn swap_decision(stamp: Stamp, last_applied: Stamp) -> Decision {
     }
 }
 
-/// The peer's function libraries stamped `stamp`, ours last changed at
-/// `ours` (one version covers them all).
-pub(super) fn functions_decision(ours: Option<Stamp>, stamp: Stamp) -> Decision {
-    match ours {
-        Some(ours) if ours == stamp => Decision::Duplicate,
-        Some(ours) if ours > stamp => Decision::Stale,
-        _ => Decision::Apply,
-    }
-}
-
 /// What became of one entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Outcome {
@@ -243,18 +233,6 @@ mod tests {
             swap_decision(Stamp::new(1, 1), Stamp::ZERO),
             Decision::Apply
         );
-    }
-
-    #[test]
-    fn older_functions_are_stale_and_the_same_ones_a_duplicate() {
-        let ours = Some(Stamp::new(10, 1));
-        assert_eq!(functions_decision(None, Stamp::new(1, 2)), Decision::Apply);
-        assert_eq!(
-            functions_decision(ours, Stamp::new(10, 1)),
-            Decision::Duplicate
-        );
-        assert_eq!(functions_decision(ours, Stamp::new(9, 2)), Decision::Stale);
-        assert_eq!(functions_decision(ours, Stamp::new(11, 0)), Decision::Apply);
     }
 
     #[test]

@@ -91,7 +91,11 @@ fn entry_from(header: &FrameHeader, key: Vec<u8>, value: Vec<u8>) -> Entry {
             expiry_ms,
         },
         FrameKind::Bound => Op::Bound { seen: value },
-        FrameKind::Functions => Op::Functions { payload: value },
+        FrameKind::Library => Op::Library {
+            name: key,
+            code: value,
+        },
+        FrameKind::LibraryDelete => Op::LibraryDelete { name: key },
         FrameKind::FlushDb => Op::FlushDb,
         FrameKind::FlushAll => Op::FlushAll,
         FrameKind::SwapDb => Op::SwapDb { other: header.arg },

@@ -7,11 +7,10 @@
 //! everything before it (8 bytes, little-endian). Redis 7.0+ and Valkey 8+
 //! write it so (`rdbSaveFunctions`, `functionDumpCommand`).
 //!
-//! The receiver compares these codes with its own libraries and loads only
-//! the new ones (`receive::apply`): `FUNCTION RESTORE ... FLUSH` compiles
-//! every library again, so loading N libraries one at a time on the writer
-//! cost the peer N squared compilations. Anything this reader does not know
-//! is `None`, and the peer restores the payload whole as before.
+//! A node reads its own libraries so (one `FUNCTION DUMP` costs about half
+//! of a `FUNCTION LIST WITHCODE`) when it compares all of them with their
+//! versions (`capture::libraries`). Anything this reader does not know is
+//! `None`, and the node lists them instead.
 
 pub use crate::redis::rdb_read::lzf_decompress;
 use crate::redis::rdb_read::RdbInput;
@@ -62,23 +61,6 @@ pub fn name(code: &[u8]) -> Option<&[u8]> {
     let name = names.next()?;
     let valid = !name.is_empty() && name.iter().all(|&b| b.is_ascii_alphanumeric() || b == b'_');
     (valid && names.next().is_none()).then_some(name)
-}
-
-/// Whether `payload` is laid out as libraries `codes` can read (opcodes
-/// and string lengths; neither the CRC nor the compressed bytes are
-/// checked): the writer's test of whether its peer reads it, made on
-/// every change of the libraries, so it decompresses nothing.
-pub fn readable(payload: &[u8]) -> bool {
-    let Some(body_len) = payload.len().checked_sub(FOOTER_LEN) else {
-        return false;
-    };
-    let mut input = RdbInput::new(&payload[..body_len], 0);
-    while !input.done() {
-        if input.byte() != Some(OPCODE_LIBRARY) || input.skip_string().is_none() {
-            return false;
-        }
-    }
-    true
 }
 
 #[cfg(test)]

@@ -248,13 +248,6 @@ impl<'a> Reader<'a> {
         read.advance(self.ctx, &name)
     }
 
-    /// The function libraries as a `FUNCTION DUMP` payload; `None` when the
-    /// command fails. (A command: there is no key-API reader of them. It
-    /// runs only when a FUNCTION command ran or a load ended.)
-    pub fn functions(&self) -> Option<Vec<u8>> {
-        server::functions_dump(self.ctx)
-    }
-
     /// Whether the key exists.
     pub fn exists(&self, key: &[u8]) -> bool {
         server::key_info(self.ctx, key).exists()
@@ -308,19 +301,4 @@ impl<'a> Reader<'a> {
     pub fn databases(&self) -> u32 {
         server::database_count(self.ctx)
     }
-}
-
-/// A `FUNCTION DUMP` payload of the libraries that holds none: the RDB
-/// version and the CRC64 alone.
-pub const EMPTY_FUNCTIONS_DUMP_LEN: usize = 10;
-
-/// A digest of a `FUNCTION DUMP` payload: the CRC64 it ends with (a CRC
-/// over the whole payload, its own CRC included, is always the same).
-pub fn functions_digest(payload: &[u8]) -> u64 {
-    payload
-        .len()
-        .checked_sub(8)
-        .and_then(|at| payload.get(at..))
-        .and_then(|crc| <[u8; 8]>::try_from(crc).ok())
-        .map_or_else(|| crate::redis::dump::crc64(payload), u64::from_le_bytes)
 }

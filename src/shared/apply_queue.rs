@@ -35,10 +35,6 @@ struct Channel {
     bytes: AtomicUsize,
     /// A wake-up byte is in the pipe and not yet read.
     signaled: AtomicBool,
-    /// Sets of function libraries in the items queued (counted before an
-    /// item is pushed, uncounted once it is popped): a set being applied
-    /// while a later one waits is superseded by it.
-    function_sets: AtomicUsize,
 }
 
 impl Channel {
@@ -127,7 +123,6 @@ pub fn apply_queue() -> Result<(ApplyProducer, ApplyConsumer)> {
         items: ArrayQueue::new(PENDING_BATCHES),
         bytes: AtomicUsize::new(0),
         signaled: AtomicBool::new(false),
-        function_sets: AtomicUsize::new(0),
     });
     let rewake = writer.try_clone()?;
     let producer = ApplyProducer {
@@ -175,18 +170,6 @@ pub enum FromLink {
 }
 
 impl FromLink {
-    /// Sets of function libraries it carries.
-    fn function_sets(&self) -> usize {
-        match self {
-            Self::Batch(b) => b
-                .entries
-                .iter()
-                .filter(|e| matches!(e.op, crate::proto::entry::Op::Functions { .. }))
-                .count(),
-            Self::LinkUp { .. } | Self::LinkDown { .. } => 0,
-        }
-    }
-
     /// Payload bytes (events carry none).
     fn payload_len(&self) -> usize {
         match self {
@@ -209,10 +192,6 @@ impl ApplyProducer {
     pub fn submit(&self, shared: &Shared, mut item: FromLink) -> Result<()> {
         let channel = &*self.channel;
         let size = item.payload_len();
-        // Counted before the push: the main thread never pops a set that
-        // is not counted yet.
-        let sets = item.function_sets();
-        channel.function_sets.fetch_add(sets, Ordering::AcqRel);
         loop {
             let room = channel.items.is_empty()
                 || channel.bytes.load(Ordering::Acquire) + size <= PENDING_BYTES;
@@ -227,7 +206,6 @@ impl ApplyProducer {
                 }
             }
             if shared.stopping() {
-                channel.function_sets.fetch_sub(sets, Ordering::AcqRel);
                 return Err(Error::LinkClosed);
             }
             self.signal();
@@ -271,17 +249,7 @@ impl ApplyConsumer {
         self.channel
             .bytes
             .fetch_sub(item.payload_len(), Ordering::AcqRel);
-        self.channel
-            .function_sets
-            .fetch_sub(item.function_sets(), Ordering::AcqRel);
         Some(item)
-    }
-
-    /// Whether a set of function libraries is queued behind what the main
-    /// thread popped last (it supersedes any set popped before it: one
-    /// peer ships its sets in the order of their stamps).
-    pub(crate) fn later_function_set_waits(&self) -> bool {
-        self.channel.function_sets.load(Ordering::Acquire) > 0
     }
 
     /// Cancels a pending apply timer (main thread, at unload).
@@ -365,42 +333,6 @@ mod tests {
         ));
         assert!(consumer.pop().is_none());
         assert_eq!(consumer.discard(), 0);
-    }
-
-    #[test]
-    fn a_set_of_function_libraries_waits_behind_what_was_popped_until_it_is_popped() {
-        let shared = Shared::for_tests();
-        let (producer, consumer) = apply_queue().expect("a socket pair");
-        let set = |seq| {
-            FromLink::Batch(Batch {
-                entries: vec![Entry {
-                    db: 0,
-                    origin: 2,
-                    seq,
-                    clock: seq,
-                    op: Op::Functions {
-                        payload: vec![10, 0],
-                    },
-                }],
-            })
-        };
-        producer.submit(&shared, set(1)).unwrap();
-        producer
-            .submit(&shared, FromLink::LinkDown { epoch: 1 })
-            .unwrap();
-        producer.submit(&shared, set(2)).unwrap();
-        assert!(consumer.later_function_set_waits());
-        consumer.pop();
-        assert!(
-            consumer.later_function_set_waits(),
-            "set 2 waits behind set 1"
-        );
-        consumer.pop();
-        consumer.pop();
-        assert!(!consumer.later_function_set_waits(), "set 2 is the last");
-        producer.submit(&shared, set(3)).unwrap();
-        assert_eq!(consumer.discard(), 1);
-        assert!(!consumer.later_function_set_waits());
     }
 
     #[test]

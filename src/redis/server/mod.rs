@@ -7,6 +7,7 @@ mod build;
 mod collections;
 mod element_key;
 mod element_reads;
+mod functions;
 mod keys;
 mod scan;
 mod sliced;
@@ -18,6 +19,7 @@ pub use keys::{
 // The module's load probes them (not built in unit tests).
 pub use build::{add_elements, build_key, built_len, is_build_key, memory_to_spare, BUILD_SLOTS};
 pub use element_key::{kind_of_type, ElementKey};
+pub use functions::{function_libraries, function_owner, functions_dump};
 #[cfg(all(feature = "module", not(test)))]
 pub use keys::{probe_field_ttls, FieldTtls};
 pub use scan::KeyScan;
@@ -802,47 +804,4 @@ pub fn database_count(ctx: &Context) -> u32 {
         select_db(ctx, original);
         low + 1
     })
-}
-
-/// `FUNCTION DUMP` on `ctx`; `None` when the reply is not a payload.
-pub fn functions_dump(ctx: &Context) -> Option<Vec<u8>> {
-    use redis_module::{CallOptionsBuilder, CallReply, CallResult};
-    let opts = CallOptionsBuilder::new().errors_as_replies().build();
-    let args: [&[u8]; 1] = [b"DUMP"];
-    match ctx.call_ext::<_, CallResult>("FUNCTION", &opts, &args[..]) {
-        Ok(CallReply::String(s)) => Some(s.as_bytes().to_vec()),
-        _ => None,
-    }
-}
-
-/// Each function library on `ctx` as its name and code (`FUNCTION LIST
-/// WITHCODE`); `None` when the reply is not that list.
-pub fn function_libraries(ctx: &Context) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
-    use redis_module::{CallOptionsBuilder, CallReply, CallResult};
-    let opts = CallOptionsBuilder::new().errors_as_replies().build();
-    let args: [&[u8]; 2] = [b"LIST", b"WITHCODE"];
-    let Ok(CallReply::Array(list)) = ctx.call_ext::<_, CallResult>("FUNCTION", &opts, &args[..])
-    else {
-        return None;
-    };
-    let bytes = |r: Option<CallResult<'_>>| match r {
-        Some(Ok(CallReply::String(s))) => Some(s.as_bytes().to_vec()),
-        _ => None,
-    };
-    let mut libraries = Vec::with_capacity(list.len());
-    for library in list.iter() {
-        let Ok(CallReply::Array(fields)) = library else {
-            return None;
-        };
-        let (mut name, mut code) = (None, None);
-        for at in (0..fields.len()).step_by(2) {
-            match bytes(fields.get(at)).as_deref() {
-                Some(b"library_name") => name = bytes(fields.get(at + 1)),
-                Some(b"library_code") => code = bytes(fields.get(at + 1)),
-                _ => {}
-            }
-        }
-        libraries.push((name?, code?));
-    }
-    Some(libraries)
 }

@@ -1,0 +1,116 @@
+//! The function libraries read through `FUNCTION DUMP` and `FUNCTION
+//! LIST`.
+
+use redis_module::Context;
+
+/// `FUNCTION DUMP` on `ctx`; `None` when the reply is not a payload.
+pub fn functions_dump(ctx: &Context) -> Option<Vec<u8>> {
+    use redis_module::{CallOptionsBuilder, CallReply, CallResult};
+    let opts = CallOptionsBuilder::new().errors_as_replies().build();
+    let args: [&[u8]; 1] = [b"DUMP"];
+    match ctx.call_ext::<_, CallResult>("FUNCTION", &opts, &args[..]) {
+        Ok(CallReply::String(s)) => Some(s.as_bytes().to_vec()),
+        _ => None,
+    }
+}
+
+/// Each function library on `ctx` as its name and code (`FUNCTION LIST
+/// WITHCODE`), or only the one called `named`; `None` when the reply is
+/// not that list.
+pub fn function_libraries(ctx: &Context, named: Option<&[u8]>) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
+    let mut args: Vec<&[u8]> = vec![b"LIST"];
+    if let Some(name) = named {
+        args.extend([&b"LIBRARYNAME"[..], name]);
+    }
+    args.push(b"WITHCODE");
+    let mut libraries = Vec::new();
+    for listed in function_list(ctx, &args)? {
+        libraries.push((listed.name, listed.code?));
+    }
+    // LIBRARYNAME is a pattern matched in any case: the name exactly.
+    if let Some(name) = named {
+        libraries.retain(|(n, _)| n == name);
+    }
+    Some(libraries)
+}
+
+/// The library on `ctx` that registers function `function` (names of
+/// functions match in any case), if any.
+pub fn function_owner(ctx: &Context, function: &[u8]) -> Option<Vec<u8>> {
+    function_list(ctx, &[b"LIST"])?
+        .into_iter()
+        .find(|l| l.functions.iter().any(|f| f.eq_ignore_ascii_case(function)))
+        .map(|l| l.name)
+}
+
+/// One library of a `FUNCTION LIST` reply.
+struct ListedLibrary {
+    name: Vec<u8>,
+    /// With `WITHCODE`.
+    code: Option<Vec<u8>>,
+    functions: Vec<Vec<u8>>,
+}
+
+/// The libraries of a `FUNCTION LIST ...` reply (`args`); `None` when the
+/// reply is not that list.
+fn function_list(ctx: &Context, args: &[&[u8]]) -> Option<Vec<ListedLibrary>> {
+    use redis_module::{CallOptionsBuilder, CallReply, CallResult};
+    let opts = CallOptionsBuilder::new().errors_as_replies().build();
+    let Ok(CallReply::Array(list)) = ctx.call_ext::<_, CallResult>("FUNCTION", &opts, args) else {
+        return None;
+    };
+    let mut out = Vec::with_capacity(list.len());
+    for library in list.iter() {
+        let Ok(CallReply::Array(fields)) = library else {
+            return None;
+        };
+        let mut listed = ListedLibrary {
+            name: Vec::new(),
+            code: None,
+            functions: Vec::new(),
+        };
+        let mut named = false;
+        for at in (0..fields.len()).step_by(2) {
+            let value = fields.get(at + 1);
+            match reply_bytes(fields.get(at)).as_deref() {
+                Some(b"library_name") => {
+                    listed.name = reply_bytes(value)?;
+                    named = true;
+                }
+                Some(b"library_code") => listed.code = reply_bytes(value),
+                Some(b"functions") => listed.functions = function_names(value),
+                _ => {}
+            }
+        }
+        named.then_some(())?;
+        out.push(listed);
+    }
+    Some(out)
+}
+
+/// The names in a library's `functions` field (an array of flat arrays).
+fn function_names(reply: Option<redis_module::CallResult<'_>>) -> Vec<Vec<u8>> {
+    use redis_module::CallReply;
+    let Some(Ok(CallReply::Array(functions))) = reply else {
+        return Vec::new();
+    };
+    functions
+        .iter()
+        .filter_map(|f| match f {
+            Ok(CallReply::Array(fields)) => (0..fields.len()).step_by(2).find_map(|at| {
+                (reply_bytes(fields.get(at)).as_deref() == Some(b"name"))
+                    .then(|| reply_bytes(fields.get(at + 1)))
+                    .flatten()
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The bytes of a string reply.
+fn reply_bytes(reply: Option<redis_module::CallResult<'_>>) -> Option<Vec<u8>> {
+    match reply {
+        Some(Ok(redis_module::CallReply::String(s))) => Some(s.as_bytes().to_vec()),
+        _ => None,
+    }
+}
