@@ -192,9 +192,17 @@ fn libraries_claiming_one_function_keep_the_later_on_both_nodes() {
     let pair = Pair::start();
     pair.wait_in_step();
     cut(&pair);
-    load(&mut pair.a.conn(), &library("old_name", "shared_fn", "a"), false);
+    load(
+        &mut pair.a.conn(),
+        &library("old_name", "shared_fn", "a"),
+        false,
+    );
     std::thread::sleep(Duration::from_millis(20));
-    load(&mut pair.b.conn(), &library("new_name", "shared_fn", "b"), false);
+    load(
+        &mut pair.b.conn(),
+        &library("new_name", "shared_fn", "b"),
+        false,
+    );
     heal(&pair);
     wait_fcall(&pair.a, "shared_fn", Some("b"));
     assert_eq!(wait_same_libraries(&pair), ["new_name"]);

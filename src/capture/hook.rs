@@ -343,20 +343,8 @@ pub fn on_command(command: &server::FilteredCommand<'_>) {
             return;
         }
         Kind::Function => {
-            // Read at the next flush (and, if queued, all at the EXECs
-            // after): an unchanged library ships nothing.
-            let named = crate::capture::silent::library_named(&args);
-            match named {
-                Some(name) if client.is_some_and(|c| !c.queuing) => {
-                    dirty.mark_library(name.to_vec());
-                }
-                _ => {
-                    dirty.mark_functions();
-                    if client.is_none_or(|c| c.queuing) {
-                        silent.functions_queued_at = Some(std::time::Instant::now());
-                    }
-                }
-            }
+            let queued = client.is_none_or(|c| c.queuing);
+            on_function(&mut silent, &mut dirty, &args, queued);
             return;
         }
         Kind::Other | Kind::Expiry => return,
@@ -388,6 +376,26 @@ fn note_merged_changes(command: &server::FilteredCommand<'_>) {
     if fields::enabled() {
         let noted = fields::may_change_fields(command.name()) && ours();
         fields::filtered(noted.then(|| command.args()).as_deref());
+    }
+}
+
+/// A FUNCTION command that changes libraries (`queued`: maybe in MULTI):
+/// the library it names is read at the next flush, or all of them (and,
+/// if queued, at the EXECs after); an unchanged library ships nothing.
+fn on_function(
+    silent: &mut SilentChanges,
+    dirty: &mut crate::converge::changes::DirtySet,
+    args: &[&[u8]],
+    queued: bool,
+) {
+    match crate::capture::silent::library_named(args) {
+        Some(name) if !queued => dirty.mark_library(name.to_vec()),
+        _ => {
+            dirty.mark_functions();
+            if queued {
+                silent.functions_queued_at = Some(std::time::Instant::now());
+            }
+        }
     }
 }
 

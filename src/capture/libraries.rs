@@ -19,9 +19,9 @@ use crate::capture::flush::{count_read_failures, entry, rest_if_costly};
 use crate::capture::hotkeys::{COSTLY_MIN_BYTES, FUNCTIONS_DB, FUNCTIONS_KEY};
 use crate::catchup::replication::Replication;
 use crate::converge::changes::PendingOp;
-use crate::converge::version::{Stamp, VersionStore};
+use crate::converge::version::Stamp;
 use crate::proto::entry::{Entry, Op};
-use crate::redis::{dump, libraries, server};
+use crate::redis::{dump, server};
 use crate::shared::Shared;
 
 /// Above this many named libraries in one flush, all are read at once.
@@ -63,7 +63,7 @@ impl LibraryReads {
     fn all(&mut self, ctx: &Context, shared: &Shared) -> Option<&HashMap<Vec<u8>, Vec<u8>>> {
         if self.all.is_none() {
             let started = Instant::now();
-            let held = held(ctx);
+            let held = server::libraries_held(ctx);
             note_cost(shared, started);
             self.all = Some(held?.into_iter().collect());
         }
@@ -77,22 +77,6 @@ impl LibraryReads {
 fn note_cost(shared: &Shared, started: Instant) {
     let cost = started.elapsed();
     rest_if_costly(shared, FUNCTIONS_DB, FUNCTIONS_KEY, cost, COSTLY_MIN_BYTES);
-}
-
-/// Every library on `ctx` as its name and code: read from `FUNCTION DUMP`
-/// (each name from its code's first line), else listed (`FUNCTION LIST
-/// WITHCODE`, about twice the cost).
-pub(crate) fn held(ctx: &Context) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
-    let from_dump = server::functions_dump(ctx)
-        .as_deref()
-        .and_then(libraries::codes)
-        .and_then(|codes| {
-            codes
-                .into_iter()
-                .map(|code| Some((libraries::name(&code)?.to_vec(), code)))
-                .collect::<Option<Vec<_>>>()
-        });
-    from_dump.or_else(|| server::function_libraries(ctx, None))
 }
 
 /// Stamps at `stamp` what changed in the libraries `op` names (a library,
@@ -194,50 +178,6 @@ pub(crate) fn resend_entry(
             None
         }
     }
-}
-
-/// The libraries whose versions a sync wants (`wanted`), as it ships
-/// them: the code of each live one (all read once) and each delete. A
-/// library whose code changed since its version is left to the next flush.
-pub(crate) fn sync_shipments(
-    ctx: &Context,
-    versions: &VersionStore,
-    wanted: impl Fn(Stamp) -> bool,
-) -> Vec<(u32, Stamp, Op)> {
-    let due: Vec<_> = versions
-        .libraries()
-        .iter()
-        .filter(|(_, v)| wanted(v.stamp()))
-        .collect();
-    if due.is_empty() {
-        return Vec::new();
-    }
-    let live = due.iter().any(|(_, v)| v.crc().is_some());
-    let all: HashMap<Vec<u8>, Vec<u8>> = match live.then(|| held(ctx)) {
-        Some(None) => {
-            crate::shared::with_shared(|shared| count_read_failures(shared, 1));
-            return Vec::new();
-        }
-        Some(Some(held)) => held.into_iter().collect(),
-        None => HashMap::new(),
-    };
-    let mut out = Vec::with_capacity(due.len());
-    for (name, version) in due {
-        let name = name.to_vec();
-        let op = match (version.crc(), all.get(&name)) {
-            (None, _) => Op::LibraryDelete { name },
-            (Some(crc), Some(code)) if dump::crc64(code) == crc => Op::Library {
-                name,
-                code: code.clone(),
-            },
-            _ => {
-                mark_changed(&name);
-                continue;
-            }
-        };
-        out.push((0, version.stamp(), op));
-    }
-    out
 }
 
 /// Library `name` changed after its version: the next flush reads it.

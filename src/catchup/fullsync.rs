@@ -304,11 +304,7 @@ impl FullSync {
             }
         }
         out.sort_by_key(|(_, _, op)| !matches!(op, Op::FlushAll));
-        out.extend(crate::capture::libraries::sync_shipments(
-            reader.ctx(),
-            versions,
-            |s| self.wanted(s),
-        ));
+        out.extend(library_shipments(reader, versions, |s| self.wanted(s)));
         match self.since {
             None => Phase::Keys {
                 db: 0,
@@ -554,4 +550,43 @@ impl FullSync {
         server::select_db(reader.ctx(), original);
         end
     }
+}
+
+/// The libraries whose versions a sync wants (`wanted`), as it ships
+/// them: the code of each live one (all read once) and each delete. A
+/// library whose code is no longer its version's is left out: the change
+/// that made it so is pending, and ships stamped at the next flush.
+fn library_shipments(
+    reader: &Reader,
+    versions: &VersionStore,
+    wanted: impl Fn(Stamp) -> bool,
+) -> Vec<Shipment> {
+    let due: Vec<_> = versions
+        .libraries()
+        .iter()
+        .filter(|(_, v)| wanted(v.stamp()))
+        .collect();
+    let live = due.iter().any(|(_, v)| v.crc().is_some());
+    let held: hashbrown::HashMap<Vec<u8>, Vec<u8>> = if live {
+        server::libraries_held(reader.ctx())
+            .unwrap_or_default()
+            .into_iter()
+            .collect()
+    } else {
+        hashbrown::HashMap::new()
+    };
+    let mut out = Vec::with_capacity(due.len());
+    for (name, version) in due {
+        let name = name.to_vec();
+        let op = match (version.crc(), held.get(&name)) {
+            (None, _) => Op::LibraryDelete { name },
+            (Some(crc), Some(code)) if crate::redis::dump::crc64(code) == crc => Op::Library {
+                name,
+                code: code.clone(),
+            },
+            _ => continue,
+        };
+        out.push((0, version.stamp(), op));
+    }
+    out
 }

@@ -67,8 +67,23 @@ fn copy_out<R: RingMemory + ?Sized>(ring: &R, off: usize, dst: &mut [u8]) -> Res
 }
 
 fn entry_from(header: &FrameHeader, key: Vec<u8>, value: Vec<u8>) -> Entry {
+    let no_db = matches!(
+        header.kind,
+        FrameKind::SyncRequest | FrameKind::SweepStart | FrameKind::SweepEnd | FrameKind::Bound
+    );
+    Entry {
+        origin: header.origin,
+        seq: header.seq,
+        clock: header.clock,
+        db: if no_db { 0 } else { header.db },
+        op: op_from(header, key, value),
+    }
+}
+
+/// The change a frame carries (its key and whole value given).
+fn op_from(header: &FrameHeader, key: Vec<u8>, value: Vec<u8>) -> Op {
     let expiry_ms = (header.expiry_ms != 0).then_some(header.expiry_ms);
-    let op = match header.kind {
+    match header.kind {
         FrameKind::Value => Op::Value {
             key,
             payload: value,
@@ -117,17 +132,6 @@ fn entry_from(header: &FrameHeader, key: Vec<u8>, value: Vec<u8>) -> Entry {
         FrameKind::SweepEnd => Op::SweepEnd {
             complete: header.arg == 1,
         },
-    };
-    let no_db = matches!(
-        header.kind,
-        FrameKind::SyncRequest | FrameKind::SweepStart | FrameKind::SweepEnd | FrameKind::Bound
-    );
-    Entry {
-        origin: header.origin,
-        seq: header.seq,
-        clock: header.clock,
-        db: if no_db { 0 } else { header.db },
-        op,
     }
 }
 

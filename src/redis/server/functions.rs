@@ -114,3 +114,19 @@ fn reply_bytes(reply: Option<redis_module::CallResult<'_>>) -> Option<Vec<u8>> {
         _ => None,
     }
 }
+
+/// Every library on `ctx` as its name and code: read from `FUNCTION DUMP`
+/// (each name from its code's first line), else listed (`FUNCTION LIST
+/// WITHCODE`, about twice the cost).
+pub fn libraries_held(ctx: &Context) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
+    let from_dump = functions_dump(ctx)
+        .as_deref()
+        .and_then(crate::redis::libraries::codes)
+        .and_then(|codes| {
+            codes
+                .into_iter()
+                .map(|code| Some((crate::redis::libraries::name(&code)?.to_vec(), code)))
+                .collect::<Option<Vec<_>>>()
+        });
+    from_dump.or_else(|| function_libraries(ctx, None))
+}
