@@ -477,7 +477,7 @@ fn record_local(
         db: 0,
         keys: Vec::new(),
     };
-    let mut library_reads = libraries::LibraryReads::new(&ops);
+    let mut library_reads = libraries::LibraryReads::new(reader.ctx(), &ops);
     for op in ops {
         if direct {
             if let PendingOp::Key { db, key } = op {
@@ -513,6 +513,7 @@ fn record_local(
         }
     }
     run.ship(reader, shared, st, &mut entries);
+    library_reads.finish(reader.ctx());
     if !deferred.is_empty() {
         st.defer(deferred);
     }

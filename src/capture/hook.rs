@@ -243,6 +243,9 @@ pub struct SilentChanges {
     /// When a FUNCTION change was last (maybe) queued in MULTI: the
     /// libraries are read again at every EXEC until `QUEUED_FOR` after.
     functions_queued_at: Option<std::time::Instant>,
+    /// The FUNCTION commands since the last flush, as far as a load of a
+    /// new library can be trusted without reading it back.
+    pub(crate) library_load: crate::capture::libraries::LoadNote,
     /// Keys of commands that gave them an expiry in the past, each until
     /// its `expired` event or `QUEUED_FOR` (a command queued in `MULTI`
     /// runs at its `EXEC`).
@@ -343,8 +346,7 @@ pub fn on_command(command: &server::FilteredCommand<'_>) {
             return;
         }
         Kind::Function => {
-            let queued = client.is_none_or(|c| c.queuing);
-            on_function(&mut silent, &mut dirty, &args, queued);
+            on_function(&mut silent, &mut dirty, &args, client);
             return;
         }
         Kind::Other | Kind::Expiry => return,
@@ -379,23 +381,25 @@ fn note_merged_changes(command: &server::FilteredCommand<'_>) {
     }
 }
 
-/// A FUNCTION command that changes libraries (`queued`: maybe in MULTI):
-/// the library it names is read at the next flush, or all of them (and,
-/// if queued, at the EXECs after); an unchanged library ships nothing.
+/// A FUNCTION command that changes libraries, of `client` (`None`: not
+/// known, maybe queued in MULTI): the library it names is read at the next
+/// flush, or all of them; one maybe queued is read again (all) at the
+/// EXECs after. An unchanged library ships nothing.
 fn on_function(
     silent: &mut SilentChanges,
     dirty: &mut crate::converge::changes::DirtySet,
     args: &[&[u8]],
-    queued: bool,
+    client: Option<server::FilteredClient>,
 ) {
-    match crate::capture::silent::library_named(args) {
-        Some(name) if !queued => dirty.mark_library(name.to_vec()),
-        _ => {
-            dirty.mark_functions();
-            if queued {
-                silent.functions_queued_at = Some(std::time::Instant::now());
-            }
-        }
+    silent.library_load.command(args);
+    let named = crate::capture::silent::library_named(args);
+    match (named, client) {
+        (Some(name), Some(c)) if !c.queuing => dirty.mark_library(name.to_vec()),
+        (Some(name), None) => dirty.mark_library(name.to_vec()),
+        _ => dirty.mark_functions(),
+    }
+    if client.is_none_or(|c| c.queuing) {
+        silent.functions_queued_at = Some(std::time::Instant::now());
     }
 }
 
@@ -415,6 +419,7 @@ fn on_exec(
         .is_some_and(|at| now.saturating_duration_since(at) < QUEUED_FOR);
     if functions {
         dirty.mark_functions();
+        silent.library_load.other_change();
     }
 }
 

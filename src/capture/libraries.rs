@@ -27,29 +27,147 @@ use crate::shared::Shared;
 /// Above this many named libraries in one flush, all are read at once.
 const READ_ALL_ABOVE: usize = 16;
 
+/// What the FUNCTION commands since the last flush let the flush trust
+/// without reading libraries back: `FUNCTION LOAD`s of new libraries (no
+/// `REPLACE`), nothing else changing the libraries, and the server's count
+/// of libraries known after the last flush. The server keeps the code it
+/// was given, and each such load adds one library or fails: a count grown
+/// by exactly the number of loads says every one of them happened.
+#[derive(Debug, Default)]
+pub struct LoadNote {
+    /// Each load's library name and code, in order.
+    loads: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The bytes of code in `loads`.
+    bytes: usize,
+    /// Another change of the libraries ran since the last flush (or more
+    /// loads than the note keeps).
+    others: bool,
+    /// The server's count of libraries after the last flush.
+    count: Option<u64>,
+}
+
+/// Code a note keeps at most (past it, the flush reads the libraries).
+const NOTE_BYTES: usize = 16 << 20;
+
+impl LoadNote {
+    /// A FUNCTION command that changes libraries (`args`, the name at 0).
+    /// A load queued in MULTI is noted too: until its EXEC it adds no
+    /// library, so the count does not vouch for it (nor for any other).
+    pub fn command(&mut self, args: &[&[u8]]) {
+        let load = match args {
+            [_, sub, code] if sub.eq_ignore_ascii_case(b"load") => {
+                crate::redis::libraries::name(code).map(|name| (name.to_vec(), code.to_vec()))
+            }
+            _ => None,
+        };
+        match load {
+            Some(load) if !self.others && self.bytes + load.1.len() <= NOTE_BYTES => {
+                self.bytes += load.1.len();
+                self.loads.push(load);
+            }
+            _ => self.others = true,
+        }
+    }
+
+    /// Libraries may have changed otherwise (an EXEC ran FUNCTION commands
+    /// queued before): nothing is vouched for until the next flush.
+    pub fn other_change(&mut self) {
+        self.others = true;
+    }
+
+    /// The libraries changed some other way (applied from the peer, a
+    /// load): their count is not known.
+    pub fn forget_count(&mut self) {
+        self.count = None;
+    }
+
+    /// The loads this note vouches for, with the server holding `count`
+    /// libraries now: all of them, or none.
+    pub fn trusted(&self, count: u64) -> &[(Vec<u8>, Vec<u8>)] {
+        let all_loaded = self
+            .count
+            .is_some_and(|c| c + self.loads.len() as u64 == count);
+        if !self.others && all_loaded {
+            &self.loads
+        } else {
+            &[]
+        }
+    }
+
+    /// A flush took every change: the server holds `count` libraries.
+    pub fn flushed(&mut self, count: Option<u64>) {
+        *self = Self {
+            count,
+            ..Self::default()
+        };
+    }
+}
+
 /// The libraries read during one flush: each named one alone, or all at
-/// once when many are named (or all are asked for).
+/// once when many are named (or all are asked for); the loads the note
+/// vouches for are not read at all.
 pub(crate) struct LibraryReads {
     all: Option<HashMap<Vec<u8>, Vec<u8>>>,
     read_all: bool,
+    /// The code of each library the load note vouches for.
+    trusted: HashMap<Vec<u8>, Vec<u8>>,
+    /// The server's count of libraries when the flush began.
+    count: Option<u64>,
+    /// Whether any library change was taken.
+    any: bool,
 }
 
 impl LibraryReads {
     /// For the pending `ops` of one flush.
-    pub(crate) fn new(ops: &[PendingOp]) -> Self {
-        let named = ops
+    pub(crate) fn new(ctx: &Context, ops: &[PendingOp]) -> Self {
+        let all = ops.iter().any(|op| matches!(op, PendingOp::Functions));
+        let named: Vec<&Vec<u8>> = ops
             .iter()
-            .filter(|op| matches!(op, PendingOp::Library(_)))
-            .count();
-        Self {
+            .filter_map(|op| match op {
+                PendingOp::Library(name) => Some(name),
+                _ => None,
+            })
+            .collect();
+        let mut reads = Self {
             all: None,
-            read_all: named > READ_ALL_ABOVE,
+            read_all: false,
+            trusted: HashMap::new(),
+            count: None,
+            any: all || !named.is_empty(),
+        };
+        if !all && !named.is_empty() {
+            reads.count = server::libraries_count(ctx);
+            let main = crate::capture::state::main_state();
+            if let (Some(silent), Some(count)) = (main.silent.try_get(), reads.count) {
+                reads.trusted = silent.library_load.trusted(count).iter().cloned().collect();
+            };
+        }
+        let untrusted = named
+            .iter()
+            .filter(|name| !reads.trusted.contains_key(name.as_slice()))
+            .count();
+        reads.read_all = untrusted > READ_ALL_ABOVE;
+        reads
+    }
+
+    /// Tells the load note the flush took every change of the libraries.
+    pub(crate) fn finish(self, ctx: &Context) {
+        if !self.any {
+            return;
+        }
+        // A flush reads the libraries, it changes none.
+        let count = self.count.or_else(|| server::libraries_count(ctx));
+        if let Some(mut silent) = crate::capture::state::main_state().silent.try_get() {
+            silent.library_load.flushed(count);
         }
     }
 
     /// The code of library `name` (`Some(None)`: there is none); `None`
     /// when it could not be read.
     fn one(&mut self, ctx: &Context, shared: &Shared, name: &[u8]) -> Option<Option<Vec<u8>>> {
+        if let Some(code) = self.trusted.get(name) {
+            return Some(Some(code.clone()));
+        }
         if self.read_all {
             return self.all(ctx, shared).map(|all| all.get(name).cloned());
         }
@@ -180,9 +298,80 @@ pub(crate) fn resend_entry(
     }
 }
 
+/// The libraries changed other than through a client's FUNCTION command
+/// (applied from the peer, loaded): the next flush reads what it ships.
+pub(crate) fn changed_elsewhere() {
+    if let Some(mut silent) = crate::capture::state::main_state().silent.get() {
+        silent.library_load.forget_count();
+    }
+}
+
 /// Library `name` changed after its version: the next flush reads it.
 fn mark_changed(name: &[u8]) {
     if let Some(mut dirty) = crate::capture::state::main_state().dirty.get() {
         dirty.mark_library(name.to_vec());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CODE: &[u8] = b"#!lua name=lib\nredis.register_function('f', function() return 1 end)";
+
+    fn args<'a>(line: &'a [&'a [u8]]) -> &'a [&'a [u8]] {
+        line
+    }
+
+    fn names(loads: &[(Vec<u8>, Vec<u8>)]) -> Vec<&[u8]> {
+        loads.iter().map(|(n, _)| n.as_slice()).collect()
+    }
+
+    const OTHER: &[u8] = b"#!lua name=other\nredis.register_function('g', function() return 1 end)";
+
+    #[test]
+    fn loads_of_new_libraries_are_trusted_when_the_count_grew_by_as_many() {
+        let mut note = LoadNote::default();
+        note.command(args(&[b"FUNCTION", b"LOAD", CODE]));
+        assert!(note.trusted(1).is_empty(), "the count before is unknown");
+        note.flushed(Some(4));
+        note.command(args(&[b"FUNCTION", b"load", CODE]));
+        assert_eq!(note.trusted(5), &[(b"lib".to_vec(), CODE.to_vec())]);
+        assert!(note.trusted(4).is_empty(), "refused: nothing was added");
+        note.command(args(&[b"FUNCTION", b"LOAD", OTHER]));
+        assert_eq!(names(note.trusted(6)), [&b"lib"[..], b"other"]);
+        assert!(note.trusted(5).is_empty(), "one of the two was refused");
+        note.forget_count();
+        assert!(note.trusted(6).is_empty(), "the peer changed them");
+    }
+
+    #[test]
+    fn a_replace_or_another_change_is_read_back() {
+        let cases: [&[&[u8]]; 3] = [
+            &[b"FUNCTION", b"LOAD", b"REPLACE", CODE],
+            &[b"FUNCTION", b"LOAD", b"#!lua name='quoted'\n"],
+            &[b"FUNCTION", b"FLUSH"],
+        ];
+        for line in cases {
+            let mut note = LoadNote::default();
+            note.flushed(Some(0));
+            note.command(line);
+            note.command(args(&[b"FUNCTION", b"LOAD", CODE]));
+            for count in 0..3 {
+                assert!(note.trusted(count).is_empty(), "{line:?}");
+            }
+        }
+        let mut note = LoadNote::default();
+        note.flushed(Some(0));
+        note.command(args(&[b"FUNCTION", b"LOAD", CODE]));
+        note.command(args(&[b"FUNCTION", b"DELETE", b"x"]));
+        assert!(note.trusted(1).is_empty(), "a load, then a delete");
+        note.flushed(Some(1));
+        note.command(args(&[b"FUNCTION", b"LOAD", CODE]));
+        assert_eq!(
+            names(note.trusted(2)),
+            [&b"lib"[..]],
+            "a flush starts afresh"
+        );
     }
 }

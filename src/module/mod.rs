@@ -157,8 +157,9 @@ fn on_server_event(ctx: &Context, event: ServerEvent) {
             crate::receive::staging::remove_leftovers(ctx);
             persist::restore_rewrite_versions();
             shared::with_shared(|s| persist::date_unstamped_changes(ctx, s));
-            // The loaded libraries are checked against their recorded
-            // version at the next flush.
+            // The loaded libraries are checked against their versions at
+            // the next flush.
+            crate::capture::libraries::changed_elsewhere();
             if let Some(mut dirty) = main_state().dirty.get() {
                 dirty.mark_functions();
             }

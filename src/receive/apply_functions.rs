@@ -44,6 +44,7 @@ pub(super) fn load(
         Decision::Apply => {}
         other => return Ok(Outcome::of(other)),
     }
+    crate::capture::libraries::changed_elsewhere();
     let crc = dump::crc64(code);
     if st.versions.libraries().get(name).and_then(|v| v.crc()) == Some(crc) {
         // The same code here already (both sites loaded it).
@@ -96,6 +97,7 @@ pub(super) fn delete(
         Decision::Apply => {}
         other => return Ok(Outcome::of(other)),
     }
+    crate::capture::libraries::changed_elsewhere();
     if let Err(why) = run(ctx, opts, "FUNCTION", &[b"DELETE", name]) {
         if !why.to_ascii_lowercase().contains("library not found") {
             return Err(why);

@@ -130,3 +130,36 @@ pub fn libraries_held(ctx: &Context) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
         });
     from_dump.or_else(|| function_libraries(ctx, None))
 }
+
+/// How many function libraries `ctx` holds (`FUNCTION STATS`, summed over
+/// its engines: no pass over the libraries); `None` when the reply is not
+/// read.
+pub fn libraries_count(ctx: &Context) -> Option<u64> {
+    use redis_module::{CallOptionsBuilder, CallReply, CallResult};
+    let opts = CallOptionsBuilder::new().errors_as_replies().build();
+    let args: [&[u8]; 1] = [b"STATS"];
+    let Ok(CallReply::Array(stats)) = ctx.call_ext::<_, CallResult>("FUNCTION", &opts, &args[..])
+    else {
+        return None;
+    };
+    let at = (0..stats.len())
+        .step_by(2)
+        .find(|&at| reply_bytes(stats.get(at)).as_deref() == Some(b"engines"))?;
+    let Some(Ok(CallReply::Array(engines))) = stats.get(at + 1) else {
+        return None;
+    };
+    let mut count = 0;
+    for engine in (1..engines.len()).step_by(2) {
+        let Some(Ok(CallReply::Array(fields))) = engines.get(engine) else {
+            return None;
+        };
+        let at = (0..fields.len())
+            .step_by(2)
+            .find(|&at| reply_bytes(fields.get(at)).as_deref() == Some(b"libraries_count"))?;
+        let Some(Ok(CallReply::I64(n))) = fields.get(at + 1) else {
+            return None;
+        };
+        count += u64::try_from(n.to_i64()).ok()?;
+    }
+    Some(count)
+}
