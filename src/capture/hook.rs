@@ -411,6 +411,9 @@ fn on_exec(
     client: Option<u64>,
 ) {
     let now = std::time::Instant::now();
+    // It may run FUNCTION commands queued long before, which no note
+    // covers: the count of libraries no longer vouches for loads.
+    silent.library_load.forget_count();
     for (db, key) in silent.exec(client, now) {
         dirty.mark(db, &key);
     }
@@ -419,7 +422,6 @@ fn on_exec(
         .is_some_and(|at| now.saturating_duration_since(at) < QUEUED_FOR);
     if functions {
         dirty.mark_functions();
-        silent.library_load.other_change();
     }
 }
 

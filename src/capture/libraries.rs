@@ -69,14 +69,8 @@ impl LoadNote {
         }
     }
 
-    /// Libraries may have changed otherwise (an EXEC ran FUNCTION commands
-    /// queued before): nothing is vouched for until the next flush.
-    pub fn other_change(&mut self) {
-        self.others = true;
-    }
-
     /// The libraries changed some other way (applied from the peer, a
-    /// load): their count is not known.
+    /// load, an EXEC): their count is not known.
     pub fn forget_count(&mut self) {
         self.count = None;
     }
@@ -304,6 +298,13 @@ pub(crate) fn changed_elsewhere() {
     if let Some(mut silent) = crate::capture::state::main_state().silent.get() {
         silent.library_load.forget_count();
     }
+}
+
+/// Library `name` was deleted here to make room for a newer one of the
+/// peer's registering the same function (`receive::apply_functions`): the
+/// next flush stamps and ships its delete.
+pub(crate) fn displaced(name: &[u8]) {
+    mark_changed(name);
 }
 
 /// Library `name` changed after its version: the next flush reads it.

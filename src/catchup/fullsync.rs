@@ -289,7 +289,7 @@ impl FullSync {
     /// The floors wanted (FLUSHALL first: it covers the per-database
     /// ones) and the function libraries; returns the phase that follows.
     fn ship_floors(
-        &self,
+        &mut self,
         reader: &Reader,
         versions: &VersionStore,
         out: &mut Vec<Shipment>,
@@ -304,7 +304,11 @@ impl FullSync {
             }
         }
         out.sort_by_key(|(_, _, op)| !matches!(op, Op::FlushAll));
-        out.extend(library_shipments(reader, versions, |s| self.wanted(s)));
+        match library_shipments(reader, versions, |s| self.wanted(s)) {
+            Some(libraries) => out.extend(libraries),
+            // Not carried: the sync is not complete (no sweep).
+            None => self.missed = true,
+        }
         match self.since {
             None => Phase::Keys {
                 db: 0,
@@ -556,11 +560,12 @@ impl FullSync {
 /// them: the code of each live one (all read once) and each delete. A
 /// library whose code is no longer its version's is left out: the change
 /// that made it so is pending, and ships stamped at the next flush.
+/// `None` when the libraries could not be read.
 fn library_shipments(
     reader: &Reader,
     versions: &VersionStore,
     wanted: impl Fn(Stamp) -> bool,
-) -> Vec<Shipment> {
+) -> Option<Vec<Shipment>> {
     let due: Vec<_> = versions
         .libraries()
         .iter()
@@ -568,10 +573,7 @@ fn library_shipments(
         .collect();
     let live = due.iter().any(|(_, v)| v.crc().is_some());
     let held: hashbrown::HashMap<Vec<u8>, Vec<u8>> = if live {
-        server::libraries_held(reader.ctx())
-            .unwrap_or_default()
-            .into_iter()
-            .collect()
+        server::libraries_held(reader.ctx())?.into_iter().collect()
     } else {
         hashbrown::HashMap::new()
     };
@@ -588,5 +590,5 @@ fn library_shipments(
         };
         out.push((0, version.stamp(), op));
     }
-    out
+    Some(out)
 }

@@ -364,7 +364,7 @@ impl Replication {
             true => self.tombstone_limit.saturating_mul(2),
             false => self.tombstone_limit,
         };
-        if self.versions.tombstones() <= limit
+        if self.versions.key_tombstones() <= limit
             || (self.peer.snapshot.is_running() && self.peer.link.up)
         {
             return 0;

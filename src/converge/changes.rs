@@ -144,9 +144,9 @@ impl DirtySet {
             | Op::Fields { key, .. } => flush_or_swap || self.contains(e.db, key),
             // A sweep's end deletes keys: a change of theirs is dated first.
             Op::FlushDb | Op::FlushAll | Op::SwapDb { .. } | Op::SweepEnd { .. } => true,
-            Op::Library { name, .. } | Op::LibraryDelete { name } => {
-                self.functions_pending() || self.libraries.contains(name)
-            }
+            // A library of the peer's can displace another one here (two
+            // registering one function): any pending change of ours first.
+            Op::Library { .. } | Op::LibraryDelete { .. } => self.libraries_pending(),
             Op::Ack { .. } | Op::SyncRequest { .. } | Op::SweepStart { .. } | Op::Bound { .. } => {
                 false
             }

@@ -240,9 +240,14 @@ impl VersionStore {
         self.len() == 0
     }
 
-    /// Tombstones held.
+    /// Tombstones held (of keys and of function libraries).
     pub fn tombstones(&self) -> usize {
         self.tombstones + self.libraries.tombstones()
+    }
+
+    /// Tombstones of keys (those `max-tombstones` bounds).
+    pub fn key_tombstones(&self) -> usize {
+        self.tombstones
     }
 
     /// Whether the tombstone index holds mostly keys rewritten since (a

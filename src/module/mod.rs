@@ -169,6 +169,11 @@ fn on_server_event(ctx: &Context, event: ServerEvent) {
             if let Some(mut st) = main_state().replication.get() {
                 st.merge_again();
             }
+            // Its libraries too (the filter does not run on a replica).
+            crate::capture::libraries::changed_elsewhere();
+            if let Some(mut dirty) = main_state().dirty.get() {
+                dirty.mark_functions();
+            }
         }
         other => hook::on_flush_or_swap(other),
     }

@@ -5,12 +5,12 @@
 //! one by one on the writer costs this node N loads.
 //!
 //! Two libraries may register the same function (each site loads its own
-//! at once): the server refuses the second. The newer library wins on
-//! both nodes: here an older one holding the name is deleted (recorded
-//! deleted at its own stamp) before the newer one loads, and an older one
-//! arriving after a newer one holds the name is recorded deleted at its
-//! stamp without loading. Either way both nodes end with the newer library
-//! and the older one deleted at its stamp.
+//! at once): the server refuses the second. The newer library wins: the
+//! node that meets the conflict removes the older one (an older one of
+//! its own, or the peer's newer-stamped load it refuses) and marks it
+//! changed, so that its next flush stamps and ships that library's delete
+//! like a client's: the delete is newer than both loads and ends the
+//! older library on both nodes, in either order of arrival.
 //!
 //! A library this server does not compile (in a mixed pair, one calling an
 //! API only the writer's server has) is refused: counted
@@ -69,15 +69,25 @@ pub(super) fn load(
             .get(&owner)
             .map_or(Stamp::ZERO, |v| v.stamp());
         if owner_stamp > stamp {
-            // Ours is newer: the peer's loses here as it does there.
+            // Ours is newer: the peer's loses. Taken as applied, then
+            // deleted by this node's own next flush (a delete that ships).
             let _ = run(ctx, opts, "FUNCTION", &[b"DELETE", name]);
-            st.versions
-                .record_library(name, stamp, None, GC_AT_NEXT_ACK);
-            return Ok(Outcome::Discarded);
+            st.versions.record_library(name, stamp, Some(crc), 0);
+            crate::capture::libraries::displaced(name);
+            return Ok(Outcome::Applied);
         }
         run(ctx, opts, "FUNCTION", &[b"DELETE", &owner])?;
-        st.versions
-            .record_library(&owner, owner_stamp, None, GC_AT_NEXT_ACK);
+        if st
+            .versions
+            .libraries()
+            .get(&owner)
+            .and_then(|v| v.crc())
+            .is_none()
+        {
+            // Never versioned here: live as far as the flush can tell.
+            st.versions.record_library(&owner, owner_stamp, Some(0), 0);
+        }
+        crate::capture::libraries::displaced(&owner);
     }
     Err(format!(
         "FUNCTION LOAD of library '{}': more than {MAX_DISPLACED} libraries hold its functions",

@@ -64,6 +64,22 @@ proc rdmasync_libraries {r} {
     return [lsort $libs]
 }
 
+# Which libraries differ between two lists of {name code}: up to three
+# names, each with where it is.
+proc rdmasync_library_difference {la lb} {
+    set found {}
+    foreach {list other where} [list $la $lb "only on the node" $lb $la "only on the peer"] {
+        foreach lib $list {
+            if {[lsearch -exact $other $lib] >= 0} continue
+            set name [lindex $lib 0]
+            set same_name [lsearch -index 0 -exact $other $name]
+            lappend found "$name [expr {$same_name >= 0 ? "code differs" : $where}]"
+            if {[llength $found] >= 3} { return [join $found "; "] }
+        }
+    }
+    return "[llength $la] against [llength $lb]: [join $found "; "]"
+}
+
 # The keys of every database holding keys, as {db key} pairs (at most
 # `limit` per node).
 proc rdmasync_keys {r limit} {
@@ -111,8 +127,10 @@ proc rdmasync_difference {a b} {
     set da [$a debug digest]
     set db [$b debug digest]
     if {$da ne $db} { return "digest $da vs $db" }
-    if {[rdmasync_libraries $a] ne [rdmasync_libraries $b]} {
-        return "function libraries differ"
+    set la [rdmasync_libraries $a]
+    set lb [rdmasync_libraries $b]
+    if {$la ne $lb} {
+        return "function libraries differ ([rdmasync_library_difference $la $lb])"
     }
     set streams [lsort -unique [concat [rdmasync_streams $a] [rdmasync_streams $b]]]
     foreach s $streams {
@@ -146,7 +164,7 @@ proc rdmasync_check_peer {name} {
             # After a storm of FUNCTION LOADs (unit/functions: 30,000 with
             # flushes between) the peer applies each set the writer shipped,
             # a few seconds behind it.
-            set limit [expr {$diff eq "function libraries differ" ? 3 * $wait : $wait}]
+            set limit [expr {[string match "function libraries differ*" $diff] ? 3 * $wait : $wait}]
             if {$diff eq "" || $waited > $limit} break
             # Left by an earlier test's reload: no need to wait it out.
             if {[string match "seen-time only*" $diff] && $waited > 500} break
