@@ -212,7 +212,11 @@ fn libraries_claiming_one_function_keep_the_later_on_both_nodes() {
     }
     // The loser's name is free again on both: loaded anew on either node,
     // it reaches the other.
-    load(&mut pair.b.conn(), &library("old_name", "other_fn", "again"), false);
+    load(
+        &mut pair.b.conn(),
+        &library("old_name", "other_fn", "again"),
+        false,
+    );
     wait_fcall(&pair.a, "other_fn", Some("again"));
     assert_eq!(wait_same_libraries(&pair), ["new_name", "old_name"]);
 }
@@ -223,13 +227,25 @@ fn libraries_claiming_one_function_keep_the_later_either_way() {
     let pair = Pair::start();
     pair.wait_in_step();
     cut(&pair);
-    load(&mut pair.b.conn(), &library("from_b", "shared_fn", "b"), false);
+    load(
+        &mut pair.b.conn(),
+        &library("from_b", "shared_fn", "b"),
+        false,
+    );
     std::thread::sleep(Duration::from_millis(20));
-    load(&mut pair.a.conn(), &library("from_a", "shared_fn", "a"), false);
+    load(
+        &mut pair.a.conn(),
+        &library("from_a", "shared_fn", "a"),
+        false,
+    );
     heal(&pair);
     wait_fcall(&pair.b, "shared_fn", Some("a"));
     assert_eq!(wait_same_libraries(&pair), ["from_a"]);
-    load(&mut pair.a.conn(), &library("from_b", "other_fn", "again"), false);
+    load(
+        &mut pair.a.conn(),
+        &library("from_b", "other_fn", "again"),
+        false,
+    );
     wait_fcall(&pair.b, "other_fn", Some("again"));
 }
 

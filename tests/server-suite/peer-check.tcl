@@ -64,20 +64,39 @@ proc rdmasync_libraries {r} {
     return [lsort $libs]
 }
 
+# A node's apply errors, refusals and last error, from RDMASYNC.STATUS.
+proc rdmasync_errors {r} {
+    set status [$r rdmasync.status]
+    set out {}
+    foreach field {link apply_errors entries_refused entries_applied entries_discarded entries_sent queue_overflows lag_entries backlog full_syncs sync_in_progress last_error} {
+        set at [lsearch -exact $status $field]
+        if {$at >= 0} { lappend out "$field=[lindex $status [expr {$at + 1}]]" }
+    }
+    return [join $out " "]
+}
+
 # Which libraries differ between two lists of {name code}: up to three
 # names, each with where it is.
 proc rdmasync_library_difference {la lb} {
-    set found {}
-    foreach {list other where} [list $la $lb "only on the node" $lb $la "only on the peer"] {
-        foreach lib $list {
-            if {[lsearch -exact $other $lib] >= 0} continue
-            set name [lindex $lib 0]
-            set same_name [lsearch -index 0 -exact $other $name]
-            lappend found "$name [expr {$same_name >= 0 ? "code differs" : $where}]"
-            if {[llength $found] >= 3} { return [join $found "; "] }
+    set codes [dict create]
+    foreach lib $la { dict set codes [lindex $lib 0] [list a [lindex $lib 1]] }
+    foreach lib $lb {
+        lassign $lib name code
+        if {![dict exists $codes $name]} {
+            dict set codes $name [list b $code]
+        } elseif {[lindex [dict get $codes $name] 1] eq $code} {
+            dict unset codes $name
+        } else {
+            dict set codes $name [list both {}]
         }
     }
-    return "[llength $la] against [llength $lb]: [join $found "; "]"
+    set found {}
+    foreach name [lsort [dict keys $codes]] {
+        set where [dict get {a "only on the node" b "only on the peer" both "code differs"} [lindex [dict get $codes $name] 0]]
+        lappend found "$name $where"
+        if {[llength $found] >= 3} break
+    }
+    return [join $found "; "]
 }
 
 # The keys of every database holding keys, as {db key} pairs (at most
@@ -159,8 +178,12 @@ proc rdmasync_check_peer {name} {
         set start [clock milliseconds]
         set scanned 0
         while 1 {
-            set diff [rdmasync_difference $a $b]
+            # Measured before the comparison, so that the last comparison
+            # starts after the wait ran out: reading 50,000 libraries can
+            # take the client seconds, and a list read before the peer
+            # applied a change must not be the verdict.
             set waited [expr {[clock milliseconds] - $start}]
+            set diff [rdmasync_difference $a $b]
             # After a storm of FUNCTION LOADs (unit/functions: 30,000 with
             # flushes between) the peer applies each set the writer shipped,
             # a few seconds behind it.
@@ -188,6 +211,9 @@ proc rdmasync_check_peer {name} {
             regsub -all {\s+} $spaces " " spaces
             if {[catch {rdmasync_differing_keys $a $b} keys]} { set keys "keys not listed: $keys" }
             append diff " (keyspace [lindex $spaces 0] vs [lindex $spaces 1]; $keys)"
+        }
+        if {[string match "function libraries differ*" $diff]} {
+            append diff " ([rdmasync_errors $a] vs [rdmasync_errors $b])"
         }
         $a close
         $b close
