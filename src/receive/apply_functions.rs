@@ -63,36 +63,44 @@ pub(super) fn load(
         let Some(owner) = owner.filter(|o| o != name) else {
             return Ok(refuse(shared, name, &why));
         };
-        let owner_stamp = st
-            .versions
-            .libraries()
-            .get(&owner)
-            .map_or(Stamp::ZERO, |v| v.stamp());
-        if owner_stamp > stamp {
-            // Ours is newer: the peer's loses. Taken as applied, then
-            // deleted by this node's own next flush (a delete that ships).
-            let _ = run(ctx, opts, "FUNCTION", &[b"DELETE", name]);
-            st.versions.record_library(name, stamp, Some(crc), 0);
-            crate::capture::libraries::displaced(name);
+        if !make_room(ctx, opts, st, (name, crc, stamp), &owner)? {
             return Ok(Outcome::Applied);
         }
-        run(ctx, opts, "FUNCTION", &[b"DELETE", &owner])?;
-        if st
-            .versions
-            .libraries()
-            .get(&owner)
-            .and_then(|v| v.crc())
-            .is_none()
-        {
-            // Never versioned here: live as far as the flush can tell.
-            st.versions.record_library(&owner, owner_stamp, Some(0), 0);
-        }
-        crate::capture::libraries::displaced(&owner);
     }
     Err(format!(
         "FUNCTION LOAD of library '{}': more than {MAX_DISPLACED} libraries hold its functions",
         String::from_utf8_lossy(name)
     ))
+}
+
+/// The peer's library `name` (of code CRC `crc`, written at `stamp`)
+/// registers a function library `owner` holds here: the older of the two
+/// is deleted here, and this node's next flush ships that delete. True
+/// when `owner` went (load `name` again), false when `name` lost.
+fn make_room(
+    ctx: &Context,
+    opts: &CallOptions,
+    st: &mut Replication,
+    (name, crc, stamp): (&[u8], u64, Stamp),
+    owner: &[u8],
+) -> Result<bool, String> {
+    let owner_version = st.versions.libraries().get(owner);
+    let owner_stamp = owner_version.map_or(Stamp::ZERO, |v| v.stamp());
+    if owner_stamp > stamp {
+        // Ours is newer: the peer's loses. Taken as applied, then deleted
+        // by this node's own next flush (a delete that ships).
+        let _ = run(ctx, opts, "FUNCTION", &[b"DELETE", name]);
+        st.versions.record_library(name, stamp, Some(crc), 0);
+        crate::capture::libraries::displaced(name);
+        return Ok(false);
+    }
+    run(ctx, opts, "FUNCTION", &[b"DELETE", owner])?;
+    if owner_version.and_then(|v| v.crc()).is_none() {
+        // Never versioned here: live as far as the flush can tell.
+        st.versions.record_library(owner, owner_stamp, Some(0), 0);
+    }
+    crate::capture::libraries::displaced(owner);
+    Ok(true)
 }
 
 /// Deletes library `name` as the peer did at `stamp`.
