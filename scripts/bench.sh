@@ -38,8 +38,10 @@
 #   hash of 1,000,000 fields, `sadd-big` adds random members to one set of
 #   1,000,000 (new members: an SADD of one already there changes nothing)
 #   and `zadd-big` scores random members of one sorted set of
-#   1,000,000, each filled before the run, and `sadd-keys` adds members to
-#   100,000 small sets; none in the default set),
+#   1,000,000, each filled before the run, `sadd-keys` adds members to
+#   100,000 small sets, and `function-load` loads function libraries of
+#   random names (a fifth of the requests; a name drawn twice is refused);
+#   none in the default set),
 #   BENCH_MODULE_ARGS (extra module arguments of the measured pair, e.g.
 #   merge-counters=yes; not given to the --before pair),
 #   BENCH_BEFORE_ARGS (extra module arguments of the --before pair).
@@ -145,7 +147,7 @@ quiet() { # [written port, peer port] of a module pair (default A, B)
   done
   echo "bench: warning: B still behind A after 120 s" >&2
 }
-flush() { for p in "$@"; do redis-cli -p "$p" flushall >/dev/null; done; quiet; }
+flush() { for p in "$@"; do redis-cli -p "$p" flushall >/dev/null; redis-cli -p "$p" function flush >/dev/null; done; quiet; }
 
 if [ "$WRITE_ONLY" = 0 ]; then
 # 5a. Idle CPU: every server at rest, the module pair connected. Time on CPU in
@@ -185,7 +187,7 @@ requests() { # test pipeline
   local n=$N1; [ "$2" = 16 ] && n=$N16
   # hset and lpush grow ONE key by n elements (a whole-key copy per shipment
   # for the module): a fifth of the requests keeps the run short.
-  case $1 in hset|lpush|hset-big|sadd-big|zadd-big) n=$((n / 5)) ;; esac
+  case $1 in hset|lpush|hset-big|sadd-big|zadd-big|function-load) n=$((n / 5)) ;; esac
   echo "$n"
 }
 prefill() { # test port [peer port of a module pair]: the key the *-big tests write to
@@ -211,6 +213,8 @@ bench_one() { # port test pipeline
     sadd-big) args=(-r 1000000 sadd big "n:__rand_int__") ;;
     sadd-keys) args=(sadd "s:__rand_int__" "m:__rand_int__") ;;
     zadd-big) args=(-r 1000000 zadd big __rand_int__ "m:__rand_int__") ;;
+    function-load) args=(-r 100000000 function load
+      $'#!lua name=l__rand_int__\nredis.register_function(\'f__rand_int__\', function() return 1 end)') ;;
   esac
   redis-benchmark -p "$1" -c 50 -n "$n" -P "$3" -r 100000 --csv "${args[@]}" | tail -1 | awk -F'"' '{ print $4 }'
 }

@@ -194,8 +194,7 @@ fn note_cost(shared: &Shared, started: Instant) {
 /// Stamps at `stamp` what changed in the libraries `op` names (a library,
 /// or all of them) and returns what ships it: each changed library's code
 /// or delete. Nothing when nothing changed, or when they could not be read
-/// (counted; not retried at every flush: the next FUNCTION command or load
-/// reads them again).
+/// (counted, and read again at the next flush, as a key is).
 pub(crate) fn record(
     reads: &mut LibraryReads,
     ctx: &Context,
@@ -208,6 +207,7 @@ pub(crate) fn record(
         PendingOp::Library(name) => {
             let Some(code) = reads.one(ctx, shared, name) else {
                 count_read_failures(shared, 1);
+                mark_changed(name);
                 return Vec::new();
             };
             let recorded = st.versions.libraries().get(name).and_then(|v| v.crc());
@@ -219,6 +219,9 @@ pub(crate) fn record(
         PendingOp::Functions => {
             let Some(all) = reads.all(ctx, shared) else {
                 count_read_failures(shared, 1);
+                if let Some(mut dirty) = crate::capture::state::main_state().dirty.get() {
+                    dirty.mark_functions();
+                }
                 return Vec::new();
             };
             let held: Vec<(Vec<u8>, u64)> = all

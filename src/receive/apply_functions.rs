@@ -63,8 +63,9 @@ pub(super) fn load(
         let Some(owner) = owner.filter(|o| o != name) else {
             return Ok(refuse(shared, name, &why));
         };
-        if !make_room(ctx, opts, st, (name, crc, stamp), &owner)? {
-            return Ok(Outcome::Applied);
+        if !make_room(ctx, opts, st, (name, stamp), &owner)? {
+            // A conflict lost, as an older write is.
+            return Ok(Outcome::Discarded);
         }
     }
     Err(format!(
@@ -73,7 +74,12 @@ pub(super) fn load(
     ))
 }
 
-/// The peer's library `name` (of code CRC `crc`, written at `stamp`)
+/// The CRC recorded for a library this node does not hold but the peer
+/// may (displaced by a conflict): no code read here has it, so the next
+/// flush ships the library's delete, or its code if a client loaded it.
+const NOT_HELD: u64 = 0;
+
+/// The peer's library `name` (written at `stamp`)
 /// registers a function library `owner` holds here: the older of the two
 /// is deleted here, and this node's next flush ships that delete. True
 /// when `owner` went (load `name` again), false when `name` lost.
@@ -81,23 +87,26 @@ fn make_room(
     ctx: &Context,
     opts: &CallOptions,
     st: &mut Replication,
-    (name, crc, stamp): (&[u8], u64, Stamp),
+    (name, stamp): (&[u8], Stamp),
     owner: &[u8],
 ) -> Result<bool, String> {
     let owner_version = st.versions.libraries().get(owner);
     let owner_stamp = owner_version.map_or(Stamp::ZERO, |v| v.stamp());
     if owner_stamp > stamp {
-        // Ours is newer: the peer's loses. Taken as applied, then deleted
-        // by this node's own next flush (a delete that ships).
+        // Ours is newer: the peer's loses. Recorded at its stamp with a
+        // code no library has (it is not held: any load of that name here
+        // differs from it), then deleted by this node's own next flush (a
+        // delete that ships).
         let _ = run(ctx, opts, "FUNCTION", &[b"DELETE", name]);
-        st.versions.record_library(name, stamp, Some(crc), 0);
+        st.versions.record_library(name, stamp, Some(NOT_HELD), 0);
         crate::capture::libraries::displaced(name);
         return Ok(false);
     }
     run(ctx, opts, "FUNCTION", &[b"DELETE", owner])?;
     if owner_version.and_then(|v| v.crc()).is_none() {
         // Never versioned here: live as far as the flush can tell.
-        st.versions.record_library(owner, owner_stamp, Some(0), 0);
+        st.versions
+            .record_library(owner, owner_stamp, Some(NOT_HELD), 0);
     }
     crate::capture::libraries::displaced(owner);
     Ok(true)

@@ -68,7 +68,7 @@ proc rdmasync_libraries {r} {
 proc rdmasync_errors {r} {
     set status [$r rdmasync.status]
     set out {}
-    foreach field {link apply_errors entries_refused entries_applied entries_discarded entries_sent queue_overflows lag_entries backlog full_syncs sync_in_progress last_error} {
+    foreach field {link apply_errors entries_refused entries_applied conflicts_discarded entries_sent queue_overflows lag_entries backlog full_syncs sync_in_progress last_error} {
         set at [lsearch -exact $status $field]
         if {$at >= 0} { lappend out "$field=[lindex $status [expr {$at + 1}]]" }
     }
