@@ -39,8 +39,9 @@
 #   1,000,000 (new members: an SADD of one already there changes nothing)
 #   and `zadd-big` scores random members of one sorted set of
 #   1,000,000, each filled before the run, `sadd-keys` adds members to
-#   100,000 small sets, and `function-load` loads function libraries of
-#   random names (a fifth of the requests; a name drawn twice is refused);
+#   100,000 small sets, and `function-load` loads a fifth of the requests'
+#   number of function libraries of new names, one client waiting for each
+#   reply (scripts/function-loads.py: the pipeline does not apply);
 #   none in the default set),
 #   BENCH_MODULE_ARGS (extra module arguments of the measured pair, e.g.
 #   merge-counters=yes; not given to the --before pair),
@@ -213,8 +214,7 @@ bench_one() { # port test pipeline
     sadd-big) args=(-r 1000000 sadd big "n:__rand_int__") ;;
     sadd-keys) args=(sadd "s:__rand_int__" "m:__rand_int__") ;;
     zadd-big) args=(-r 1000000 zadd big __rand_int__ "m:__rand_int__") ;;
-    function-load) args=(-r 100000000 function load
-      $'#!lua name=l__rand_int__\nredis.register_function(\'f__rand_int__\', function() return 1 end)') ;;
+    function-load) scripts/function-loads.py "$1" "$n"; return ;;
   esac
   redis-benchmark -p "$1" -c 50 -n "$n" -P "$3" -r 100000 --csv "${args[@]}" | tail -1 | awk -F'"' '{ print $4 }'
 }
@@ -225,7 +225,7 @@ for r in $(seq "$ROUNDS"); do
       [ -n "$BEFORE" ] && { [ $((r % 2)) = 1 ] && order=(module-before "${order[@]}") || order+=(module-before); }
       for who in "${order[@]}"; do
         flush $PA $PP $PM $PF
-        [ -n "$BEFORE" ] && { redis-cli -p $PC flushall >/dev/null; quiet $PC $PD; }
+        [ -n "$BEFORE" ] && { redis-cli -p $PC flushall >/dev/null; redis-cli -p $PC function flush >/dev/null; quiet $PC $PD; }
         case $who in
           module) port=$PA peer=$PB ;; plain) port=$PP peer= ;; floor) port=$PF peer= ;;
           replicaof) port=$PM peer=$PR ;; module-before) port=$PC peer=$PD ;;
