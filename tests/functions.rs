@@ -469,3 +469,31 @@ fn a_refused_load_ships_nothing() {
     assert_eq!(fcall(&pair.b, "ft").as_deref(), Some("first"));
     assert_eq!(wait_same_libraries(&pair), ["one", "taken", "two"]);
 }
+
+/// A delete and a load made while the link is cut, then a hard restart
+/// from the AOF: the journal's library records come back with the data,
+/// the tombstone among them (without it the delete would be forgotten:
+/// the load finds the library gone and no version saying it was there),
+/// and the peer gets both changes; the name is free again afterwards.
+#[test]
+fn a_delete_made_while_cut_survives_a_restart_from_the_aof() {
+    let mut pair = aof_pair();
+    load(&mut pair.a.conn(), &library("kept", "fk", "k"), false);
+    load(&mut pair.a.conn(), &library("doomed", "fd", "d"), false);
+    wait_fcall(&pair.b, "fd", Some("d"));
+    cut(&pair);
+    let _: String = redis::cmd("FUNCTION")
+        .arg("DELETE")
+        .arg("doomed")
+        .query(&mut pair.a.conn())
+        .unwrap();
+    load(&mut pair.a.conn(), &library("new", "fn", "n"), false);
+    pair.a.restart();
+    pair.b.set_peer_port(&pair.a.listen_port().to_string());
+    pair.wait_linked();
+    wait_fcall(&pair.b, "fd", None);
+    wait_fcall(&pair.b, "fn", Some("n"));
+    assert_eq!(wait_same_libraries(&pair), ["kept", "new"]);
+    load(&mut pair.b.conn(), &library("doomed", "fd", "back"), false);
+    wait_fcall(&pair.a, "fd", Some("back"));
+}
