@@ -30,9 +30,12 @@ pub const SNAPSHOT_SHARE: u32 = 20; // 1/20 = 5 %
 /// ships stays bounded).
 pub const MAX_HELD_OPS: usize = 1024;
 
-/// The function libraries rest as a key of their own (`FUNCTION DUMP` of
-/// all of them after each change: loading libraries one by one costs the
-/// square of their number without a rest). No database has this number.
+/// The function libraries rest as a key of their own: reading one library
+/// costs the server a pass over the names of all (`FUNCTION LIST
+/// LIBRARYNAME`), reading all of them a `FUNCTION DUMP`, so libraries
+/// loaded one by one and read back each time would cost the square of
+/// their number without a rest (`capture::libraries`). No database has
+/// this number.
 pub const FUNCTIONS_DB: u32 = u32::MAX;
 /// The name the function libraries rest under.
 pub const FUNCTIONS_KEY: &[u8] = b"";
