@@ -114,6 +114,21 @@ pub(crate) struct LibraryReads {
 impl LibraryReads {
     /// For the pending `ops` of one flush.
     pub(crate) fn new(ctx: &Context, ops: &[PendingOp]) -> Self {
+        let mut reads = Self {
+            all: None,
+            read_all: false,
+            trusted: HashMap::new(),
+            count: None,
+            any: false,
+        };
+        if !ops
+            .iter()
+            .any(|op| matches!(op, PendingOp::Functions | PendingOp::Library(_)))
+        {
+            // Most flushes: no library changed.
+            return reads;
+        }
+        reads.any = true;
         let all = ops.iter().any(|op| matches!(op, PendingOp::Functions));
         let named: Vec<&Vec<u8>> = ops
             .iter()
@@ -122,13 +137,6 @@ impl LibraryReads {
                 _ => None,
             })
             .collect();
-        let mut reads = Self {
-            all: None,
-            read_all: false,
-            trusted: HashMap::new(),
-            count: None,
-            any: all || !named.is_empty(),
-        };
         if !all && !named.is_empty() {
             reads.count = server::libraries_count(ctx);
             let main = crate::capture::state::main_state();

@@ -300,7 +300,9 @@ impl DirtySet {
     /// Takes everything pending.
     pub fn take(&mut self) -> Vec<PendingOp> {
         self.index.clear();
-        self.libraries.clear();
+        if !self.libraries.is_empty() {
+            self.libraries.clear();
+        }
         self.flushes_and_swaps = 0;
         self.base += self.ops.len() as u64;
         Vec::from(std::mem::take(&mut self.ops))

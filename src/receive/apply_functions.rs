@@ -40,11 +40,9 @@ pub(super) fn load(
     (name, code): (&[u8], &[u8]),
     stamp: Stamp,
 ) -> Result<Outcome, String> {
-    match st.versions.libraries().decide(name, stamp) {
-        Decision::Apply => {}
-        other => return Ok(Outcome::of(other)),
+    if let Some(outcome) = not_newer(st, name, stamp) {
+        return Ok(outcome);
     }
-    crate::capture::libraries::changed_elsewhere();
     let crc = dump::crc64(code);
     if st.versions.libraries().get(name).and_then(|v| v.crc()) == Some(crc) {
         // The same code here already (both sites loaded it).
@@ -120,11 +118,9 @@ pub(super) fn delete(
     name: &[u8],
     stamp: Stamp,
 ) -> Result<Outcome, String> {
-    match st.versions.libraries().decide(name, stamp) {
-        Decision::Apply => {}
-        other => return Ok(Outcome::of(other)),
+    if let Some(outcome) = not_newer(st, name, stamp) {
+        return Ok(outcome);
     }
-    crate::capture::libraries::changed_elsewhere();
     if let Err(why) = run(ctx, opts, "FUNCTION", &[b"DELETE", name]) {
         if !why.to_ascii_lowercase().contains("library not found") {
             return Err(why);
@@ -133,6 +129,19 @@ pub(super) fn delete(
     st.versions
         .record_library(name, stamp, None, GC_AT_NEXT_ACK);
     Ok(Outcome::Applied)
+}
+
+/// What becomes of the peer's change of library `name` at `stamp` when it
+/// is not newer than ours; `None` when it is (the libraries are about to
+/// change here: the load note's count no longer holds).
+fn not_newer(st: &Replication, name: &[u8], stamp: Stamp) -> Option<Outcome> {
+    match st.versions.libraries().decide(name, stamp) {
+        Decision::Apply => {
+            crate::capture::libraries::changed_elsewhere();
+            None
+        }
+        other => Some(Outcome::of(other)),
+    }
 }
 
 /// The function a refused load registers that another library holds: the

@@ -142,10 +142,9 @@ pub fn libraries_count(ctx: &Context) -> Option<u64> {
     else {
         return None;
     };
-    let at = (0..stats.len())
-        .step_by(2)
-        .find(|&at| reply_bytes(stats.get(at)).as_deref() == Some(b"engines"))?;
-    let Some(Ok(CallReply::Array(engines))) = stats.get(at + 1) else {
+    let Some(Ok(CallReply::Array(engines))) =
+        stats.get(field_at(stats.len(), |i| reply_bytes(stats.get(i)), b"engines")? + 1)
+    else {
         return None;
     };
     let mut count = 0;
@@ -153,13 +152,24 @@ pub fn libraries_count(ctx: &Context) -> Option<u64> {
         let Some(Ok(CallReply::Array(fields))) = engines.get(engine) else {
             return None;
         };
-        let at = (0..fields.len())
-            .step_by(2)
-            .find(|&at| reply_bytes(fields.get(at)).as_deref() == Some(b"libraries_count"))?;
-        let Some(Ok(CallReply::I64(n))) = fields.get(at + 1) else {
+        let Some(Ok(CallReply::I64(n))) = fields.get(
+            field_at(
+                fields.len(),
+                |i| reply_bytes(fields.get(i)),
+                b"libraries_count",
+            )? + 1,
+        ) else {
             return None;
         };
         count += u64::try_from(n.to_i64()).ok()?;
     }
     Some(count)
+}
+
+/// Where field `name` is in a flat array of names and values (its value
+/// follows it): `len` entries, the bytes of entry `i` as `bytes_at(i)`.
+fn field_at(len: usize, bytes_at: impl Fn(usize) -> Option<Vec<u8>>, name: &[u8]) -> Option<usize> {
+    (0..len)
+        .step_by(2)
+        .find(|&at| bytes_at(at).as_deref() == Some(name))
 }
