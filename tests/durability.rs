@@ -996,6 +996,46 @@ fn a_write_lost_by_a_restart_comes_back_after_a_second_load() {
     }
 }
 
+/// A restarted from a snapshot that lacks its write `w` (which B holds) and
+/// asked B for its own changes since; B acknowledged the request but went
+/// down before its answering sync left (held on purpose here), and came
+/// back from its own snapshot, which holds `w`. B's new request does not
+/// know A's: A's answer to it must ask again for its own changes that the
+/// load lost, or `w` stays on B alone.
+#[test]
+fn a_write_lost_by_a_restart_comes_back_when_the_peer_restarts_before_answering() {
+    let mut pair = pair_persisting(Persistence::Rdb);
+    let _: () = pair.a.conn().set("base", "1").unwrap();
+    assert!(wait_value(&pair.b, "base", Some("1")));
+    assert!(wait_until(SETTLE, || pair.a.stat("peer_watermark") > 0
+        && pair.b.stat("peer_watermark") > 0));
+    let _: () = redis::cmd("SAVE").query(&mut pair.a.conn()).unwrap();
+    let _: () = pair.a.conn().set("w", "x").unwrap();
+    assert!(wait_value(&pair.b, "w", Some("x")));
+    pair.b.debug(&["HOLD-SYNCS", "ON"]);
+    pair.a.restart();
+    assert_eq!(get(&pair.a, "w"), None, "lost with the kill");
+    pair.wait_linked();
+    // B took A's request (A's own request acknowledged, B's answer taken)
+    // and owes the sync it holds.
+    let asked = wait_until(SETTLE, || {
+        let (sa, sb) = (pair.a.status(), pair.b.status());
+        sa["peer_state"] != "probing" && sb["peer_state"] == "snapshot"
+    });
+    assert!(asked, "a={:?} b={:?}", pair.a.status(), pair.b.status());
+    assert!(pair.a.stat("own_lost_after") > 0, "{:?}", pair.a.status());
+    let _: () = redis::cmd("SAVE").query(&mut pair.b.conn()).unwrap();
+    pair.b.restart();
+    heal(&pair);
+    pair.wait_linked();
+    pair.wait_settled(SETTLE);
+    for node in [&pair.a, &pair.b] {
+        assert_eq!(get(node, "w"), Some("x".to_string()), "w on {}", node.name);
+        assert_eq!(get(node, "base"), Some("1".to_string()));
+    }
+    assert_eq!(pair.a.stat("own_lost_after"), 0, "{:?}", pair.a.status());
+}
+
 /// Deletes past `max-tombstones` while cut, then A killed and restarted
 /// from its AOF before the link returns: the dropped floor comes back
 /// with A's files, so the sync A's restart leads to still sweeps: none of

@@ -693,8 +693,11 @@ fn ask_for_sync(shared: &Shared, st: &mut Replication) {
         st.versions.covered(st.peer.node_id)
     };
     let (received, own) = if answer {
-        // It lost nothing of ours: none of ours is to come back.
-        (0, u64::MAX)
+        // It lost nothing of ours: none of ours is to come back, unless a
+        // load here lost some that the peer has not sent back yet (it
+        // acknowledged our own request, then lost state before answering
+        // it: its request does not know ours).
+        (0, st.lost_window.map_or(u64::MAX, |(from, _)| from))
     } else {
         let own = st.own_durable.unwrap_or_else(|| st.versions.newest_of(me));
         (st.peer.received_at_loss(), own)
@@ -714,7 +717,8 @@ fn ask_for_sync(shared: &Shared, st: &mut Replication) {
 /// Starts the sync the peer's request (or a link drop) made due: a full
 /// one, or one since the watermarks the peer gave.
 fn start_due_sync(reader: &Reader, shared: &Shared, st: &mut Replication) {
-    if st.peer.probe.own_due() {
+    let held = main_state().faults.get().is_some_and(|f| f.syncs_held());
+    if st.peer.probe.own_due() || held {
         return;
     }
     let sync = match st.peer.snapshot.due() {

@@ -89,6 +89,38 @@ impl PeerRequest {
     }
 }
 
+/// Where one peer's progress stands, in one word (`peer_state` in STATUS
+/// and INFO): the first of these that holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// No link to it.
+    Down,
+    /// Learning what each side misses: our own request (this node lost
+    /// state) is not acknowledged yet, or the peer's request is awaited.
+    Probing,
+    /// A sync of our whole state (or since its watermarks) is owed,
+    /// running, or not yet acknowledged whole; or a request of the peer's
+    /// waits to be taken.
+    Snapshot,
+    /// Changes kept while the link was down are being resent.
+    CatchingUp,
+    /// In step: changes ship as they are made.
+    Streaming,
+}
+
+impl Phase {
+    /// Its name in STATUS.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Down => "down",
+            Self::Probing => "probing",
+            Self::Snapshot => "snapshot",
+            Self::CatchingUp => "catching-up",
+            Self::Streaming => "streaming",
+        }
+    }
+}
+
 /// The progress of one peer. Main thread only.
 #[derive(Debug)]
 pub struct Peer {
@@ -332,6 +364,24 @@ impl Peer {
         !self.backlog.is_empty() || self.snapshot.is_running()
     }
 
+    /// Where this peer's progress stands.
+    pub fn phase(&self) -> Phase {
+        if !self.link.up {
+            Phase::Down
+        } else if self.probe.asks_own() || self.probe.awaits_peer_request() {
+            Phase::Probing
+        } else if self.snapshot.owed().is_some()
+            || self.snapshot.unacknowledged()
+            || self.pending_request.is_some()
+        {
+            Phase::Snapshot
+        } else if !self.backlog.is_empty() || self.backlog_read.is_some() {
+            Phase::CatchingUp
+        } else {
+            Phase::Streaming
+        }
+    }
+
     /// A sync is wanted, asked for or owed to the peer.
     pub fn sync_pending(&self) -> bool {
         self.snapshot.owed().is_some() || self.pending_request.is_some() || self.probe.is_due()
@@ -375,6 +425,31 @@ mod tests {
             })
         );
         assert!(peer.sync_pending());
+    }
+
+    #[test]
+    fn the_phase_follows_the_link_the_probe_and_the_sync_owed() {
+        let mut peer = Peer::new(10);
+        assert_eq!(peer.phase(), Phase::Down);
+        peer.link = LinkView::up(1, 7, 1 << 20);
+        // A node that just started asks first.
+        assert_eq!(peer.phase(), Phase::Probing);
+        peer.sync_request_sent(1, false);
+        peer.acknowledged(1);
+        assert_eq!(peer.phase(), Phase::Probing, "still awaits the peer's request");
+        peer.peer_asks_for_sync(0, 500, u64::MAX, true);
+        peer.probe.peer_request_taken(true, false);
+        assert_eq!(peer.phase(), Phase::Snapshot, "its request not yet taken");
+        peer.pending_request = None;
+        peer.snapshot.owe(SyncKind::Since { since: 500, own: 9 });
+        assert_eq!(peer.phase(), Phase::Snapshot);
+        peer.start_full_sync(FullSync::new(1));
+        peer.full_sync_sent(5);
+        assert_eq!(peer.phase(), Phase::Snapshot, "not acknowledged whole");
+        peer.acknowledged(5);
+        assert_eq!(peer.phase(), Phase::Streaming);
+        peer.link = peer.link.ended(1);
+        assert_eq!(peer.phase(), Phase::Down);
     }
 
     #[test]

@@ -185,7 +185,6 @@ impl Probe {
     }
 
     /// Whether our own request is due or unacknowledged.
-    #[cfg(test)]
     pub fn asks_own(&self) -> bool {
         self.own.is_some()
     }

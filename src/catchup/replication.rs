@@ -530,6 +530,8 @@ impl Replication {
                 .max()
                 .unwrap_or(0),
             since_syncs: self.peer.since_syncs,
+            peer_state: self.peer.phase().as_str(),
+            own_lost_after: self.lost_window.map_or(0, |(from, _)| from),
             catchup_entries: self.peer.report.entries,
             catchup_from_seq: self.peer.report.from_seq,
             catchup_ms: self.peer.report.took_ms.unwrap_or_else(|| {

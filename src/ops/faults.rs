@@ -16,6 +16,9 @@
 //! - `HOLD-APPLY ON` / `HOLD-APPLY OFF`: while on, the main thread leaves
 //!   what the link thread hands it (batches, acks, link up and down) in the
 //!   apply queue, as a backed-up queue would;
+//! - `HOLD-SYNCS ON` / `HOLD-SYNCS OFF`: while on, a sync owed to the
+//!   peer (full, or since its watermarks) is not started, as a node that
+//!   dies between acknowledging the peer's request and answering it would;
 //! - `CLOCK-SKEW <ms>`: this node's wall clock reads `ms` off (negative:
 //!   behind), as a node with a wrong clock would; 0 reads it right again;
 //! - `VERSION <key>`: the version (and counter state, merge bound and
@@ -42,6 +45,8 @@ pub struct Faults {
     drop_acks: bool,
     /// The apply queue is left alone.
     hold_apply: bool,
+    /// Syncs owed to the peer are not started.
+    hold_syncs: bool,
 }
 
 /// The switches the sender thread reads.
@@ -81,6 +86,11 @@ impl Faults {
         self.hold_apply
     }
 
+    /// Whether a sync owed to the peer must wait now.
+    pub fn syncs_held(&self) -> bool {
+        self.hold_syncs
+    }
+
     /// Carries out a parsed request; `sender` holds the sender's switches.
     pub fn apply(&mut self, request: DebugRequest, sender: Option<&SenderFaults>) {
         let set = |flag: fn(&SenderFaults) -> &AtomicBool, on: bool| {
@@ -93,6 +103,7 @@ impl Faults {
             DebugRequest::ClearFaults => self.fail_reads = None,
             DebugRequest::DropAcks(on) => self.drop_acks = on,
             DebugRequest::HoldApply(on) => self.hold_apply = on,
+            DebugRequest::HoldSyncs(on) => self.hold_syncs = on,
             DebugRequest::HoldSends(on) => set(|s| &s.hold_sends, on),
             DebugRequest::FailNextPost => set(|s| &s.fail_next_post, true),
             DebugRequest::DropNextBatch => set(|s| &s.drop_next_batch, true),
@@ -128,6 +139,8 @@ pub enum DebugRequest {
     DropNextBatch,
     /// Leave the apply queue alone (`true`) or apply again.
     HoldApply(bool),
+    /// Start no sync owed to the peer (`true`) or start them again.
+    HoldSyncs(bool),
     /// Record at most this many expiries per event-loop iteration.
     ExpiredBound(usize),
     /// Report the version this node holds of a key of the selected
@@ -143,9 +156,15 @@ pub fn parse(args: &[&[u8]]) -> Result<DebugRequest, &'static str> {
     const USAGE: &str = "ERR usage: RDMASYNC.DEBUG FAIL-READS SET <key-prefix> | \
                          RDMASYNC.DEBUG FAIL-READS CLEAR | RDMASYNC.DEBUG DROP-ACKS ON|OFF | \
                          RDMASYNC.DEBUG HOLD-SENDS ON|OFF | RDMASYNC.DEBUG HOLD-APPLY ON|OFF | \
+                         RDMASYNC.DEBUG HOLD-SYNCS ON|OFF | \
                          RDMASYNC.DEBUG FAIL-NEXT-POST | RDMASYNC.DEBUG DROP-NEXT-BATCH | \
                          RDMASYNC.DEBUG CLOCK-SKEW <ms> | RDMASYNC.DEBUG EXPIRED-BOUND <n> | \
                          RDMASYNC.DEBUG VERSION <key>";
+    if let [what, on] = args {
+        if let Some(request) = switch(what, on) {
+            return Ok(request);
+        }
+    }
     let upper = |a: &[u8]| a.to_ascii_uppercase();
     match args {
         [what, set, prefix] if upper(what) == b"FAIL-READS" && upper(set) == b"SET" => {
@@ -154,27 +173,9 @@ pub fn parse(args: &[&[u8]]) -> Result<DebugRequest, &'static str> {
         [what, clear] if upper(what) == b"FAIL-READS" && upper(clear) == b"CLEAR" => {
             Ok(DebugRequest::ClearFaults)
         }
-        [what, on] if upper(what) == b"DROP-ACKS" && upper(on) == b"ON" => {
-            Ok(DebugRequest::DropAcks(true))
-        }
-        [what, off] if upper(what) == b"DROP-ACKS" && upper(off) == b"OFF" => {
-            Ok(DebugRequest::DropAcks(false))
-        }
-        [what, on] if upper(what) == b"HOLD-SENDS" && upper(on) == b"ON" => {
-            Ok(DebugRequest::HoldSends(true))
-        }
-        [what, off] if upper(what) == b"HOLD-SENDS" && upper(off) == b"OFF" => {
-            Ok(DebugRequest::HoldSends(false))
-        }
         [what, key] if upper(what) == b"VERSION" => Ok(DebugRequest::Version(key.to_vec())),
         [what] if upper(what) == b"FAIL-NEXT-POST" => Ok(DebugRequest::FailNextPost),
         [what] if upper(what) == b"DROP-NEXT-BATCH" => Ok(DebugRequest::DropNextBatch),
-        [what, on] if upper(what) == b"HOLD-APPLY" && upper(on) == b"ON" => {
-            Ok(DebugRequest::HoldApply(true))
-        }
-        [what, off] if upper(what) == b"HOLD-APPLY" && upper(off) == b"OFF" => {
-            Ok(DebugRequest::HoldApply(false))
-        }
         [what, ms] if upper(what) == b"CLOCK-SKEW" => std::str::from_utf8(ms)
             .ok()
             .and_then(|ms| ms.parse().ok())
@@ -187,6 +188,22 @@ pub fn parse(args: &[&[u8]]) -> Result<DebugRequest, &'static str> {
             .ok_or(USAGE),
         _ => Err(USAGE),
     }
+}
+
+/// `<what> ON|OFF` of one of the switches, if `what` names one.
+fn switch(what: &[u8], on: &[u8]) -> Option<DebugRequest> {
+    let on = match on.to_ascii_uppercase().as_slice() {
+        b"ON" => true,
+        b"OFF" => false,
+        _ => return None,
+    };
+    Some(match what.to_ascii_uppercase().as_slice() {
+        b"DROP-ACKS" => DebugRequest::DropAcks(on),
+        b"HOLD-SENDS" => DebugRequest::HoldSends(on),
+        b"HOLD-APPLY" => DebugRequest::HoldApply(on),
+        b"HOLD-SYNCS" => DebugRequest::HoldSyncs(on),
+        _ => return None,
+    })
 }
 
 #[cfg(test)]
@@ -233,6 +250,11 @@ mod tests {
             parse(&[b"HOLD-APPLY", b"OFF"]),
             Ok(DebugRequest::HoldApply(false))
         );
+        assert_eq!(
+            parse(&[b"hold-syncs", b"On"]),
+            Ok(DebugRequest::HoldSyncs(true))
+        );
+        assert!(parse(&[b"HOLD-SYNCS", b"maybe"]).is_err());
         assert_eq!(
             parse(&[b"clock-skew", b"-315360000000"]),
             Ok(DebugRequest::ClockSkew(-315_360_000_000))

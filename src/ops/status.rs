@@ -248,6 +248,11 @@ pub struct Convergence {
     /// This node holds every change of the peer stamped at or below this
     /// clock (durable; what its requests ask the peer to sync from).
     pub peer_watermark: u64,
+    /// Where the peer's progress stands (`catchup::peer::Phase`).
+    pub peer_state: &'static str,
+    /// A load lost this node's own changes stamped after this clock, and
+    /// the peer has not sent them back yet (0: none lost).
+    pub own_lost_after: u64,
     /// Stamp records replayed from the AOF or a master's stream.
     pub stamps_loaded: u64,
     /// Changes a load found without their stamp, dated then.
@@ -359,6 +364,8 @@ fn convergence_fields(conv: &Convergence) -> Vec<(&'static str, Field)> {
         ("catchup_since", number(conv.catchup_since)),
         ("since_syncs", number(conv.since_syncs)),
         ("peer_watermark", number(conv.peer_watermark)),
+        ("peer_state", text(conv.peer_state.to_owned())),
+        ("own_lost_after", number(conv.own_lost_after)),
         ("stamps_loaded", number(conv.stamps_loaded)),
         ("stamps_dated", number(conv.stamps_dated)),
     ]
@@ -455,6 +462,8 @@ mod tests {
             "full_syncs",
             "partial_syncs",
             "sync_in_progress",
+            "peer_state",
+            "own_lost_after",
             "catchup",
             "catchup_entries",
             "catchup_from_seq",
