@@ -72,6 +72,14 @@ pub fn encode(store: &VersionStore) -> Vec<Vec<u8>> {
     if let Some(dropped) = store.dropped() {
         add(journal::TAG_DROPPED, 0, dropped, &[]);
     }
+    if let Some((from, to)) = store.lost_own() {
+        add(
+            journal::TAG_LOST_OWN,
+            0,
+            Stamp::new(from, 0),
+            &to.to_le_bytes(),
+        );
+    }
     blobs
 }
 

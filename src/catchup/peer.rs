@@ -335,6 +335,13 @@ impl Peer {
         self.probe.accepts_coverage()
     }
 
+    /// Whether the coverage of an ack acknowledging our entries up to
+    /// `applied` may raise this node's watermark of the peer (see
+    /// `Probe::accepts_coverage_of_ack`).
+    pub fn accepts_coverage_of_ack(&self, applied: u64) -> bool {
+        self.probe.accepts_coverage_of_ack(applied)
+    }
+
     /// The last coverage our acks told the peer.
     pub fn coverage_sent(&self) -> u64 {
         self.coverage_sent
@@ -436,7 +443,11 @@ mod tests {
         assert_eq!(peer.phase(), Phase::Probing);
         peer.sync_request_sent(1, false);
         peer.acknowledged(1);
-        assert_eq!(peer.phase(), Phase::Probing, "still awaits the peer's request");
+        assert_eq!(
+            peer.phase(),
+            Phase::Probing,
+            "still awaits the peer's request"
+        );
         peer.peer_asks_for_sync(0, 500, u64::MAX, true);
         peer.probe.peer_request_taken(true, false);
         assert_eq!(peer.phase(), Phase::Snapshot, "its request not yet taken");

@@ -173,6 +173,19 @@ impl Probe {
         self.own.is_none()
     }
 
+    /// Whether the coverage of an ack that acknowledges our entries up to
+    /// `applied` may be taken: also when that very ack acknowledges our
+    /// own request. The peer voided its coverage when it applied the
+    /// request, so what such an ack claims was reached after the sync that
+    /// answers it was in the stream, ahead of the ack.
+    pub fn accepts_coverage_of_ack(&self, applied: u64) -> bool {
+        match self.own {
+            None => true,
+            Some(Asking::Sent { seq }) => seq <= applied,
+            Some(Asking::Due) => false,
+        }
+    }
+
     /// Whether this node still waits for the peer's request.
     pub fn awaits_peer_request(&self) -> bool {
         self.awaiting_peer_request

@@ -563,11 +563,15 @@ impl Replication {
     /// those stamped up to `loaded` may have been lost. A window an earlier
     /// load left open (the peer has not answered since) widens.
     pub fn loaded(&mut self, own: u64, loaded: u64) {
-        let (from, to) = match self.lost_window {
-            Some((from, to)) => (from.min(own), to.max(loaded)),
-            None => (own, loaded),
-        };
+        // The window the loaded files still held open (a restart before
+        // the peer answered), and the one this process kept (a reload).
+        let open = [self.lost_window, self.versions.lost_own()];
+        let (from, to) = open
+            .into_iter()
+            .flatten()
+            .fold((own, loaded), |(f, t), (of, ot)| (f.min(of), t.max(ot)));
         self.lost_window = Some((from, to));
+        self.versions.record_lost_own(from, to);
         self.own_durable = Some(from);
         self.own_loaded_clock = to;
     }
@@ -576,6 +580,7 @@ impl Replication {
     /// again): what the loads lost of ours is back.
     pub fn lost_window_closed(&mut self) {
         self.lost_window = None;
+        self.versions.close_lost_own();
     }
 
     /// This node's data came from elsewhere (it was a replica and is a
@@ -739,6 +744,26 @@ mod tests {
         r.lost_window_closed();
         r.loaded(400, 500);
         assert_eq!((r.own_durable, r.own_loaded_clock), (Some(400), 500));
+    }
+
+    #[test]
+    fn a_restart_before_the_peer_answers_keeps_the_window_its_files_held() {
+        // The first load's window went to the files (journal, RDB aux).
+        let mut first = Replication::new(10);
+        first.loaded(100, 200);
+        let mut journal = vec![crate::converge::journal::FORMAT];
+        journal.extend(first.versions.take_journal());
+        // A new process: only the files say what the first load lost.
+        let mut second = Replication::new(10);
+        assert!(crate::converge::journal::replay(&journal, &mut second.versions).is_ok());
+        second.loaded(150, 300);
+        assert_eq!(
+            (second.own_durable, second.own_loaded_clock),
+            (Some(100), 300)
+        );
+        assert_eq!(second.lost_window, Some((100, 300)));
+        second.lost_window_closed();
+        assert_eq!(second.versions.lost_own(), None);
     }
 
     #[test]
@@ -934,6 +959,11 @@ mod tests {
         x.link_up(1);
         x.peer.sync_request_sent(4, false);
         assert!(!x.peer.accepts_coverage());
+        // An ack of entries before the request speaks of the old stream;
+        // the one that acknowledges the request was made after the peer
+        // voided its coverage.
+        assert!(!x.peer.accepts_coverage_of_ack(3));
+        assert!(x.peer.accepts_coverage_of_ack(4));
         x.peer.acknowledged(4);
         assert!(x.peer.accepts_coverage());
         // The peer side: a request from a node that lost state voids what

@@ -77,6 +77,14 @@ pub const TAG_LIBRARY_DELETED: u8 = 21;
 /// key is its name, no stamp.
 pub const TAG_LIBRARY_FORGET: u8 = 22;
 
+/// This node's own changes stamped after `stamp.clock` and up to the
+/// clock in the key (8 bytes, little-endian) may have been lost by loads,
+/// and the peer has not sent them back yet.
+pub const TAG_LOST_OWN: u8 = 23;
+/// The peer sent back what loads lost of this node's changes (no key, no
+/// stamp).
+pub const TAG_LOST_OWN_CLOSED: u8 = 24;
+
 /// One decoded record, borrowing its key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Record<'a> {
@@ -245,6 +253,11 @@ pub(crate) fn apply_record(store: &mut VersionStore, r: &Record<'_>) -> bool {
         },
         TAG_LIBRARY_DELETED => store.record_library(r.key, r.stamp, None, 0),
         TAG_LIBRARY_FORGET => store.forget_library(r.key),
+        TAG_LOST_OWN => match <[u8; 8]>::try_from(r.key) {
+            Ok(to) => store.record_lost_own(r.stamp.clock, u64::from_le_bytes(to)),
+            Err(_) => return false,
+        },
+        TAG_LOST_OWN_CLOSED => store.close_lost_own(),
         TAG_FLUSHED => store.flushed_unstamped(Some(r.db)),
         TAG_FLUSHED_ALL => store.flushed_unstamped(None),
         TAG_SWAP => match <[u8; 4]>::try_from(r.key) {

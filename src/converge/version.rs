@@ -121,6 +121,10 @@ pub struct VersionStore {
     /// `max-tombstones` (see [`Self::drop_oldest_own`]); the peer's next
     /// full sync sweeps below it (`converge::sweep`).
     dropped: Option<Stamp>,
+    /// This node's own changes stamped in `(from, to]` that loads may have
+    /// lost, until the peer's answering sync has brought them back:
+    /// durable, so that a restart before that still asks for them.
+    lost_own: Option<(u64, u64)>,
     /// The version of each function library (`converge::libraries`).
     libraries: crate::converge::libraries::Libraries,
     /// Counters with merge metadata and the merge bound (issue 27):
@@ -598,6 +602,44 @@ impl VersionStore {
         }
     }
 
+    /// Loads lost this node's own changes stamped in `(from, to]` (a
+    /// window already open widens; journaled when it changes).
+    pub fn record_lost_own(&mut self, from: u64, to: u64) {
+        let window = match self.lost_own {
+            Some((f, t)) => (f.min(from), t.max(to)),
+            None => (from, to),
+        };
+        if self.lost_own != Some(window) {
+            self.lost_own = Some(window);
+            let (from, to) = window;
+            let to = to.to_le_bytes();
+            self.journal_record(
+                crate::converge::journal::TAG_LOST_OWN,
+                0,
+                Stamp::new(from, 0),
+                &to,
+            );
+        }
+    }
+
+    /// The peer sent back what loads lost of this node's own changes
+    /// (journaled when a window was open).
+    pub fn close_lost_own(&mut self) {
+        if self.lost_own.take().is_some() {
+            self.journal_record(
+                crate::converge::journal::TAG_LOST_OWN_CLOSED,
+                0,
+                Stamp::ZERO,
+                &[],
+            );
+        }
+    }
+
+    /// The window of own changes loads lost, `(from, to]`, if one is open.
+    pub fn lost_own(&self) -> Option<(u64, u64)> {
+        self.lost_own
+    }
+
     /// The newest own tombstone dropped over the bound (`None`: none).
     pub fn dropped(&self) -> Option<Stamp> {
         self.dropped
@@ -1014,6 +1056,27 @@ mod tests {
         assert!(crate::converge::journal::replay(&journal, &mut replay).is_ok());
         assert_eq!(replay.dropped(), Some(Stamp::new(16, A)));
         assert_eq!(replay.get(0, b"k0"), None);
+    }
+
+    #[test]
+    fn the_window_of_lost_own_changes_widens_and_is_journaled() {
+        let mut s = VersionStore::journaled();
+        s.record_lost_own(100, 200);
+        s.record_lost_own(150, 300);
+        assert_eq!(s.lost_own(), Some((100, 300)));
+        let mut journal = vec![crate::converge::journal::FORMAT];
+        journal.extend(s.take_journal());
+        let mut replay = VersionStore::new();
+        assert!(crate::converge::journal::replay(&journal, &mut replay).is_ok());
+        assert_eq!(replay.lost_own(), Some((100, 300)));
+        s.close_lost_own();
+        journal.extend(s.take_journal());
+        let mut replay = VersionStore::new();
+        assert!(crate::converge::journal::replay(&journal, &mut replay).is_ok());
+        assert_eq!(replay.lost_own(), None);
+        // Closing a closed window writes nothing.
+        s.close_lost_own();
+        assert!(s.take_journal().is_empty());
     }
 
     #[test]

@@ -557,10 +557,10 @@ fn note_ack(st: &mut Replication, e: &Entry, applied: u64, in_step: bool, me: u6
     st.peer.received(e.seq);
     let dropped = main_state().faults.get().is_some_and(|f| f.acks_dropped());
     if !dropped {
-        // Before the acknowledgement: one that answers our request ends
-        // the wait, and its own coverage (voided by the peer when it took
-        // the request) is not yet to be trusted.
-        let accepts = st.peer.accepts_coverage();
+        // An ack that acknowledges our request ends the wait; its coverage
+        // counts (the peer voided what it claimed before when it applied
+        // the request), an earlier ack's does not.
+        let accepts = st.peer.accepts_coverage_of_ack(applied);
         st.peer.acknowledged(applied);
         // Its clock says what the peer's stream has covered of the peer's
         // own changes: all of it was applied here before this ack (same
