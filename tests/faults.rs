@@ -14,6 +14,14 @@
 //! The same races over rdma, driven by the module's fault hooks instead of
 //! proxies: tests/link_progress.rs.
 //!
+//! With `FAULT_MERGES=1` the nodes merge counters and elements (issue 27):
+//! each key still has one writer, so the model is the same; it is not the
+//! default yet because it fails (docs/limitations.md: after a kill or a
+//! shutdown a writer's node can bring back a field, member or increment it
+//! had removed). `FAULT_NO_LINK`, `FAULT_NO_DOWN` leave out link faults or
+//! restarts, to narrow a failure down; a failure names the key's last
+//! acknowledged commands and when each fault started.
+//!
 //! `FAULT_SEEDS=<n>` runs n seeds (default 3) from `FAULT_SEEDS_FROM`
 //! (default 1), `FAULT_SEED=<s>` one seed; `FAULT_APPENDFSYNC=everysec`
 //! the same with `appendfsync everysec` (where a kill can lose Redis's own
@@ -228,6 +236,9 @@ const SHARED_KEYS: u64 = 10;
 #[derive(Default)]
 struct Model {
     keys: BTreeMap<String, KeyState>,
+    /// Per key, the last commands acknowledged (when, what, how many
+    /// commands in its transaction), for a failure's message.
+    trace: BTreeMap<String, Vec<(Instant, String)>>,
     /// Keys an unanswered command touched: the states it may have left
     /// (no later command uses them).
     uncertain: BTreeMap<String, Vec<KeyState>>,
@@ -391,11 +402,13 @@ fn writer(
                     assert_eq!(
                         parse_reply(reply).as_ref(),
                         Some(&expect),
-                        "{prefix}: {op:?} replied {reply:?}; the acknowledged history gives {expect:?} \
-                         (before: {:?}; now here: {}; on the peer: {})",
+                        "{prefix}: {op:?} replied {reply:?} at {:?}; the acknowledged history gives {expect:?} \
+                         (before: {:?}; now here: {}; on the peer: {}); its last commands: {:?}",
+                        Instant::now(),
                         model.state(op.key()),
                         key_report(port, op.key()),
-                        key_report(peer_port, op.key())
+                        key_report(peer_port, op.key()),
+                        model.trace.get(op.key())
                     );
                     if !strict_history() {
                         let was = fingerprint(&model.state(op.key()));
@@ -404,6 +417,14 @@ fn writer(
                             .entry(op.key().to_owned())
                             .or_default()
                             .insert(was);
+                    }
+                    let log = model.trace.entry(op.key().to_owned()).or_default();
+                    log.push((
+                        Instant::now(),
+                        format!("{op:?} in {} -> {reply:?}", ops.len()),
+                    ));
+                    if log.len() > 12 {
+                        log.remove(0);
                     }
                     model.keys.insert(op.key().to_owned(), after);
                 }
@@ -488,7 +509,14 @@ fn check_against_history(pair: &Pair, prefix: &str, model: &Model, seed: u64) {
     for key in &names {
         let on_a = read_state(&mut a, key);
         let on_b = read_state(&mut b, key);
-        assert_eq!(on_a, on_b, "seed {seed}: {key} differs between the nodes");
+        assert_eq!(
+            on_a,
+            on_b,
+            "seed {seed}: {key} differs between the nodes (a: {}; b: {}); its last commands: {:?}",
+            key_report(pair.a.port, key),
+            key_report(pair.b.port, key),
+            model.trace.get(key)
+        );
         assert_eq!(
             expire_time(&mut a, key),
             expire_time(&mut b, key),
@@ -558,6 +586,13 @@ fn check_shared(pair: &Pair, models: [&Model; 2], seed: u64) {
 /// Whether every acknowledged write must survive (`appendfsync always`;
 /// with everysec a kill can lose Redis's last writes, so only the two
 /// nodes' agreement is checked for keys whose history broke).
+/// Whether the environment variable `name` is set (knobs: `FAULT_NO_LINK`,
+/// `FAULT_NO_DOWN` leave out link faults or restarts; `FAULT_MERGES` runs
+/// the nodes with `merge-counters=yes merge-elements=yes`).
+fn env_flag(name: &str) -> bool {
+    std::env::var_os(name).is_some()
+}
+
 fn strict_history() -> bool {
     std::env::var("FAULT_APPENDFSYNC").map_or(true, |v| v == "always")
 }
@@ -582,6 +617,12 @@ fn node_args(listen: u16, peer_port: u16) -> Vec<String> {
         "bind=127.0.0.1".to_string(),
         "transport=tcp".to_string(),
     ]);
+    if env_flag("FAULT_MERGES") {
+        args.extend([
+            "merge-counters=yes".to_string(),
+            "merge-elements=yes".to_string(),
+        ]);
+    }
     args
 }
 
@@ -641,7 +682,14 @@ fn run_seed(seed: u64) {
         // few milliseconds) while a node goes down (0 none, 1/2 kill a/b,
         // 3/4 shutdown a/b, 5 both in turn).
         let (link, down) = (rng.below(4), rng.below(6));
+        let link = if env_flag("FAULT_NO_LINK") { 0 } else { link };
+        let down = if env_flag("FAULT_NO_DOWN") { 0 } else { down };
         schedule.push((link, down));
+        eprintln!(
+            "seed {seed}: fault {} at {:?}: link {link} down {down}",
+            schedule.len(),
+            Instant::now()
+        );
         let hold = Duration::from_millis(200 + rng.below(600));
         for proxy in [&to_a, &to_b] {
             match link {
