@@ -1078,6 +1078,48 @@ fn a_write_lost_by_a_restart_comes_back_when_the_peer_restarts_before_answering(
     );
 }
 
+/// As above, but B reloads its dataset (`DEBUG RELOAD`) instead of
+/// restarting, so the link stays up: the reload must not drop the sync B
+/// owes A (it was owed as a full one and then forgiven), and A must answer
+/// B's new request although it asked B on this link already, or `w`
+/// stays on B alone and B claims no coverage until the link drops.
+#[test]
+fn a_write_lost_by_a_restart_comes_back_when_the_peer_reloads_before_answering() {
+    let mut pair = pair_persisting(Persistence::Rdb);
+    let _: () = pair.a.conn().set("base", "1").unwrap();
+    assert!(wait_value(&pair.b, "base", Some("1")));
+    assert!(wait_until(SETTLE, || pair.a.stat("peer_watermark") > 0
+        && pair.b.stat("peer_watermark") > 0));
+    let _: () = redis::cmd("SAVE").query(&mut pair.a.conn()).unwrap();
+    let _: () = pair.a.conn().set("w", "x").unwrap();
+    assert!(wait_value(&pair.b, "w", Some("x")));
+    pair.b.debug(&["HOLD-SYNCS", "ON"]);
+    pair.a.restart();
+    assert_eq!(get(&pair.a, "w"), None, "lost with the kill");
+    pair.wait_linked();
+    let asked = wait_until(SETTLE, || {
+        let (sa, sb) = (pair.a.status(), pair.b.status());
+        sa["peer_state"] != "probing" && sb["peer_state"] == "snapshot"
+    });
+    assert!(asked, "a={:?} b={:?}", pair.a.status(), pair.b.status());
+    let _: () = redis::cmd("DEBUG")
+        .arg("RELOAD")
+        .query(&mut pair.b.conn())
+        .unwrap();
+    pair.b.debug(&["HOLD-SYNCS", "OFF"]);
+    pair.wait_settled(SETTLE);
+    for node in [&pair.a, &pair.b] {
+        assert_eq!(get(node, "w"), Some("x".to_string()), "w on {}", node.name);
+    }
+    for node in [&pair.a, &pair.b] {
+        let settled = wait_until(SETTLE, || {
+            let s = node.status();
+            s["peer_state"] == "streaming" && s["own_lost_after"] == "0"
+        });
+        assert!(settled, "{}: {:?}", node.name, node.status());
+    }
+}
+
 /// Deletes past `max-tombstones` while cut, then A killed and restarted
 /// from its AOF before the link returns: the dropped floor comes back
 /// with A's files, so the sync A's restart leads to still sweeps: none of

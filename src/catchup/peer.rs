@@ -449,7 +449,7 @@ mod tests {
             "still awaits the peer's request"
         );
         peer.peer_asks_for_sync(0, 500, u64::MAX, true);
-        peer.probe.peer_request_taken(true, false);
+        peer.probe.peer_request_taken(true, false, 0);
         assert_eq!(peer.phase(), Phase::Snapshot, "its request not yet taken");
         peer.pending_request = None;
         peer.snapshot.owe(SyncKind::Since { since: 500, own: 9 });

@@ -35,8 +35,9 @@ pub struct Answer {
 pub struct Probe {
     own: Option<Asking>,
     answer: Option<Answer>,
-    /// A request of ours went out on the current link.
-    asked_on_link: bool,
+    /// The sequence number of our latest request (our own or an answer)
+    /// sent on the current link.
+    sent_on_link: Option<u64>,
     /// This node lost state and has not yet taken the peer's request that
     /// says what the peer misses of its changes: until then it claims no
     /// coverage (its backlog was dropped, its stream started over).
@@ -49,7 +50,7 @@ impl Default for Probe {
         Self {
             own: Some(Asking::Due),
             answer: None,
-            asked_on_link: false,
+            sent_on_link: None,
             awaiting_peer_request: true,
         }
     }
@@ -62,7 +63,7 @@ impl Probe {
         Self {
             own: None,
             answer: None,
-            asked_on_link: false,
+            sent_on_link: None,
             awaiting_peer_request: false,
         }
     }
@@ -75,14 +76,20 @@ impl Probe {
     }
 
     /// The peer's request was taken: what the peer misses is known now.
-    /// An `initial` one (the peer lost state) gets an answer back unless
-    /// this node asked on this link already or asks on its own anyway;
+    /// An `initial` one (the peer lost state; it had received our entries
+    /// up to `received` then) gets an answer back unless a request of ours
+    /// is still to reach it (our own due, or one sent on this link after
+    /// what it had received: it takes that instead). One it took before it
+    /// lost state again (a reload of the peer on the same link) does not
+    /// count.
     /// `asks_all` when the answer must ask for everything: then one is due
     /// in any case (our own request asks only since our watermark), and
     /// again if the last one asked for less.
-    pub fn peer_request_taken(&mut self, initial: bool, asks_all: bool) {
+    pub fn peer_request_taken(&mut self, initial: bool, asks_all: bool, received: u64) {
         self.awaiting_peer_request = false;
-        let answers = initial && !self.asked_on_link && self.own != Some(Asking::Due);
+        let ours_reaches_it =
+            self.own == Some(Asking::Due) || self.sent_on_link.is_some_and(|seq| seq > received);
+        let answers = initial && !ours_reaches_it;
         let was = self.answer.is_some_and(|a| a.asks_all);
         if answers || (asks_all && !was) {
             self.answer = Some(Answer {
@@ -126,7 +133,7 @@ impl Probe {
         } else {
             self.own = Some(sent);
         }
-        self.asked_on_link = true;
+        self.sent_on_link = Some(seq);
     }
 
     /// The peer acknowledged our entries up to `acked`: requests sent at
@@ -142,7 +149,7 @@ impl Probe {
     }
 
     /// A new link: requests sent on an older one may be lost, so they are
-    /// due again; none was sent on this one yet.
+    /// due again.
     pub fn link_up(&mut self) {
         if let Some(Asking::Sent { .. }) = self.own {
             self.own = Some(Asking::Due);
@@ -150,7 +157,7 @@ impl Probe {
         if let Some(a) = self.answer.as_mut() {
             a.asking = Asking::Due;
         }
-        self.asked_on_link = false;
+        self.sent_on_link = None;
     }
 
     /// Whether our own request waits to be sent (the queue had no room):
@@ -191,12 +198,6 @@ impl Probe {
         self.awaiting_peer_request
     }
 
-    /// Whether a request of ours went out on the current link.
-    #[cfg(test)]
-    pub fn asked_on_link(&self) -> bool {
-        self.asked_on_link
-    }
-
     /// Whether our own request is due or unacknowledged.
     pub fn asks_own(&self) -> bool {
         self.own.is_some()
@@ -221,14 +222,30 @@ mod tests {
         assert!(p.own_due());
         p.sent(10, false);
         assert!(!p.own_due(), "sent: syncs may follow it");
-        assert!(p.asked_on_link() && !p.is_due());
+        assert!(!p.is_due());
         p.acknowledged(9);
         assert!(p.asks_own(), "not yet");
         p.acknowledged(10);
         assert!(!p.asks_own() && p.accepts_coverage());
         assert!(p.awaits_peer_request(), "until the peer's request is taken");
-        p.peer_request_taken(false, false);
+        p.peer_request_taken(false, false, 0);
         assert!(!p.awaits_peer_request() && !p.is_due() && !p.answers());
+    }
+
+    #[test]
+    fn a_peer_that_lost_state_after_taking_our_request_is_answered() {
+        let mut p = Probe::default();
+        p.sent(10, false);
+        // Crossing requests: it lost state before ours reached it, and
+        // takes ours instead of an answer.
+        p.peer_request_taken(true, false, 9);
+        assert!(!p.answers());
+        p.acknowledged(10);
+        // It took ours, then lost state again on the same link (a reload):
+        // its new request gets an answer.
+        p.peer_request_taken(true, false, 10);
+        assert!(p.answers());
+        assert_eq!(p.next_to_send(), Some(true));
     }
 
     #[test]
@@ -237,7 +254,6 @@ mod tests {
         p.sent(10, false);
         p.link_up();
         assert_eq!(p.next_to_send(), Some(false));
-        assert!(!p.asked_on_link());
         p.sent(12, false);
         p.acknowledged(12);
         assert!(!p.asks_own());
@@ -246,7 +262,7 @@ mod tests {
     #[test]
     fn the_peers_first_request_gets_an_answer_unless_we_asked_on_this_link() {
         let mut p = Probe::settled();
-        p.peer_request_taken(true, false);
+        p.peer_request_taken(true, false, 0);
         assert_eq!(p.next_to_send(), Some(true));
         assert!(!p.answer_asks_all());
         p.sent(5, true);
@@ -260,20 +276,20 @@ mod tests {
         // Asked on this link already: no answer.
         let mut q = Probe::default();
         q.sent(1, false);
-        q.peer_request_taken(true, false);
+        q.peer_request_taken(true, false, 0);
         assert!(!q.answers());
         // A later request of the peer's is no first one: no answer either.
         let mut r = Probe::settled();
-        r.peer_request_taken(false, false);
+        r.peer_request_taken(false, false, 0);
         assert!(!r.answers());
     }
 
     #[test]
     fn an_answer_that_must_ask_for_everything_keeps_asking_so() {
         let mut p = Probe::settled();
-        p.peer_request_taken(true, true);
+        p.peer_request_taken(true, true, 0);
         assert!(p.answer_asks_all());
-        p.peer_request_taken(true, false);
+        p.peer_request_taken(true, false, 0);
         assert!(p.answer_asks_all(), "not taken back");
     }
 
@@ -284,26 +300,26 @@ mod tests {
         let mut p = Probe::default();
         p.lost_state();
         p.sent(1, false);
-        p.peer_request_taken(true, true);
+        p.peer_request_taken(true, true, 0);
         assert_eq!(p.next_to_send(), Some(true));
         assert!(p.answer_asks_all());
         // An answer that went out asking for less is sent again.
         let mut q = Probe::settled();
-        q.peer_request_taken(true, false);
+        q.peer_request_taken(true, false, 0);
         q.sent(5, true);
-        q.peer_request_taken(true, true);
+        q.peer_request_taken(true, true, 0);
         assert_eq!(q.next_to_send(), Some(true), "due again");
         assert!(q.answer_asks_all());
         // One that asked for everything already is not.
         q.sent(6, true);
-        q.peer_request_taken(true, true);
+        q.peer_request_taken(true, true, 0);
         assert_eq!(q.next_to_send(), None);
     }
 
     #[test]
     fn our_own_request_goes_before_an_answer_and_both_can_be_lost() {
         let mut p = Probe::settled();
-        p.peer_request_taken(true, false);
+        p.peer_request_taken(true, false, 0);
         p.lost_state();
         assert_eq!(p.next_to_send(), Some(false));
         p.sent(3, false);

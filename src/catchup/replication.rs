@@ -299,7 +299,7 @@ impl Replication {
         // only the peer's whole dataset makes the two sides agree then.
         self.peer
             .probe
-            .peer_request_taken(initial, initial && !deletes_kept);
+            .peer_request_taken(initial, initial && !deletes_kept, received);
         // A full sync running or due covers any request but an initial one
         // that had received part of it (the peer lost that part).
         let running_full = self.peer.snapshot.full_running_or_owed();
@@ -552,10 +552,17 @@ impl Replication {
     /// says what to send it (a sync since its watermark when every key has
     /// a version); data from a master is merged both ways with full syncs.
     pub fn dataset_replaced(&mut self, own_files: bool) {
+        // A sync since watermarks the peer asked for and has not got yet:
+        // the reload drops it with the full one it owes, and the peer does
+        // not ask again (it took its answer before).
+        let since = self.peer.snapshot.since_owed_or_running();
         self.versions.clear();
         self.merge_again();
         if own_files {
             self.peer.snapshot.forgive_full();
+            if let Some(kind) = since {
+                self.peer.snapshot.owe(kind);
+            }
         }
     }
 
@@ -630,7 +637,7 @@ mod tests {
             |r| r.peer.snapshot.owe(SyncKind::Since { since: 1, own: 2 }),
             |r| r.peer.peer_asks_for_sync(0, 1, 1, true),
             |r| r.peer.probe.lost_state(),
-            |r| r.peer.probe.peer_request_taken(true, false),
+            |r| r.peer.probe.peer_request_taken(true, false, 0),
             |r| r.defer(vec![key("k")]),
             |r| {
                 r.unread.insert((0, b"k".to_vec().into()), Stamp::new(1, 1));
@@ -744,6 +751,41 @@ mod tests {
         r.lost_window_closed();
         r.loaded(400, 500);
         assert_eq!((r.own_durable, r.own_loaded_clock), (Some(400), 500));
+    }
+
+    #[test]
+    fn a_reload_keeps_the_sync_since_watermarks_the_peer_asked_for() {
+        let mut r = Replication::new(10);
+        r.peer.snapshot.owe(SyncKind::Since { since: 50, own: 7 });
+        r.dataset_replaced(true);
+        assert_eq!(
+            r.peer.snapshot.owed(),
+            Some(SyncKind::Since { since: 50, own: 7 })
+        );
+        // Running, it is dropped (its reads are of the old data) and owed
+        // again from the start.
+        let mut running = Replication::new(10);
+        running
+            .peer
+            .snapshot
+            .owe(SyncKind::Since { since: 50, own: 7 });
+        running
+            .peer
+            .start_full_sync(FullSync::since_watermark(&VersionStore::new(), 1, 2, 50, 7));
+        running.dataset_replaced(true);
+        assert!(!running.peer.snapshot.is_running());
+        assert_eq!(
+            running.peer.snapshot.owed(),
+            Some(SyncKind::Since { since: 50, own: 7 })
+        );
+        // Data from a master is merged with a full sync.
+        let mut replica = Replication::new(10);
+        replica
+            .peer
+            .snapshot
+            .owe(SyncKind::Since { since: 50, own: 7 });
+        replica.dataset_replaced(false);
+        assert!(replica.peer.snapshot.owes_full());
     }
 
     #[test]

@@ -204,6 +204,20 @@ impl<S> SnapshotProgress<S> {
         self.owe(kind);
     }
 
+    /// The sync since watermarks owed or running, if any (what a reload
+    /// from this node's own files must not forget: the peer asked for it).
+    pub fn since_owed_or_running(&self) -> Option<SyncKind> {
+        let running = match &self.shipping {
+            Shipping::Running(r) => Some(r.kind),
+            _ => None,
+        };
+        [self.owed, running]
+            .into_iter()
+            .flatten()
+            .filter(|k| *k != SyncKind::Full)
+            .reduce(SyncKind::merge)
+    }
+
     /// The data was replaced or must be merged again: the sync running
     /// is dropped (its reads are of the old data) and a full one is owed.
     pub fn restart_full(&mut self) {
