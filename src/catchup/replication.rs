@@ -531,7 +531,9 @@ impl Replication {
                 .unwrap_or(0),
             since_syncs: self.peer.since_syncs,
             peer_state: self.peer.phase().as_str(),
-            own_lost_after: self.lost_window.map_or(0, |(from, _)| from),
+            // 0 means none lost: a window from 0 (no own change survived
+            // the load) reads as 1.
+            own_lost_after: self.lost_window.map_or(0, |(from, _)| from.max(1)),
             catchup_entries: self.peer.report.entries,
             catchup_from_seq: self.peer.report.from_seq,
             catchup_ms: self.peer.report.took_ms.unwrap_or_else(|| {
