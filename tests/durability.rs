@@ -61,12 +61,17 @@ enum Down {
 
 /// A linked pair whose servers persist as `p`.
 fn pair_persisting(p: Persistence) -> Pair {
+    pair_persisting_with(p, &[])
+}
+
+/// The same, with `extra` module arguments on both nodes.
+fn pair_persisting_with(p: Persistence, extra: &[&str]) -> Pair {
     let (pa, pb) = (free_port(), free_port());
     let (ia, ib) = (test_ip(), test_ip_b());
     let mut a_args = p.server_args();
-    a_args.extend(module_args_at(&ia, pa, &ib, pb, &[]));
+    a_args.extend(module_args_at(&ia, pa, &ib, pb, extra));
     let mut b_args = p.server_args();
-    b_args.extend(module_args_at(&ib, pb, &ia, pa, &[]));
+    b_args.extend(module_args_at(&ib, pb, &ia, pa, extra));
     let a = Node::start("a", a_args);
     let b = Node::start("b", b_args);
     let pair = Pair { a, b };
@@ -813,6 +818,65 @@ fn changes_in_the_iteration_of_a_shutdown_are_dated_at_the_next_load() {
         );
     }
     pair.wait_converged(SETTLE);
+}
+
+/// With the merges on, an increment, a field and a member written in the
+/// iteration of a SHUTDOWN reach A's AOF but not their stamps nor their
+/// merge records: A's counter and element tables still hold the state
+/// before them. Dated at the load, they must still reach B (found by
+/// tests/faults.rs with FAULT_MERGES=1: B kept its counter state, or took
+/// the hash as a value at rest that adds nothing, and the pair differed).
+#[test]
+fn merged_changes_in_the_iteration_of_a_shutdown_reach_the_peer() {
+    let merges = ["merge-counters=yes", "merge-elements=yes"];
+    let mut pair = pair_persisting_with(Persistence::AofAlways, &merges);
+    let mut a = pair.a.conn();
+    let _: i64 = a.incr("c", 5).unwrap();
+    let _: i64 = a.hset("h", "f1", "a").unwrap();
+    let _: i64 = a.sadd("s", "m1").unwrap();
+    drop(a);
+    assert!(wait_value(&pair.b, "c", Some("5")));
+    assert!(wait_until(SETTLE, || pair
+        .b
+        .conn()
+        .sismember("s", "m1")
+        .unwrap()));
+    // At rest on both (the metadata collected), as in a long run.
+    assert!(
+        wait_until(SETTLE, || {
+            [&pair.a, &pair.b]
+                .iter()
+                .all(|n| n.stat("merge_elements") == 0 && n.stat("merge_counters") == 0)
+        }),
+        "a={:?} b={:?}",
+        pair.a.status(),
+        pair.b.status()
+    );
+    send_in_one_iteration(
+        &pair.a,
+        &[
+            &["INCRBY", "c", "3"],
+            &["HSET", "h", "f2", "b"],
+            &["SADD", "s", "m2"],
+            &["SHUTDOWN"],
+        ],
+    );
+    pair.a.restart();
+    pair.wait_linked();
+    assert_eq!(
+        get(&pair.a, "c").as_deref(),
+        Some("8"),
+        "the INCRBY is in A's AOF"
+    );
+    pair.wait_settled(SETTLE);
+    for node in [&pair.a, &pair.b] {
+        let mut c = node.conn();
+        assert_eq!(get(node, "c").as_deref(), Some("8"), "c on {}", node.name);
+        let h: std::collections::BTreeMap<String, String> = c.hgetall("h").unwrap();
+        assert_eq!(h.len(), 2, "h on {}: {h:?}", node.name);
+        let members: std::collections::BTreeSet<String> = c.smembers("s").unwrap();
+        assert_eq!(members.len(), 2, "s on {}: {members:?}", node.name);
+    }
 }
 
 /// A costly hot key's change held back by its rest (acknowledged, in the

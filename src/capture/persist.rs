@@ -312,6 +312,7 @@ pub fn date_unstamped_changes(ctx: &Context, shared: &Shared) {
         return;
     }
     let original = crate::redis::server::selected_db(ctx);
+    let merged_again = merge_dated_again(&st);
     let (n, stamp) = st.versions.date_unstamped(me, |db, key| {
         crate::redis::server::select_db(ctx, db)
             && crate::redis::server::key_info(ctx, key).exists()
@@ -326,6 +327,24 @@ pub fn date_unstamped_changes(ctx: &Context, shared: &Shared) {
     ));
     // Their records go out at the next flush before sleeping: propagating
     // here, inside DEBUG RELOAD/LOADAOF, would propagate that command too.
+    if let Some(keys) = merged_again {
+        if let Some(mut dirty) = main.dirty.get() {
+            for (db, key) in keys {
+                dirty.mark(db, &key);
+            }
+        }
+    }
+}
+
+/// With the merges on, the keys a load dates changed without their merge
+/// records too: the counter and element tables hold their state before the
+/// change, and a state built from them (or a value the peer takes as at
+/// rest) would not carry it. They are changed again at the next flush, as
+/// a whole write of what they hold now (recorded in the tables, and
+/// shipped as such), after their dated version.
+fn merge_dated_again(st: &crate::catchup::replication::Replication) -> Option<Vec<(u32, Vec<u8>)>> {
+    let merges = crate::capture::increments::enabled() || crate::capture::fields::enabled();
+    merges.then(|| st.versions.unstamped_keys())
 }
 
 /// A child process was forked: when it rewrites the AOF without an RDB

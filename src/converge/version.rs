@@ -867,6 +867,15 @@ impl VersionStore {
     /// the file recorded before it, and never reached the peer, whose copy
     /// is at most that old unless the peer wrote the key since): live if
     /// `exists(db, key)`, else a tombstone. Returns how many, and the stamp.
+    /// The keys a load changed after their last stamp, to date (see
+    /// [`Self::date_unstamped`]).
+    pub fn unstamped_keys(&self) -> Vec<(u32, Vec<u8>)> {
+        self.unstamped
+            .iter()
+            .flat_map(|(&db, keys)| keys.iter().map(move |k| (db, k.to_vec())))
+            .collect()
+    }
+
     pub fn date_unstamped(
         &mut self,
         me: u64,
