@@ -879,6 +879,71 @@ fn merged_changes_in_the_iteration_of_a_shutdown_reach_the_peer() {
     }
 }
 
+/// With the merges on, a hash whose metadata was collected, then deleted at
+/// rest (which journals nothing in the element table) and, after a
+/// restart, written again: the restart must not bring the collected
+/// elements back from the journal as live ones (found by tests/faults.rs
+/// with merges: the old field came back on both nodes).
+#[test]
+fn a_hash_deleted_at_rest_and_written_after_a_restart_keeps_no_old_field() {
+    let merges = ["merge-counters=yes", "merge-elements=yes"];
+    let mut pair = pair_persisting_with(Persistence::AofAlways, &merges);
+    let _: i64 = pair.a.conn().hset("h", "old", "x").unwrap();
+    assert!(wait_until(SETTLE, || pair
+        .b
+        .conn()
+        .hexists("h", "old")
+        .unwrap()));
+    let at_rest = |pair: &Pair| {
+        [&pair.a, &pair.b]
+            .iter()
+            .all(|n| n.stat("merge_elements") == 0 && n.stat("tombstones") == 0)
+    };
+    assert!(
+        wait_until(SETTLE, || at_rest(&pair)),
+        "{:?}",
+        pair.a.status()
+    );
+    let _: i64 = pair.a.conn().del("h").unwrap();
+    assert!(wait_until(SETTLE, || !pair
+        .b
+        .conn()
+        .exists::<_, bool>("h")
+        .unwrap()));
+    assert!(
+        wait_until(SETTLE, || at_rest(&pair)),
+        "{:?}",
+        pair.a.status()
+    );
+    // A restarts unlinked and writes the key again; the catch-up ships it.
+    cut(&pair);
+    let peer_arg = format!("port={}", pair.b.listen_port());
+    for arg in pair.a.args.iter_mut().filter(|a| **a == peer_arg) {
+        *arg = "port=1".into();
+    }
+    pair.a.restart();
+    // Collected before the restart: none comes back from the journal.
+    assert_eq!(
+        pair.a.stat("merge_elements"),
+        0,
+        "the collected metadata came back: {}",
+        redis::cmd("RDMASYNC.DEBUG")
+            .arg("VERSION")
+            .arg("h")
+            .query::<String>(&mut pair.a.conn())
+            .unwrap_or_default()
+    );
+    let _: i64 = pair.a.conn().hset("h", "new", "y").unwrap();
+    let _: i64 = pair.b.conn().hset("h", "from-b", "z").unwrap();
+    heal(&pair);
+    pair.wait_settled(SETTLE);
+    for node in [&pair.a, &pair.b] {
+        let h: std::collections::BTreeMap<String, String> = node.conn().hgetall("h").unwrap();
+        let names: Vec<&str> = h.keys().map(String::as_str).collect();
+        assert_eq!(names, ["from-b", "new"], "h on {}", node.name);
+    }
+}
+
 /// A costly hot key's change held back by its rest (acknowledged, in the
 /// AOF, not yet stamped) when the node is killed survives on both nodes.
 #[test]

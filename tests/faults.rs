@@ -14,10 +14,9 @@
 //! The same races over rdma, driven by the module's fault hooks instead of
 //! proxies: tests/link_progress.rs.
 //!
-//! The second test (ignored by default: see its comment) runs the same
-//! schedules with the nodes merging counters and elements (issue 27,
-//! `merge-counters=yes merge-elements=yes`): each key still has one
-//! writer, so the model is the same.
+//! The second test runs the same schedules with the nodes merging counters
+//! and elements (issue 27, `merge-counters=yes merge-elements=yes`): each
+//! key still has one writer, so the model is the same.
 //! `FAULT_NO_LINK`, `FAULT_NO_DOWN` leave out link faults or restarts, to
 //! narrow a failure down; a failure names the key's last acknowledged
 //! commands and when each fault started.
@@ -800,13 +799,11 @@ fn acknowledged_history_survives_cuts_stalls_kills_and_restarts() {
 /// writer, so the history is the same. This found changes made in the
 /// iteration of a kill or a SHUTDOWN (in the AOF without their stamp and
 /// merge records) kept on their node alone: the peer took the node's
-/// stale counter state, or its hash as a value at rest that adds nothing
-/// (fixed). It still fails now and then (about one run in four on Redis
-/// 8.0.6, none in 18 on Redis 7.0): a hash deleted and written again by
-/// its writer around a restart gets back a field from the peer's older
-/// state of it (docs/limitations.md), so it is not part of the default run.
+/// stale counter state, or its hash as a value at rest that adds nothing;
+/// and element metadata collected before a restart that came back from
+/// the journal, so that a hash deleted at rest and written again held its
+/// old fields as live ones (both fixed, convergence.md).
 #[test]
-#[ignore = "merges across restarts: a stale state can bring back a deleted field (docs/limitations.md); run with --run-ignored"]
 fn acknowledged_history_with_merges_survives_cuts_stalls_kills_and_restarts() {
     if emulated() {
         return;

@@ -251,5 +251,5 @@ pub(super) fn bound_moved(st: &mut Replication, me: u64, peer: u64, applied: u64
     st.versions.raise_merge_bound(peer, covered);
     st.versions.collect_counters();
     let bound = st.versions.counters.bound().clone();
-    st.versions.hashes.collect(&bound);
+    st.versions.collect_hashes(&bound);
 }

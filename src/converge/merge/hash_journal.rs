@@ -1,8 +1,11 @@
 //! Hash merge metadata made durable the way versions are: every change of
 //! the table is journaled (into the AOF and the replication stream with
 //! the data it describes) and the RDB aux data holds the whole table.
-//! Collection is not journaled: metadata collected before a restart comes
-//! back covered by the bound, and goes again at the next collection.
+//! A key whose metadata is all collected is journaled as not held (else a
+//! restart would bring its old elements back as live ones for a key
+//! deleted at rest and written again since); the collection of some of a
+//! key's fields is not: those come back covered by the bound, with the
+//! key's later records, and go again at the next collection.
 //!
 //! `TAG_HASH` (no stamp); the key field holds `u32 key_len | key | u8 what`
 //! then:
@@ -187,6 +190,21 @@ impl VersionStore {
             for r in records {
                 self.journal_record(TAG_HASH, db, Stamp::ZERO, &r);
             }
+        }
+    }
+
+    /// Collects the metadata `bound` passed (`Hashes::collect`); a key
+    /// that leaves the table is journaled as not held. Without that
+    /// record, a restart would bring its collected metadata back from the
+    /// journal: a key deleted at rest since (which journals nothing) and
+    /// written again would then hold its old elements as live ones.
+    pub fn collect_hashes(&mut self, bound: &crate::converge::merge::Seen) {
+        let gone = self.hashes.collect(bound);
+        if !self.journaling() {
+            return;
+        }
+        for (db, key) in gone {
+            self.journal_record(TAG_HASH, db, Stamp::ZERO, &key_record(&key, None, true));
         }
     }
 
