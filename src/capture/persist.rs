@@ -312,7 +312,7 @@ pub fn date_unstamped_changes(ctx: &Context, shared: &Shared) {
         return;
     }
     let original = crate::redis::server::selected_db(ctx);
-    let merged_again = merge_dated_again(&st);
+    let merged_again = merge_dated_again(ctx, &st);
     let (n, stamp) = st.versions.date_unstamped(me, |db, key| {
         crate::redis::server::select_db(ctx, db)
             && crate::redis::server::key_info(ctx, key).exists()
@@ -339,12 +339,31 @@ pub fn date_unstamped_changes(ctx: &Context, shared: &Shared) {
 /// With the merges on, the keys a load dates changed without their merge
 /// records too: the counter and element tables hold their state before the
 /// change, and a state built from them (or a value the peer takes as at
-/// rest) would not carry it. They are changed again at the next flush, as
-/// a whole write of what they hold now (recorded in the tables, and
-/// shipped as such), after their dated version.
-fn merge_dated_again(st: &crate::catchup::replication::Replication) -> Option<Vec<(u32, Vec<u8>)>> {
+/// rest, which adds nothing to a key it holds with metadata) would not
+/// carry it. Those of them the tables hold, or that hold a hash, set or
+/// sorted set now, are changed again at the next flush, as a whole write
+/// of what they hold (recorded in the tables, and shipped as such), after
+/// their dated version. Keys of other types keep their dated version only
+/// (a whole-key value says all of them, and the peer's later writes keep
+/// winning over it).
+fn merge_dated_again(
+    ctx: &Context,
+    st: &crate::catchup::replication::Replication,
+) -> Option<Vec<(u32, Vec<u8>)>> {
     let merges = crate::capture::increments::enabled() || crate::capture::fields::enabled();
-    merges.then(|| st.versions.unstamped_keys())
+    if !merges {
+        return None;
+    }
+    let mut keys = st.versions.unstamped_keys();
+    keys.retain(|(db, key)| {
+        let held = st.versions.counters.contains(*db, key) || st.versions.hashes.contains(*db, key);
+        let collection = crate::capture::fields::enabled()
+            && crate::redis::server::select_db(ctx, *db)
+            && crate::redis::server::kind_of_type(crate::redis::server::key_info(ctx, key).kind)
+                .is_some();
+        held || collection
+    });
+    Some(keys)
 }
 
 /// A child process was forked: when it rewrites the AOF without an RDB

@@ -862,11 +862,6 @@ impl VersionStore {
             + self.loaded_swaps.len()
     }
 
-    /// Gives the keys a load changed after their last stamp a version just
-    /// after the newest stamp loaded (the change happened after every stamp
-    /// the file recorded before it, and never reached the peer, whose copy
-    /// is at most that old unless the peer wrote the key since): live if
-    /// `exists(db, key)`, else a tombstone. Returns how many, and the stamp.
     /// The keys a load changed after their last stamp, to date (see
     /// [`Self::date_unstamped`]).
     pub fn unstamped_keys(&self) -> Vec<(u32, Vec<u8>)> {
@@ -876,6 +871,11 @@ impl VersionStore {
             .collect()
     }
 
+    /// Gives the keys a load changed after their last stamp a version just
+    /// after the newest stamp loaded (the change happened after every stamp
+    /// the file recorded before it, and never reached the peer, whose copy
+    /// is at most that old unless the peer wrote the key since): live if
+    /// `exists(db, key)`, else a tombstone. Returns how many, and the stamp.
     pub fn date_unstamped(
         &mut self,
         me: u64,
