@@ -1162,14 +1162,10 @@ fn a_write_lost_by_a_restart_comes_back_after_a_second_restart() {
     );
 }
 
-/// A restarted from a snapshot that lacks its write `w` (which B holds) and
-/// asked B for its own changes since; B acknowledged the request but went
-/// down before its answering sync left (held on purpose here), and came
-/// back from its own snapshot, which holds `w`. B's new request does not
-/// know A's: A's answer to it must ask again for its own changes that the
-/// load lost, or `w` stays on B alone.
-#[test]
-fn a_write_lost_by_a_restart_comes_back_when_the_peer_restarts_before_answering() {
+/// A restarted from a snapshot that lacks its write `w` (B holds it), and
+/// B took A's request for it (A's own request acknowledged, B's answer
+/// taken) and owes the sync, which it holds (`HOLD-SYNCS`).
+fn a_lost_w_and_b_holds_its_answer() -> Pair {
     let mut pair = pair_persisting(Persistence::Rdb);
     let _: () = pair.a.conn().set("base", "1").unwrap();
     assert!(wait_value(&pair.b, "base", Some("1")));
@@ -1190,6 +1186,18 @@ fn a_write_lost_by_a_restart_comes_back_when_the_peer_restarts_before_answering(
     });
     assert!(asked, "a={:?} b={:?}", pair.a.status(), pair.b.status());
     assert!(pair.a.stat("own_lost_after") > 0, "{:?}", pair.a.status());
+    pair
+}
+
+/// A restarted from a snapshot that lacks its write `w` (which B holds) and
+/// asked B for its own changes since; B acknowledged the request but went
+/// down before its answering sync left (held on purpose here), and came
+/// back from its own snapshot, which holds `w`. B's new request does not
+/// know A's: A's answer to it must ask again for its own changes that the
+/// load lost, or `w` stays on B alone.
+#[test]
+fn a_write_lost_by_a_restart_comes_back_when_the_peer_restarts_before_answering() {
+    let mut pair = a_lost_w_and_b_holds_its_answer();
     let _: () = redis::cmd("SAVE").query(&mut pair.b.conn()).unwrap();
     pair.b.restart();
     heal(&pair);
@@ -1214,23 +1222,7 @@ fn a_write_lost_by_a_restart_comes_back_when_the_peer_restarts_before_answering(
 /// stays on B alone and B claims no coverage until the link drops.
 #[test]
 fn a_write_lost_by_a_restart_comes_back_when_the_peer_reloads_before_answering() {
-    let mut pair = pair_persisting(Persistence::Rdb);
-    let _: () = pair.a.conn().set("base", "1").unwrap();
-    assert!(wait_value(&pair.b, "base", Some("1")));
-    assert!(wait_until(SETTLE, || pair.a.stat("peer_watermark") > 0
-        && pair.b.stat("peer_watermark") > 0));
-    let _: () = redis::cmd("SAVE").query(&mut pair.a.conn()).unwrap();
-    let _: () = pair.a.conn().set("w", "x").unwrap();
-    assert!(wait_value(&pair.b, "w", Some("x")));
-    pair.b.debug(&["HOLD-SYNCS", "ON"]);
-    pair.a.restart();
-    assert_eq!(get(&pair.a, "w"), None, "lost with the kill");
-    pair.wait_linked();
-    let asked = wait_until(SETTLE, || {
-        let (sa, sb) = (pair.a.status(), pair.b.status());
-        sa["peer_state"] != "probing" && sb["peer_state"] == "snapshot"
-    });
-    assert!(asked, "a={:?} b={:?}", pair.a.status(), pair.b.status());
+    let pair = a_lost_w_and_b_holds_its_answer();
     let _: () = redis::cmd("DEBUG")
         .arg("RELOAD")
         .query(&mut pair.b.conn())
