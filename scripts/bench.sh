@@ -44,7 +44,7 @@
 #   reply (scripts/function-loads.py: the pipeline does not apply);
 #   none in the default set),
 #   BENCH_MODULE_ARGS (extra module arguments of the measured pair, e.g.
-#   merge-counters=yes; not given to the --before pair),
+#   merge-elements=no; not given to the --before pair),
 #   BENCH_BEFORE_ARGS (extra module arguments of the --before pair).
 set -euo pipefail
 cd "$(dirname "$0")/.."

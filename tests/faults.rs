@@ -14,9 +14,10 @@
 //! The same races over rdma, driven by the module's fault hooks instead of
 //! proxies: tests/link_progress.rs.
 //!
-//! The second test runs the same schedules with the nodes merging counters
-//! and elements (issue 27, `merge-counters=yes merge-elements=yes`): each
-//! key still has one writer, so the model is the same.
+//! The first test runs with every key shipped whole (`merge-counters=no
+//! merge-elements=no`); the second runs the same schedules with the nodes
+//! merging counters and elements (issue 27, the default): each key still
+//! has one writer, so the model is the same.
 //! `FAULT_NO_LINK`, `FAULT_NO_DOWN` leave out link faults or restarts, to
 //! narrow a failure down; a failure names the key's last acknowledged
 //! commands and when each fault started.
@@ -615,12 +616,11 @@ fn node_args(listen: u16, peer_port: u16, merges: bool) -> Vec<String> {
         "bind=127.0.0.1".to_string(),
         "transport=tcp".to_string(),
     ]);
-    if merges {
-        args.extend([
-            "merge-counters=yes".to_string(),
-            "merge-elements=yes".to_string(),
-        ]);
-    }
+    let merge = if merges { "yes" } else { "no" };
+    args.extend([
+        format!("merge-counters={merge}"),
+        format!("merge-elements={merge}"),
+    ]);
     args
 }
 

@@ -78,8 +78,8 @@ fn config_get_shows_effective_values_and_set_changes_only_the_peer() {
     assert_eq!(cfg["rdmasync.hot-key-rest"], "100");
     assert_eq!(cfg["rdmasync.max-clock-offset"], "10000");
     assert_eq!(cfg["rdmasync.max-tombstones"], "1000000");
-    assert_eq!(cfg["rdmasync.merge-counters"], "no");
-    assert_eq!(cfg["rdmasync.merge-elements"], "no");
+    assert_eq!(cfg["rdmasync.merge-counters"], "yes");
+    assert_eq!(cfg["rdmasync.merge-elements"], "yes");
     assert_eq!(cfg.len(), 21, "{cfg:?}");
     assert!(
         !cfg.contains_key("rdmasync.secret"),

@@ -204,14 +204,14 @@ pub struct Config {
     /// gets a full sync that sweeps (deletes what they deleted).
     pub max_tombstones: usize,
     /// Ship `INCR`, `DECR`, `INCRBY` and `DECRBY` as increments, so that
-    /// those made on both nodes at once all count (issue 27; off by
-    /// default until every path carries counter metadata durably).
+    /// those made on both nodes at once all count (issue 27; on by
+    /// default, `merge-counters=no` ships each as a write of its value).
     pub merge_counters: bool,
     /// `merge-elements=yes|no` (also `merge-hashes`): changes of hash
     /// fields, set members and sorted-set members (HSET, HDEL, SADD, SREM,
     /// ZADD, ZREM...) ship as the elements they changed, merged per element
-    /// on both nodes (issue 27; off by default until every path carries
-    /// element metadata durably).
+    /// on both nodes (issue 27; on by default, `merge-elements=no` ships
+    /// the key whole, last writer wins).
     pub merge_elements: bool,
     /// The shared secret (`secret=` or the contents of `secret-file=`).
     pub secret: Option<Secret>,
@@ -539,8 +539,8 @@ impl Draft {
                 .max_clock_offset_ms
                 .unwrap_or(DEFAULT_MAX_CLOCK_OFFSET_MS),
             max_tombstones: self.max_tombstones.unwrap_or(DEFAULT_MAX_TOMBSTONES),
-            merge_counters: self.merge_counters.unwrap_or(false),
-            merge_elements: self.merge_elements.unwrap_or(false),
+            merge_counters: self.merge_counters.unwrap_or(true),
+            merge_elements: self.merge_elements.unwrap_or(true),
             secret,
             secret_file,
             handshake_timeout_ms: self

@@ -396,6 +396,14 @@ pub fn info_field(node: &Node, section: &str, field: &str) -> String {
         .to_string()
 }
 
+/// Module args that ship every write as its whole key, last writer wins
+/// (the merges off): the tests of the whole-value paths (big values read a
+/// slice at a time, hot keys at rest, DUMP payloads) state them, since with
+/// the merges on a hash, set or sorted set changed by element ships those
+/// elements and reads nothing whole. Lists, strings and streams take those
+/// paths either way.
+pub const WHOLE_KEYS: [&str; 2] = ["merge-counters=no", "merge-elements=no"];
+
 /// Two nodes with the module, each the other's peer.
 pub struct Pair {
     pub a: Node,
@@ -444,6 +452,14 @@ impl Pair {
     /// A pair with default arguments.
     pub fn start() -> Pair {
         Self::start_with(&[], &[])
+    }
+
+    /// A pair that ships every write as its whole key (`WHOLE_KEYS`), with
+    /// `a_extra` and `b_extra` as well.
+    pub fn start_whole_keys(a_extra: &[&str], b_extra: &[&str]) -> Pair {
+        let a: Vec<&str> = WHOLE_KEYS.iter().chain(a_extra).copied().collect();
+        let b: Vec<&str> = WHOLE_KEYS.iter().chain(b_extra).copied().collect();
+        Self::start_with(&a, &b)
     }
 
     /// Waits until both nodes report `link` = `up`.
