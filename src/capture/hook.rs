@@ -372,12 +372,67 @@ pub fn on_command(command: &server::FilteredCommand<'_>) {
 fn note_merged_changes(command: &server::FilteredCommand<'_>) {
     let ours = || !SUPPRESS.load(Ordering::Relaxed) && !server::is_replica_or_loading();
     if increments::enabled() {
-        let counted = increments::may_increment(command.name()) && ours();
-        increments::filtered(counted.then(|| command.args()).as_deref());
+        note_increment(command, &ours);
     }
     if fields::enabled() {
         let noted = fields::may_change_fields(command.name()) && ours();
         fields::filtered(noted.then(|| command.args()).as_deref());
+    }
+}
+
+/// `merge-counters`: notes the increment the command will make; in
+/// `MULTI`, queues it for its client's `EXEC` (where the server names the
+/// client); at `EXEC` or `DISCARD`, runs or drops the client's queued ones.
+/// Any command ends an `EXEC` whose increments were being claimed.
+fn note_increment(command: &server::FilteredCommand<'_>, ours: &dyn Fn() -> bool) {
+    if increments::exec_running() {
+        settle_exec();
+    }
+    let name = command.name();
+    let counted = increments::may_increment(name) && ours();
+    let ends = !counted && increments::ends_transaction(name) && ours();
+    let client = if counted || ends {
+        command.client()
+    } else {
+        None
+    };
+    let queued = client.filter(|c| c.queuing);
+    increments::filtered(
+        (counted && queued.is_none())
+            .then(|| command.args())
+            .as_deref(),
+    );
+    let Some(c) = queued else {
+        return;
+    };
+    let main = main_state();
+    let Some(mut window) = main.increments.get() else {
+        return;
+    };
+    let untrusted = if counted {
+        window.queue(c.id, &command.args());
+        0
+    } else {
+        window.end_transaction(c.id, name.eq_ignore_ascii_case(b"exec"))
+    };
+    count_fallbacks(untrusted);
+}
+
+/// Ends the claims of an `EXEC`'s queued increments (the next command
+/// came, or the flush); a key one of whose increments failed ships as a
+/// set, counted.
+pub fn settle_exec() {
+    let untrusted = main_state()
+        .increments
+        .get()
+        .map_or(0, |mut w| w.exec_done());
+    count_fallbacks(untrusted);
+}
+
+/// Adds `n` to `merge_fallbacks`.
+fn count_fallbacks(n: u64) {
+    if n > 0 {
+        crate::shared::with_shared(|s| crate::ops::status::Stats::add(&s.stats.merge_fallbacks, n));
     }
 }
 

@@ -384,6 +384,16 @@ pub fn module_args_at(
 }
 
 /// The `field` line of `INFO section` on `node` ("" when absent).
+/// Whether `node`'s server names a filtered command's client to modules
+/// (Redis 7.2 and later, and Valkey, which reports a Redis version of 7.2):
+/// then the module sees which commands are queued in MULTI.
+pub fn filter_names_clients(node: &Node) -> bool {
+    let version = info_field(node, "server", "redis_version");
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (major, minor) >= (7, 2)
+}
+
 pub fn info_field(node: &Node, section: &str, field: &str) -> String {
     let info: String = redis::cmd("INFO")
         .arg(section)
