@@ -67,8 +67,10 @@ fn fields_written_on_both_nodes_while_the_link_is_cut_are_all_kept() {
 #[test]
 fn fields_written_in_transactions_and_scripts_are_all_kept() {
     // In MULTI the filter sees HSET when it is queued: A's changes ship as
-    // whole writes of the hash, which keep every field of B's they had not
-    // seen. B's script calls pass the filter: they ship as fields.
+    // fields claimed at the EXEC (Redis 7.2 and later, Valkey) or, on
+    // Redis 7.0, as whole writes of the hash, which keep every field of
+    // B's they had not seen. B's script calls pass the filter: they ship
+    // as fields.
     let pair = started_merging();
     thread::scope(|s| {
         s.spawn(|| {
@@ -101,6 +103,54 @@ fn fields_written_in_transactions_and_scripts_are_all_kept() {
         "HSET in MULTI on A against HSET in EVAL on B",
         lost / 2,
         2 * UPDATES,
+    );
+    merged_and_collected(&pair);
+}
+
+/// `UPDATES` updates on `node`, the `i`th adding 3 to field `n` of `h`
+/// and writing field `<side><i>` to `i`, each a transaction when `multi`.
+fn field_updates(node: &common::Node, side: &str, multi: bool) {
+    let mut c = node.conn();
+    for i in 0..UPDATES {
+        let mut p = redis::pipe();
+        if multi {
+            p.atomic();
+        }
+        let (n, added): (i64, i64) = p
+            .add_command(cmd(&["HINCRBY", "h", "n", "3"]))
+            .add_command(hset(if side == "a" { "a" } else { "b" })(i))
+            .query(&mut c)
+            .unwrap();
+        assert!(n >= 3 && added == 1, "{side}{i}: {n}, {added}");
+    }
+}
+
+#[test]
+fn field_increments_and_writes_in_transactions_on_both_nodes_all_count() {
+    // Where the server names the filtered command's client (Redis 7.2 and
+    // later, Valkey), the element changes a client queues in MULTI wait for
+    // its EXEC, whose events claim them: transactions on both nodes at once
+    // ship their fields, and every HINCRBY counts. On Redis 7.0 a
+    // transaction ships as a whole write of the hash, which keeps the
+    // fields and increments of the other node's it had not seen, but two at
+    // once keep one side's value of the field they both increment: there B
+    // writes outside MULTI.
+    let pair = started_merging();
+    let exact = common::filter_names_clients(&pair.a);
+    thread::scope(|s| {
+        s.spawn(|| field_updates(&pair.a, "a", true));
+        s.spawn(|| field_updates(&pair.b, "b", exact));
+    });
+    or_explain(&pair, "h", || pair.wait_converged(Duration::from_secs(30)));
+    let want = 6 * UPDATES as i64;
+    let lost = lost_on_both(&pair, |c| {
+        let counted: i64 = cmd(&["HGET", "h", "n"]).query(c).unwrap();
+        missing_fields(c, "h") + (want - counted).unsigned_abs() as usize / 3
+    });
+    report(
+        "HINCRBY and HSET in MULTI on both nodes",
+        lost / 2,
+        4 * UPDATES,
     );
     merged_and_collected(&pair);
 }

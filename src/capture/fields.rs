@@ -13,10 +13,13 @@
 //! the flush. An `expire` or `persist` event (EXPIRE, PEXPIRE, EXPIREAT,
 //! PEXPIREAT, PERSIST) is a write of the key's TTL alone: it joins the
 //! key's element changes instead of making them whole.
-//! An event with no note (a transaction: its commands pass the filter when
-//! queued), or any other write of the key since the last flush, makes the
-//! key's change a write of the whole key, which still keeps every field
-//! written elsewhere that it had not seen.
+//! In `MULTI`, where the server names the filtered command's client, the
+//! notes wait for the client's `EXEC`, whose events claim them
+//! (`capture::transactions`).
+//! An event with no note (a transaction on Redis 7.0, whose filter does
+//! not name the client), or any other write of the key since the last
+//! flush, makes the key's change a write of the whole key, which still
+//! keeps every field written elsewhere that it had not seen.
 //!
 //! Records only; never writes, never blocks.
 
@@ -25,6 +28,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use hashbrown::HashMap;
 
+use crate::capture::transactions::Transactions;
 use crate::converge::merge::counters::integer_of;
 use crate::converge::merge::hashes::Kind;
 
@@ -96,6 +100,9 @@ pub struct FieldChange<'a> {
 /// A noted change: key, elements, the event that will claim it, what the
 /// elements hold after it, whether it is inexact.
 type Note = (Vec<u8>, Vec<Vec<u8>>, &'static [u8], Post, bool);
+
+/// A note queued in `MULTI`: a [`Note`] without its key.
+type QueuedNote = (Vec<Vec<u8>>, &'static [u8], Post, bool);
 
 thread_local! {
     /// The last filtered command's change.
@@ -263,6 +270,7 @@ pub struct Changes {
 #[derive(Debug, Default)]
 pub struct FieldWindow {
     keys: HashMap<(u32, Vec<u8>), Changes>,
+    transactions: Transactions<QueuedNote>,
 }
 
 impl FieldWindow {
@@ -271,7 +279,17 @@ impl FieldWindow {
     /// whether it claimed an inexact note (counted as a fall-back).
     pub fn event(&mut self, db: u32, key: &[u8], event: &[u8], already_dirty: bool) -> bool {
         let kind = kind_of_event(event);
-        let (fields, inexact) = match kind.and_then(|_| claim(key, event)) {
+        let claimed = match kind {
+            None => None,
+            Some(_) if self.transactions.is_running() => self
+                .transactions
+                .claim(db, key, |n| n.1 == event)
+                .map(|(fields, _, post, inexact)| {
+                    (fields.into_iter().map(|f| (f, post)).collect(), inexact)
+                }),
+            Some(_) => claim(key, event),
+        };
+        let (fields, inexact) = match claimed {
             Some((fields, inexact)) => (Some(fields), inexact),
             None => (None, false),
         };
@@ -328,6 +346,39 @@ impl FieldWindow {
     /// Forgets every key (a flush of the data, a swap of databases).
     pub fn clear(&mut self) {
         self.keys.clear();
+    }
+
+    /// Client `client`, in `MULTI`, queued `args` (an element change, as
+    /// [`change_of`] reads it).
+    pub fn queue(&mut self, client: u64, args: &[&[u8]]) {
+        if let Some(c) = change_of(args) {
+            let fields = c.fields.iter().map(|f| f.to_vec()).collect();
+            let note = (fields, c.event, c.post, c.inexact);
+            self.transactions.queue(client, c.key, note);
+        }
+    }
+
+    /// Client `client` ends its transaction: `exec`, its queued changes are
+    /// claimed from now on; else they are dropped. An `EXEC` still being
+    /// claimed ends first. Returns the number of keys it leaves whole (see
+    /// [`Self::exec_done`]).
+    pub fn end_transaction(&mut self, client: u64, exec: bool) -> u64 {
+        let untrusted = self.transactions.end_transaction(client, exec);
+        self.distrust(untrusted)
+    }
+
+    /// The claims of the running `EXEC` end (the next command came, or the
+    /// flush): a key one of whose queued changes raised no event is
+    /// written whole (an event may have claimed that change's note).
+    /// Returns the number of such keys the window held.
+    pub fn exec_done(&mut self) -> u64 {
+        let untrusted = self.transactions.exec_done();
+        self.distrust(untrusted)
+    }
+
+    fn distrust(&mut self, keys: Vec<(u32, Vec<u8>)>) -> u64 {
+        let dropped = keys.into_iter().filter(|k| self.keys.remove(k).is_some());
+        dropped.count() as u64
     }
 }
 

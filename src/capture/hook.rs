@@ -9,6 +9,7 @@ use redis_module::{Context, NotifyEvent};
 use crate::capture::fields;
 use crate::capture::increments;
 use crate::capture::state::main_state;
+use crate::capture::transactions;
 
 use crate::redis::server;
 
@@ -367,65 +368,80 @@ pub fn on_command(command: &server::FilteredCommand<'_>) {
 }
 
 /// With `merge-counters` or `merge-elements`: notes the increment or the
-/// hash fields the command will make (a client's, not one applied from
-/// the peer or loaded), or drops an older note no event claimed.
+/// elements the command will make (a client's, not one applied from the
+/// peer or loaded), or drops an older note no event claimed. In `MULTI`
+/// (where the server names the client) the note waits for the client's
+/// `EXEC`; at `EXEC` or `DISCARD` the client's notes are claimed or
+/// dropped. Any command ends the claims of an `EXEC` before it.
 fn note_merged_changes(command: &server::FilteredCommand<'_>) {
-    let ours = || !SUPPRESS.load(Ordering::Relaxed) && !server::is_replica_or_loading();
-    if increments::enabled() {
-        note_increment(command, &ours);
+    let (counters, elements) = (increments::enabled(), fields::enabled());
+    if !counters && !elements {
+        return;
     }
-    if fields::enabled() {
-        let noted = fields::may_change_fields(command.name()) && ours();
-        fields::filtered(noted.then(|| command.args()).as_deref());
-    }
-}
-
-/// `merge-counters`: notes the increment the command will make; in
-/// `MULTI`, queues it for its client's `EXEC` (where the server names the
-/// client); at `EXEC` or `DISCARD`, runs or drops the client's queued ones.
-/// Any command ends an `EXEC` whose increments were being claimed.
-fn note_increment(command: &server::FilteredCommand<'_>, ours: &dyn Fn() -> bool) {
-    if increments::exec_running() {
+    if transactions::claiming() {
         settle_exec();
     }
+    let ours = || !SUPPRESS.load(Ordering::Relaxed) && !server::is_replica_or_loading();
     let name = command.name();
-    let counted = increments::may_increment(name) && ours();
-    let ends = !counted && increments::ends_transaction(name) && ours();
-    let client = if counted || ends {
+    let counted = counters && increments::may_increment(name) && ours();
+    let noted = elements && fields::may_change_fields(name) && ours();
+    let ends = !counted && !noted && transactions::ends_transaction(name) && ours();
+    let client = if counted || noted || ends {
         command.client()
     } else {
         None
     };
-    let queued = client.filter(|c| c.queuing);
-    increments::filtered(
-        (counted && queued.is_none())
-            .then(|| command.args())
-            .as_deref(),
-    );
-    let Some(c) = queued else {
-        return;
-    };
+    let queued = client.filter(|c| c.queuing).map(|c| c.id);
+    let now = queued.is_none();
+    if counters {
+        increments::filtered((counted && now).then(|| command.args()).as_deref());
+    }
+    if elements {
+        fields::filtered((noted && now).then(|| command.args()).as_deref());
+    }
+    if let Some(client) = queued {
+        let exec = name.eq_ignore_ascii_case(b"exec");
+        let args = if ends { Vec::new() } else { command.args() };
+        in_transaction(client, (ends, exec), &args);
+    }
+}
+
+/// A command of `client` in `MULTI`: queued (an increment or an element
+/// change, `args`), or its `EXEC` or `DISCARD` (`ends`, `exec`).
+fn in_transaction(client: u64, (ends, exec): (bool, bool), args: &[&[u8]]) {
     let main = main_state();
-    let Some(mut window) = main.increments.get() else {
-        return;
-    };
-    let untrusted = if counted {
-        window.queue(c.id, &command.args());
-        0
-    } else {
-        window.end_transaction(c.id, name.eq_ignore_ascii_case(b"exec"))
-    };
+    let mut untrusted = 0;
+    if let Some(mut w) = increments::enabled()
+        .then(|| main.increments.get())
+        .flatten()
+    {
+        match ends {
+            true => untrusted += w.end_transaction(client, exec),
+            false => w.queue(client, args),
+        }
+    }
+    if let Some(mut w) = fields::enabled().then(|| main.fields.get()).flatten() {
+        match ends {
+            true => untrusted += w.end_transaction(client, exec),
+            false => w.queue(client, args),
+        }
+    }
     count_fallbacks(untrusted);
 }
 
-/// Ends the claims of an `EXEC`'s queued increments (the next command
-/// came, or the flush); a key one of whose increments failed ships as a
-/// set, counted.
+/// Ends the claims of an `EXEC`'s queued notes (the next command came, or
+/// the flush); a key one of whose queued changes raised no event ships
+/// whole, counted.
 pub fn settle_exec() {
-    let untrusted = main_state()
-        .increments
-        .get()
-        .map_or(0, |mut w| w.exec_done());
+    if !transactions::claiming() {
+        return;
+    }
+    let main = main_state();
+    let (Some(mut counts), Some(mut elements)) = (main.increments.get(), main.fields.get()) else {
+        return;
+    };
+    let untrusted = counts.exec_done() + elements.exec_done();
+    transactions::claims_ended();
     count_fallbacks(untrusted);
 }
 

@@ -7,13 +7,10 @@
 //! claims that note. A note no event claims (a failed command) is dropped
 //! by the next filtered command.
 //!
-//! In `MULTI` the filter sees each command when it is queued, not when it
-//! runs. Where the server names the filtered command's client (Redis 7.2
-//! and later, Valkey), the increments a client queues wait for its `EXEC`
-//! (`DISCARD` drops them); the `incrby` events of that `EXEC` claim them in
-//! queue order, skipping those that raised none (they failed). A key one of
-//! whose queued increments failed is not trusted with a sum: the note an
-//! event claimed may have been the failed one, so the key ships as a set.
+//! In `MULTI`, where the server names the filtered command's client, the
+//! notes wait for the client's `EXEC`, whose events claim them
+//! (`capture::transactions`): a key one of whose queued increments raised
+//! no event ships as a set.
 //!
 //! An event with no note (a transaction on Redis 7.0, whose filter does
 //! not name the client), or any other write of the key since the last
@@ -27,6 +24,8 @@ use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use hashbrown::HashMap;
+
+use crate::capture::transactions::Transactions;
 
 /// `merge-counters`, set at load.
 static ENABLED: AtomicBool = AtomicBool::new(false);
@@ -45,15 +44,6 @@ thread_local! {
     /// The increment the last filtered command will make, if it is one.
     static NOTED: RefCell<Option<(Vec<u8>, i64)>> = const { RefCell::new(None) };
     static HAS_NOTE: Cell<bool> = const { Cell::new(false) };
-    /// An `EXEC`'s queued increments are being claimed (mirrors
-    /// `IncrementWindow::running`, read by every filtered command).
-    static EXEC_RUNNING: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Whether an `EXEC`'s queued increments are being claimed: the next
-/// command ends it ([`IncrementWindow::exec_done`]).
-pub fn exec_running() -> bool {
-    EXEC_RUNNING.get()
 }
 
 /// The key and delta of `INCR`, `DECR`, `INCRBY`, `DECRBY` (`args`, the
@@ -103,36 +93,13 @@ fn claim(key: &[u8]) -> Option<i64> {
         .map(|(_, d)| d)
 }
 
-/// Whether a command named `name` ends a transaction (`EXEC`, `DISCARD`):
-/// the increments its client queued run now, or never.
-pub fn ends_transaction(name: &[u8]) -> bool {
-    name.eq_ignore_ascii_case(b"exec") || name.eq_ignore_ascii_case(b"discard")
-}
-
-/// Increments queued in `MULTI`, of all clients, kept at most: past it they
-/// are all dropped (their `EXEC`s then ship sets, counted). A client that
-/// disconnects in `MULTI` leaves its notes here until then.
-const MAX_QUEUED: usize = 4_096;
-
-/// The increments of the `EXEC` running now, in queue order.
-#[derive(Debug, Default)]
-struct RunningExec {
-    notes: std::collections::VecDeque<(Vec<u8>, i64)>,
-    /// Keys whose `incrby` event claimed a note.
-    claimed: Vec<(u32, Vec<u8>)>,
-    /// Keys of notes no event claimed: their commands failed.
-    failed: Vec<Vec<u8>>,
-}
-
 /// Per key changed since the last flush and only incremented: the sum.
 /// Also the increments queued in `MULTI`, per client, and those of the
 /// `EXEC` running now.
 #[derive(Debug, Default)]
 pub struct IncrementWindow {
     sums: HashMap<(u32, Vec<u8>), i128>,
-    queued: HashMap<u64, Vec<(Vec<u8>, i64)>>,
-    queued_len: usize,
-    running: Option<RunningExec>,
+    transactions: Transactions<i64>,
 }
 
 impl IncrementWindow {
@@ -142,10 +109,10 @@ impl IncrementWindow {
     /// note (in a transaction or script): it ships as a set, counted.
     pub fn event(&mut self, db: u32, key: &[u8], event: &[u8], already_dirty: bool) -> bool {
         let incrby = event == b"incrby";
-        let delta = match (incrby, self.running.as_mut()) {
-            (false, _) => None,
-            (true, Some(exec)) => exec.claim(db, key),
-            (true, None) => claim(key),
+        let delta = match incrby {
+            false => None,
+            true if self.transactions.is_running() => self.transactions.claim(db, key, |_| true),
+            true => claim(key),
         };
         self.record(db, key, delta, already_dirty);
         incrby && delta.is_none()
@@ -186,67 +153,31 @@ impl IncrementWindow {
     /// Client `client`, in `MULTI`, queued `args` (an increment, as
     /// [`increment_of`] reads it).
     pub fn queue(&mut self, client: u64, args: &[&[u8]]) {
-        let Some((key, delta)) = increment_of(args) else {
-            return;
-        };
-        if self.queued_len >= MAX_QUEUED {
-            self.queued.clear();
-            self.queued_len = 0;
+        if let Some((key, delta)) = increment_of(args) {
+            self.transactions.queue(client, key, delta);
         }
-        self.queued
-            .entry(client)
-            .or_default()
-            .push((key.to_vec(), delta));
-        self.queued_len += 1;
     }
 
     /// Client `client` ends its transaction: `exec`, its queued increments
-    /// run now (the events that follow claim them); else they are dropped.
-    /// An `EXEC` still running ends first.
+    /// are claimed from now on; else they are dropped. An `EXEC` still
+    /// being claimed ends first. Returns the number of keys whose sum is
+    /// not trusted (see [`Self::exec_done`]).
     pub fn end_transaction(&mut self, client: u64, exec: bool) -> u64 {
-        let untrusted = self.exec_done();
-        let notes = self.queued.remove(&client).unwrap_or_default();
-        self.queued_len = self.queued_len.saturating_sub(notes.len());
-        if exec && !notes.is_empty() {
-            self.running = Some(RunningExec {
-                notes: notes.into(),
-                ..RunningExec::default()
-            });
-            EXEC_RUNNING.set(true);
-        }
-        untrusted
+        let untrusted = self.transactions.end_transaction(client, exec);
+        self.distrust(untrusted)
     }
 
-    /// The running `EXEC` is over (the next command came, or the flush):
-    /// a key one of whose queued increments failed ships as a set. Returns
-    /// the number of such keys that had a sum.
+    /// The claims of the running `EXEC` end (the next command came, or the
+    /// flush): a key one of whose queued increments raised no event ships
+    /// as a set. Returns the number of such keys that had a sum.
     pub fn exec_done(&mut self) -> u64 {
-        EXEC_RUNNING.set(false);
-        let Some(mut exec) = self.running.take() else {
-            return 0;
-        };
-        exec.failed.extend(exec.notes.drain(..).map(|(k, _)| k));
-        let mut untrusted = 0;
-        for (db, key) in exec.claimed {
-            if exec.failed.contains(&key) && self.sums.remove(&(db, key)).is_some() {
-                untrusted += 1;
-            }
-        }
-        untrusted
+        let untrusted = self.transactions.exec_done();
+        self.distrust(untrusted)
     }
-}
 
-impl RunningExec {
-    /// The first queued increment of `key` not yet claimed: the notes
-    /// before it belong to commands that ran before it and raised no event.
-    fn claim(&mut self, db: u32, key: &[u8]) -> Option<i64> {
-        let at = self.notes.iter().position(|(k, _)| k == key)?;
-        self.failed.extend(self.notes.drain(..at).map(|(k, _)| k));
-        let (_, delta) = self.notes.pop_front()?;
-        if !self.claimed.iter().any(|(d, k)| *d == db && k == key) {
-            self.claimed.push((db, key.to_vec()));
-        }
-        Some(delta)
+    fn distrust(&mut self, keys: Vec<(u32, Vec<u8>)>) -> u64 {
+        let dropped = keys.into_iter().filter(|k| self.sums.remove(k).is_some());
+        dropped.count() as u64
     }
 }
 
@@ -290,26 +221,23 @@ mod tests {
     }
 
     #[test]
-    fn increments_queued_in_multi_are_claimed_at_their_exec_in_order() {
+    fn increments_queued_in_multi_add_up_at_their_exec() {
         let mut w = IncrementWindow::default();
         w.queue(7, &args("incrby a 2"));
-        w.queue(8, &args("incrby a 100"));
         w.queue(7, &args("decr b"));
+        w.queue(7, &args("get a"));
         w.queue(7, &args("incrby a 3"));
-        assert_eq!(w.end_transaction(8, false), 0, "client 8 discards");
         assert_eq!(w.end_transaction(7, true), 0);
-        assert!(exec_running());
         assert!(!w.event(0, b"a", b"incrby", false));
         assert!(!w.event(0, b"b", b"incrby", false));
         assert!(!w.event(0, b"a", b"incrby", true));
         assert_eq!(w.exec_done(), 0);
-        assert!(!exec_running());
         assert_eq!(w.take(0, b"a"), Some(5));
         assert_eq!(w.take(0, b"b"), Some(-1));
-        // Client 8's were dropped: its EXEC claims nothing.
-        w.end_transaction(8, true);
-        assert!(!exec_running());
-        assert!(w.event(0, b"a", b"incrby", false), "unpaired: a set");
+        assert!(
+            w.event(0, b"a", b"incrby", false),
+            "no EXEC: unpaired, a set"
+        );
     }
 
     #[test]
@@ -325,35 +253,7 @@ mod tests {
         w.event(0, b"b", b"incrby", false);
         assert_eq!(w.exec_done(), 1);
         assert_eq!(w.take(0, b"a"), None);
-        assert_eq!(w.take(0, b"b"), Some(1), "b's note was skipped, not failed");
-        // One that fails after another key's event is skipped as failed.
-        w.queue(1, &args("incr c"));
-        w.queue(1, &args("incr d"));
-        w.end_transaction(1, true);
-        w.event(0, b"d", b"incrby", false);
-        assert_eq!(w.exec_done(), 0, "c had no sum to distrust");
-        assert_eq!(w.take(0, b"d"), Some(1));
-        // The next transaction ends the running one.
-        w.queue(1, &args("incrby e 4"));
-        w.queue(2, &args("incrby e 9"));
-        w.end_transaction(1, true);
-        w.event(0, b"e", b"incrby", false);
-        assert_eq!(w.end_transaction(2, true), 0);
-        w.event(0, b"e", b"incrby", true);
-        w.exec_done();
-        assert_eq!(w.take(0, b"e"), Some(13));
-    }
-
-    #[test]
-    fn queued_increments_are_bounded() {
-        let mut w = IncrementWindow::default();
-        for _ in 0..MAX_QUEUED {
-            w.queue(1, &args("incr a"));
-        }
-        w.queue(2, &args("incr a"));
-        assert_eq!(w.queued_len, 1);
-        w.end_transaction(1, true);
-        assert!(!exec_running(), "client 1's notes went");
+        assert_eq!(w.take(0, b"b"), Some(1));
     }
 
     #[test]

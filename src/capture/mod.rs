@@ -4,7 +4,8 @@
 //! batch for the sender (what it does decided by `flush_plan`, pure), `resend` reads again what the peer misses
 //! (backlog, full sync), and `persist` keeps the versions durable with the
 //! data (RDB aux data, the stamps in the AOF). `state` is the main
-//! thread's state, in one value.
+//! thread's state, in one value. `transactions` holds the merged changes
+//! queued in MULTI until their EXEC.
 
 pub(crate) mod counters;
 pub mod fields;
@@ -20,3 +21,4 @@ pub(crate) mod persist;
 pub(crate) mod resend;
 pub mod silent;
 pub(crate) mod state;
+pub mod transactions;
