@@ -443,3 +443,27 @@ fn rpush_on_one_list_on_both_nodes_keeps_every_element_in_each_side_s_order() {
     });
     report("RPUSH one list", lost / 2, 2 * UPDATES);
 }
+
+#[test]
+fn a_script_s_failed_increment_in_a_transaction_is_not_taken_for_a_later_one() {
+    // A script's INCRBY that overflows leaves its note (+10) and raises no
+    // event; the DECRBY queued after the script must not take that note.
+    // Found by a review: the peer got +10 where A made -100.
+    let pair = started_merging_counters();
+    let mut a = pair.a.conn();
+    let near_max = (i64::MAX - 8).to_string();
+    let _: () = cmd(&["SET", "c", &near_max]).query(&mut a).unwrap();
+    pair.wait_converged(Duration::from_secs(30));
+    let script = "return redis.pcall('INCRBY', KEYS[1], 10)";
+    // The EXEC's first reply is the overflow error (redis-rs returns it).
+    let exec = redis::pipe()
+        .atomic()
+        .add_command(cmd(&["EVAL", script, "1", "c"]))
+        .add_command(cmd(&["DECRBY", "c", "100"]))
+        .query::<redis::Value>(&mut a);
+    assert!(exec.is_err_and(|e| e.to_string().contains("overflow")));
+    or_explain(&pair, "c", || pair.wait_converged(Duration::from_secs(30)));
+    let want = i64::MAX - 108;
+    assert_eq!(get_counter(&mut a), want);
+    assert_eq!(get_counter(&mut pair.b.conn()), want);
+}

@@ -478,3 +478,56 @@ fn a_zadd_of_a_counting_member_keeps_the_increments_it_had_not_seen() {
     }
     merged_and_collected(&pair);
 }
+
+/// Runs `commands` on `node` as one transaction.
+fn transaction(node: &common::Node, commands: &[&[&str]]) {
+    let mut p = redis::pipe();
+    p.atomic();
+    for c in commands {
+        p.add_command(cmd(c));
+    }
+    let _: redis::Value = p.query(&mut node.conn()).unwrap();
+}
+
+#[test]
+fn commands_without_notes_in_transactions_never_take_another_s_note() {
+    // An event of a command that leaves no note (SMOVE raises `sadd`,
+    // GEOADD `zadd`, a script's call that raised none leaves its note
+    // behind) must not take the note of a queued command that raised no
+    // event: the peer would get that command's elements and miss the real
+    // change. Found by a review; each case lost the change on the peer.
+    let pair = started_merging();
+    let mut a = pair.a.conn();
+    for setup in [
+        &["SADD", "s", "x"][..],
+        &["SADD", "src", "m"],
+        &["ZADD", "z", "1", "q"],
+        &["SADD", "t", "x"],
+    ] {
+        let _: i64 = cmd(setup).query(&mut a).unwrap();
+    }
+    pair.wait_converged(Duration::from_secs(30));
+    // The SADD of x adds nothing (no event); SMOVE's `sadd` comes next.
+    transaction(&pair.a, &[&["SADD", "s", "x"], &["SMOVE", "src", "s", "m"]]);
+    // GEOADD's `zadd`, then a ZADD NX of a member there (no event).
+    transaction(
+        &pair.a,
+        &[
+            &["GEOADD", "z", "13.3", "38.1", "p"],
+            &["ZADD", "z", "NX", "1", "q"],
+        ],
+    );
+    // The script's SADD of x adds nothing; the SADD of y after it does.
+    let script = "return redis.call('SADD', KEYS[1], 'x')";
+    transaction(&pair.a, &[&["EVAL", script, "1", "t"], &["SADD", "t", "y"]]);
+    or_explain(&pair, "s", || pair.wait_converged(Duration::from_secs(30)));
+    let mut b = pair.b.conn();
+    assert_eq!(members(&mut b, "s"), members(&mut a, "s"));
+    assert!(members(&mut b, "s").contains("m"), "SMOVE's member");
+    let on_b = scores(&mut b, "z");
+    assert!(on_b.contains_key("p"), "GEOADD's member: {on_b:?}");
+    assert_eq!(
+        members(&mut b, "t"),
+        HashSet::from(["x".into(), "y".into()])
+    );
+}

@@ -228,6 +228,10 @@ fn claim(key: &[u8], event: &[u8]) -> Option<(Changed, bool)> {
         return None;
     }
     HAS_NOTE.set(false);
+    if !crate::capture::transactions::single_notes_trusted() {
+        NOTED.with(|n| n.borrow_mut().take());
+        return None;
+    }
     NOTED
         .with(|n| n.borrow_mut().take())
         .filter(|(k, _, e, _, _)| k == key && *e == event)
@@ -356,6 +360,17 @@ impl FieldWindow {
             let note = (fields, c.event, c.post, c.inexact);
             self.transactions.queue(client, c.key, note);
         }
+    }
+
+    /// Client `client`, in `MULTI`, queued a command that may raise element
+    /// events without a note (see `transactions::is_barrier`).
+    pub fn queue_barrier(&mut self, client: u64) {
+        self.transactions.queue_barrier(client);
+    }
+
+    /// Whether the running `EXEC` holds a barrier.
+    pub fn holds_barrier(&self) -> bool {
+        self.transactions.holds_barrier()
     }
 
     /// Client `client` ends its transaction: `exec`, its queued changes are

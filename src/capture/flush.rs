@@ -780,7 +780,7 @@ fn drop_changes(shared: &Shared, main: &crate::capture::state::MainState, n: usi
 
 fn flush_changes(ctx: &Context, shared: &Shared, may_wait: bool, propagate: bool) {
     crate::capture::hook::resolve_silent(ctx);
-    crate::capture::hook::settle_exec();
+    crate::capture::hook::settle_exec(false);
     let main = main_state();
     // Taken first: held further up the stack, the changes stay recorded.
     let Some(mut st) = main.replication.get() else {

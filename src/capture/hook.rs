@@ -379,18 +379,24 @@ fn note_merged_changes(command: &server::FilteredCommand<'_>) {
         return;
     }
     if transactions::claiming() {
-        settle_exec();
+        settle_exec(true);
     }
     let ours = || !SUPPRESS.load(Ordering::Relaxed) && !server::is_replica_or_loading();
     let name = command.name();
     let counted = counters && increments::may_increment(name) && ours();
     let noted = elements && fields::may_change_fields(name) && ours();
-    let ends = !counted && !noted && transactions::ends_transaction(name) && ours();
-    let client = if counted || noted || ends {
-        command.client()
-    } else {
-        None
-    };
+    let other = !counted && !noted && ours();
+    let ends = other && transactions::ends_transaction(name);
+    let barrier = other && !ends && transactions::is_barrier(name);
+    let asks = counted || noted || ends || barrier;
+    let client = if asks { command.client() } else { None };
+    if ends && client.is_none() && name.eq_ignore_ascii_case(b"exec") {
+        // A server that does not name the client (Redis 7.0): what the
+        // EXEC runs passed the filter long before, and a script it runs
+        // may leave a note no event claims, which a later command of it
+        // would claim.
+        transactions::interrupted();
+    }
     let queued = client.filter(|c| c.queuing).map(|c| c.id);
     let now = queued.is_none();
     if counters {
@@ -400,39 +406,56 @@ fn note_merged_changes(command: &server::FilteredCommand<'_>) {
         fields::filtered((noted && now).then(|| command.args()).as_deref());
     }
     if let Some(client) = queued {
-        let exec = name.eq_ignore_ascii_case(b"exec");
-        let args = if ends { Vec::new() } else { command.args() };
-        in_transaction(client, (ends, exec), &args);
+        let queuing = match (ends, barrier) {
+            (true, _) => Queuing::End(name.eq_ignore_ascii_case(b"exec")),
+            (_, true) => Queuing::Barrier,
+            _ => Queuing::Note(command.args()),
+        };
+        in_transaction(client, queuing);
     }
 }
 
-/// A command of `client` in `MULTI`: queued (an increment or an element
-/// change, `args`), or its `EXEC` or `DISCARD` (`ends`, `exec`).
-fn in_transaction(client: u64, (ends, exec): (bool, bool), args: &[&[u8]]) {
+/// What a command of a client in `MULTI` does to its queued notes.
+enum Queuing<'a> {
+    /// Queued, noted (an increment or an element change: its arguments).
+    Note(Vec<&'a [u8]>),
+    /// Queued, a barrier (`transactions::is_barrier`).
+    Barrier,
+    /// `EXEC` (`true`), `DISCARD` or `RESET`.
+    End(bool),
+}
+
+/// A command of `client` in `MULTI`, in both windows.
+fn in_transaction(client: u64, queuing: Queuing<'_>) {
     let main = main_state();
     let mut untrusted = 0;
     if let Some(mut w) = increments::enabled()
         .then(|| main.increments.get())
         .flatten()
     {
-        match ends {
-            true => untrusted += w.end_transaction(client, exec),
-            false => w.queue(client, args),
+        match &queuing {
+            Queuing::Note(args) => w.queue(client, args),
+            Queuing::Barrier => w.queue_barrier(client),
+            Queuing::End(exec) => untrusted += w.end_transaction(client, *exec),
         }
     }
     if let Some(mut w) = fields::enabled().then(|| main.fields.get()).flatten() {
-        match ends {
-            true => untrusted += w.end_transaction(client, exec),
-            false => w.queue(client, args),
+        match &queuing {
+            Queuing::Note(args) => w.queue(client, args),
+            Queuing::Barrier => w.queue_barrier(client),
+            Queuing::End(exec) => untrusted += w.end_transaction(client, *exec),
         }
     }
     count_fallbacks(untrusted);
 }
 
-/// Ends the claims of an `EXEC`'s queued notes (the next command came, or
-/// the flush); a key one of whose queued changes raised no event ships
-/// whole, counted.
-pub fn settle_exec() {
+/// Ends the claims of an `EXEC`'s queued notes (`by_command`: a filtered
+/// command came, maybe one a script of that `EXEC` runs; else the flush);
+/// a key one of whose queued changes raised no event ships whole, counted.
+pub fn settle_exec(by_command: bool) {
+    if !by_command {
+        transactions::iteration_over();
+    }
     if !transactions::claiming() {
         return;
     }
@@ -440,6 +463,9 @@ pub fn settle_exec() {
     let (Some(mut counts), Some(mut elements)) = (main.increments.get(), main.fields.get()) else {
         return;
     };
+    if by_command && (counts.holds_barrier() || elements.holds_barrier()) {
+        transactions::interrupted();
+    }
     let untrusted = counts.exec_done() + elements.exec_done();
     transactions::claims_ended();
     count_fallbacks(untrusted);

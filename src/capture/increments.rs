@@ -87,6 +87,10 @@ fn claim(key: &[u8]) -> Option<i64> {
         return None;
     }
     HAS_NOTE.set(false);
+    if !crate::capture::transactions::single_notes_trusted() {
+        NOTED.with(|n| n.borrow_mut().take());
+        return None;
+    }
     NOTED
         .with(|n| n.borrow_mut().take())
         .filter(|(k, _)| k == key)
@@ -156,6 +160,17 @@ impl IncrementWindow {
         if let Some((key, delta)) = increment_of(args) {
             self.transactions.queue(client, key, delta);
         }
+    }
+
+    /// Client `client`, in `MULTI`, queued a command that may raise
+    /// `incrby` events without a note (see `transactions::is_barrier`).
+    pub fn queue_barrier(&mut self, client: u64) {
+        self.transactions.queue_barrier(client);
+    }
+
+    /// Whether the running `EXEC` holds a barrier.
+    pub fn holds_barrier(&self) -> bool {
+        self.transactions.holds_barrier()
     }
 
     /// Client `client` ends its transaction: `exec`, its queued increments

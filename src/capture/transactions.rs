@@ -18,12 +18,22 @@
 //! trusted: its change ships whole (a set of a counter, a whole write of a
 //! collection), counted in `merge_fallbacks`.
 //!
+//! A command queued with no note that may still raise the events notes
+//! wait for (SMOVE raises `sadd`, GEOADD `zadd`, a script or a module's
+//! command may run anything) is a barrier: an event that would claim a note
+//! past it claims nothing, and neither does any later event of that `EXEC`
+//! (their keys ship whole). A filtered command that ends the claims while a
+//! barrier is still ahead may be one a script of that `EXEC` runs: then the
+//! single note of the last filtered command is not trusted either until the
+//! flush ([`single_notes_trusted`]), since a later command of the `EXEC`
+//! could claim the note of a script's call that raised no event.
+//!
 //! Pure: the hook says what the filter and the events saw.
 
 use std::cell::Cell;
 use std::collections::VecDeque;
 
-use hashbrown::HashMap;
+use hashbrown::{HashMap, HashSet};
 
 /// Notes queued in `MULTI`, of all clients, kept at most: past it they are
 /// all dropped (their `EXEC`s then ship whole, counted). A client that
@@ -34,6 +44,55 @@ thread_local! {
     /// Some `EXEC`'s notes are being claimed: every filtered command reads
     /// it, to end the claims ([`Transactions::exec_done`]).
     static CLAIMING: Cell<bool> = const { Cell::new(false) };
+    /// Claims ended with a barrier still ahead: until the flush, no single
+    /// note is claimed.
+    static INTERRUPTED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the note of the last filtered command may be claimed by an
+/// event (not after claims that ended with a barrier ahead, until the
+/// flush).
+pub fn single_notes_trusted() -> bool {
+    !INTERRUPTED.get()
+}
+
+/// Claims ended with a barrier ahead: maybe inside the `EXEC` still.
+pub fn interrupted() {
+    INTERRUPTED.set(true);
+}
+
+/// The flush: the `EXEC`s of this event-loop iteration are over.
+pub fn iteration_over() {
+    INTERRUPTED.set(false);
+}
+
+/// Whether a command named `name`, queued in `MULTI` without a note, may
+/// still raise an event a note waits for: SMOVE (`srem`, `sadd`), GEOADD
+/// (`zadd`), the hash field commands of newer servers, a script or
+/// function, or a module's command (its name holds a dot).
+pub fn is_barrier(name: &[u8]) -> bool {
+    const NAMES: [&str; 16] = [
+        "smove",
+        "geoadd",
+        "hsetex",
+        "hgetdel",
+        "hgetex",
+        "hexpire",
+        "hpexpire",
+        "hexpireat",
+        "hpexpireat",
+        "hpersist",
+        "eval",
+        "evalsha",
+        "eval_ro",
+        "evalsha_ro",
+        "fcall",
+        "fcall_ro",
+    ];
+    name.contains(&b'.')
+        || NAMES
+            .iter()
+            .any(|n| name.eq_ignore_ascii_case(n.as_bytes()))
 }
 
 /// Whether an `EXEC`'s notes may be being claimed (of increments or of
@@ -47,27 +106,53 @@ pub fn claims_ended() {
     CLAIMING.set(false);
 }
 
-/// Whether a command named `name` ends a transaction (`EXEC`, `DISCARD`).
+/// Whether a command named `name` ends a transaction (`EXEC`; `DISCARD`
+/// and `RESET` drop it).
 pub fn ends_transaction(name: &[u8]) -> bool {
-    name.eq_ignore_ascii_case(b"exec") || name.eq_ignore_ascii_case(b"discard")
+    ["exec", "discard", "reset"]
+        .iter()
+        .any(|n| name.eq_ignore_ascii_case(n.as_bytes()))
+}
+
+/// A queued command: one a note describes, or a barrier.
+#[derive(Debug)]
+enum Item<N> {
+    Note(Vec<u8>, N),
+    Barrier,
 }
 
 /// The notes of the `EXEC` running now, in queue order.
 #[derive(Debug)]
 struct Running<N> {
-    notes: VecDeque<(Vec<u8>, N)>,
+    items: VecDeque<Item<N>>,
     /// Keys whose events claimed a note.
     claimed: Vec<(u32, Vec<u8>)>,
     /// Keys of notes no event claimed.
     unclaimed: Vec<Vec<u8>>,
+    /// An event met a barrier: no later one claims.
+    blocked: bool,
+}
+
+impl<N> Running<N> {
+    /// The items before `at` raised no event: their notes go unclaimed.
+    fn skip(&mut self, at: usize) {
+        let skipped = self.items.drain(..at).filter_map(|i| match i {
+            Item::Note(key, _) => Some(key),
+            Item::Barrier => None,
+        });
+        self.unclaimed.extend(skipped);
+    }
 }
 
 /// Each client's notes queued in `MULTI` (`N`: what a note says), and
 /// those of the `EXEC` running now.
 #[derive(Debug)]
 pub struct Transactions<N> {
-    queued: HashMap<u64, Vec<(Vec<u8>, N)>>,
+    queued: HashMap<u64, Vec<Item<N>>>,
     queued_len: usize,
+    /// Clients whose queued notes the bound dropped: their `EXEC` claims
+    /// nothing.
+    dropped: HashSet<u64>,
     running: Option<Running<N>>,
 }
 
@@ -76,6 +161,7 @@ impl<N> Default for Transactions<N> {
         Self {
             queued: HashMap::new(),
             queued_len: 0,
+            dropped: HashSet::new(),
             running: None,
         }
     }
@@ -85,14 +171,32 @@ impl<N> Transactions<N> {
     /// Client `client`, in `MULTI`, queued a command of `key` that `note`
     /// describes.
     pub fn queue(&mut self, client: u64, key: &[u8], note: N) {
-        if self.queued_len >= MAX_QUEUED {
-            self.queued.clear();
-            self.queued_len = 0;
+        self.push(client, Item::Note(key.to_vec(), note));
+    }
+
+    /// Client `client`, in `MULTI`, queued a command that may raise the
+    /// events notes wait for without a note of its own.
+    pub fn queue_barrier(&mut self, client: u64) {
+        self.push(client, Item::Barrier);
+    }
+
+    fn push(&mut self, client: u64, item: Item<N>) {
+        if self.dropped.contains(&client) {
+            return;
         }
-        self.queued
-            .entry(client)
-            .or_default()
-            .push((key.to_vec(), note));
+        if self.queued_len >= MAX_QUEUED {
+            if self.dropped.len() >= MAX_QUEUED {
+                // Clients that disconnected in MULTI: forgotten, as their
+                // notes were.
+                self.dropped.clear();
+            }
+            self.dropped.extend(self.queued.drain().map(|(c, _)| c));
+            self.queued_len = 0;
+            if self.dropped.contains(&client) {
+                return;
+            }
+        }
+        self.queued.entry(client).or_default().push(item);
         self.queued_len += 1;
     }
 
@@ -101,13 +205,15 @@ impl<N> Transactions<N> {
     /// claimed ends first: the keys it leaves untrusted.
     pub fn end_transaction(&mut self, client: u64, exec: bool) -> Vec<(u32, Vec<u8>)> {
         let untrusted = self.exec_done();
-        let notes = self.queued.remove(&client).unwrap_or_default();
-        self.queued_len = self.queued_len.saturating_sub(notes.len());
-        if exec && !notes.is_empty() {
+        self.dropped.remove(&client);
+        let items = self.queued.remove(&client).unwrap_or_default();
+        self.queued_len = self.queued_len.saturating_sub(items.len());
+        if exec && !items.is_empty() {
             self.running = Some(Running {
-                notes: notes.into(),
+                items: items.into(),
                 claimed: Vec::new(),
                 unclaimed: Vec::new(),
+                blocked: false,
             });
             CLAIMING.set(true);
         }
@@ -121,16 +227,36 @@ impl<N> Transactions<N> {
 
     /// An event of `key` in `db`, while an `EXEC` runs: the first note of
     /// `key` that `fits` it (`None`: none, or no `EXEC` runs).
+    /// A barrier before it: this event and every later one claim nothing.
     pub fn claim(&mut self, db: u32, key: &[u8], fits: impl Fn(&N) -> bool) -> Option<N> {
-        let exec = self.running.as_mut()?;
-        let at = exec.notes.iter().position(|(k, n)| k == key && fits(n))?;
-        exec.unclaimed
-            .extend(exec.notes.drain(..at).map(|(k, _)| k));
-        let (_, note) = exec.notes.pop_front()?;
+        let exec = self.running.as_mut().filter(|e| !e.blocked)?;
+        let at = exec.items.iter().position(|i| match i {
+            Item::Note(k, n) => k == key && fits(n),
+            Item::Barrier => true,
+        })?;
+        exec.skip(at);
+        let Some(Item::Note(_, note)) = exec.items.pop_front() else {
+            exec.blocked = true;
+            return None;
+        };
         if !exec.claimed.iter().any(|(d, k)| *d == db && k == key) {
             exec.claimed.push((db, key.to_vec()));
         }
+        if matches!(exec.items.front(), Some(Item::Barrier)) {
+            // The event may be the barrier's, the note's command having
+            // raised none: the key is not trusted.
+            exec.unclaimed.push(key.to_vec());
+        }
         Some(note)
+    }
+
+    /// Whether the running `EXEC` holds a barrier, ahead or met: a
+    /// filtered command now may be one that a script or module command of
+    /// it runs.
+    pub fn holds_barrier(&self) -> bool {
+        self.running
+            .as_ref()
+            .is_some_and(|e| e.blocked || e.items.iter().any(|i| matches!(i, Item::Barrier)))
     }
 
     /// The claims of the running `EXEC` end (the next command came, or the
@@ -139,7 +265,8 @@ impl<N> Transactions<N> {
         let Some(mut exec) = self.running.take() else {
             return Vec::new();
         };
-        exec.unclaimed.extend(exec.notes.drain(..).map(|(k, _)| k));
+        let left = exec.items.len();
+        exec.skip(left);
         exec.claimed
             .into_iter()
             .filter(|(_, key)| exec.unclaimed.contains(key))
@@ -225,14 +352,80 @@ mod tests {
     }
 
     #[test]
-    fn queued_notes_are_bounded() {
+    fn queued_notes_are_bounded_and_a_client_cut_short_claims_nothing() {
         let mut t = Transactions::default();
         for _ in 0..MAX_QUEUED {
             t.queue(1, b"a", 1);
         }
         t.queue(2, b"a", 1);
         assert_eq!(t.queued_len(), 1);
+        // Client 1 goes on queuing: a part of its transaction would be
+        // claimed by events of commands whose notes went.
+        t.queue(1, b"b", 2);
         t.end_transaction(1, true);
-        assert!(!t.is_running(), "client 1's notes went");
+        assert!(!t.is_running(), "client 1 claims nothing");
+        t.queue(1, b"b", 2);
+        t.end_transaction(1, true);
+        assert!(t.is_running(), "its next transaction is noted again");
+    }
+
+    #[test]
+    fn no_event_claims_past_a_barrier() {
+        let mut t = Transactions::default();
+        // MULTI; SADD s x (raises nothing); SMOVE src s m; SADD s y; EXEC:
+        // SMOVE's `sadd` claims `x` (it cannot be told from the SADD's),
+        // and `s` is not trusted; nothing claims past the barrier.
+        t.queue(1, b"s", 1);
+        t.queue_barrier(1);
+        t.queue(1, b"s", 2);
+        t.end_transaction(1, true);
+        assert!(t.holds_barrier());
+        assert_eq!(t.claim(0, b"s", any), Some(1));
+        assert_eq!(t.claim(0, b"s", any), None, "the barrier's, or blocked");
+        assert_eq!(t.claim(0, b"s", any), None, "blocked from there on");
+        assert!(t.holds_barrier());
+        assert_eq!(t.exec_done(), vec![(0, b"s".to_vec())]);
+        // An event of another key skips to the barrier and blocks.
+        t.queue(1, b"s", 1);
+        t.queue_barrier(1);
+        t.queue(1, b"t", 2);
+        t.end_transaction(1, true);
+        assert_eq!(t.claim(0, b"src", any), None);
+        assert_eq!(t.claim(0, b"t", any), None, "blocked");
+        assert!(t.exec_done().is_empty(), "nothing was claimed");
+        // Notes well before a barrier are claimed as ever.
+        t.queue(1, b"k", 5);
+        t.queue(1, b"j", 6);
+        t.queue_barrier(1);
+        t.end_transaction(1, true);
+        assert_eq!(t.claim(0, b"k", any), Some(5));
+        assert_eq!(t.claim(0, b"j", any), Some(6));
+        assert_eq!(
+            t.exec_done(),
+            vec![(0, b"j".to_vec())],
+            "j's event may be the barrier's"
+        );
+        assert!(!t.holds_barrier());
+    }
+
+    #[test]
+    fn reset_ends_a_transaction_and_the_barriers_are_named() {
+        assert!(ends_transaction(b"RESET") && ends_transaction(b"exec"));
+        assert!(!ends_transaction(b"multi"));
+        for name in ["SMOVE", "geoadd", "EVAL", "fcall_ro", "json.set"] {
+            assert!(is_barrier(name.as_bytes()), "{name}");
+        }
+        for name in ["set", "hset", "get", "del", "expire"] {
+            assert!(!is_barrier(name.as_bytes()), "{name}");
+        }
+    }
+
+    #[test]
+    fn single_notes_are_not_trusted_after_interrupted_claims_until_the_flush() {
+        assert!(single_notes_trusted());
+        interrupted();
+        assert!(!single_notes_trusted());
+        iteration_over();
+        assert!(single_notes_trusted());
     }
 }
