@@ -756,3 +756,29 @@ fn a_field_at_rest_incremented_by_the_peer_keeps_its_value_across_a_restart() {
     }
     merged_and_collected(&pair);
 }
+
+#[test]
+fn the_tombstone_of_a_held_hash_deleted_is_collected() {
+    // A hash with element metadata ships its delete as its merge state:
+    // the tombstone must still become collectable once the peer
+    // acknowledged it (it stayed for good, found by tests/convergence.rs).
+    let pair = started_merging();
+    common::cut(&pair);
+    let mut a = pair.a.conn();
+    let _: i64 = cmd(&["HSET", "h", "f", "1"]).query(&mut a).unwrap();
+    let _: i64 = cmd(&["SADD", "s", "m"]).query(&mut a).unwrap();
+    let _: i64 = cmd(&["DEL", "h", "s"]).query(&mut a).unwrap();
+    assert!(pair.a.stat("tombstones") >= 2, "{:?}", pair.a.status());
+    common::heal(&pair);
+    pair.wait_converged(Duration::from_secs(30));
+    let collected = common::wait_until(Duration::from_secs(10), || {
+        pair.a.stat("tombstones") + pair.b.stat("tombstones") == 0
+    });
+    assert!(
+        collected,
+        "A {:?}\nB {:?}",
+        pair.a.status(),
+        pair.b.status()
+    );
+    merged_and_collected(&pair);
+}

@@ -145,13 +145,19 @@ pub(crate) fn push(
 }
 
 /// The deletes among `entries`: `(db, key, stamp, seq)`, the database
-/// `None` for a function library's.
+/// `None` for a function library's. A key's merge state (a hash, set or
+/// sorted set with element metadata) may carry its delete too: the
+/// tombstone at its stamp, if any, is marked (see
+/// `VersionStore::mark_shipped`). Without that, a held key deleted
+/// kept its tombstone for good.
 fn tombstones_of(entries: &[Entry]) -> Vec<(Option<u32>, Vec<u8>, Stamp, u64)> {
     entries
         .iter()
         .filter_map(|e| {
             let db = match &e.op {
-                Op::Delete { key } => (Some(e.db), key),
+                Op::Delete { key } | Op::Fields { key, .. } | Op::Counter { key, .. } => {
+                    (Some(e.db), key)
+                }
                 Op::LibraryDelete { name } => (None, name),
                 _ => return None,
             };
