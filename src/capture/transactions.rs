@@ -36,8 +36,10 @@ use std::collections::VecDeque;
 use hashbrown::{HashMap, HashSet};
 
 /// Notes queued in `MULTI`, of all clients, kept at most: past it they are
-/// all dropped (their `EXEC`s then ship whole, counted). A client that
-/// disconnects in `MULTI` leaves its notes here until then.
+/// all dropped (their `EXEC`s then claim nothing, and their keys ship
+/// whole). A client that disconnects in `MULTI` leaves its notes here until
+/// then. As many clients cut short at most: past it, no `EXEC` claims
+/// again (a client forgotten there could claim with half its notes).
 pub const MAX_QUEUED: usize = 4_096;
 
 thread_local! {
@@ -153,6 +155,8 @@ pub struct Transactions<N> {
     /// Clients whose queued notes the bound dropped: their `EXEC` claims
     /// nothing.
     dropped: HashSet<u64>,
+    /// Too many clients were cut short: no `EXEC` claims any more.
+    disabled: bool,
     running: Option<Running<N>>,
 }
 
@@ -162,6 +166,7 @@ impl<N> Default for Transactions<N> {
             queued: HashMap::new(),
             queued_len: 0,
             dropped: HashSet::new(),
+            disabled: false,
             running: None,
         }
     }
@@ -181,14 +186,17 @@ impl<N> Transactions<N> {
     }
 
     fn push(&mut self, client: u64, item: Item<N>) {
-        if self.dropped.contains(&client) {
+        if self.disabled || self.dropped.contains(&client) {
             return;
         }
         if self.queued_len >= MAX_QUEUED {
             if self.dropped.len() >= MAX_QUEUED {
-                // Clients that disconnected in MULTI: forgotten, as their
-                // notes were.
-                self.dropped.clear();
+                // Clients that disconnected in MULTI, mostly; any of them
+                // forgotten could queue again with half its notes.
+                self.disabled = true;
+                self.queued.clear();
+                self.queued_len = 0;
+                return;
             }
             self.dropped.extend(self.queued.drain().map(|(c, _)| c));
             self.queued_len = 0;
@@ -202,9 +210,14 @@ impl<N> Transactions<N> {
 
     /// Client `client` ends its transaction: with `exec`, its notes are
     /// claimed from now on; else they are dropped. An `EXEC` still being
-    /// claimed ends first: the keys it leaves untrusted.
+    /// claimed ends first: the keys it leaves untrusted. The `EXEC` of a
+    /// client cut short by the bound claims nothing, and neither does the
+    /// single note of a script it runs (see [`single_notes_trusted`]).
     pub fn end_transaction(&mut self, client: u64, exec: bool) -> Vec<(u32, Vec<u8>)> {
         let untrusted = self.exec_done();
+        if exec && (self.disabled || self.dropped.contains(&client)) {
+            INTERRUPTED.set(true);
+        }
         self.dropped.remove(&client);
         let items = self.queued.remove(&client).unwrap_or_default();
         self.queued_len = self.queued_len.saturating_sub(items.len());
@@ -242,9 +255,10 @@ impl<N> Transactions<N> {
         if !exec.claimed.iter().any(|(d, k)| *d == db && k == key) {
             exec.claimed.push((db, key.to_vec()));
         }
-        if matches!(exec.items.front(), Some(Item::Barrier)) {
-            // The event may be the barrier's, the note's command having
-            // raised none: the key is not trusted.
+        if exec.items.iter().any(|i| matches!(i, Item::Barrier)) {
+            // The event may be a barrier's (SMOVE raises `srem` and `sadd`
+            // of two keys), the notes' commands before it having raised
+            // none: the key is not trusted.
             exec.unclaimed.push(key.to_vec());
         }
         Some(note)
@@ -362,11 +376,32 @@ mod tests {
         // Client 1 goes on queuing: a part of its transaction would be
         // claimed by events of commands whose notes went.
         t.queue(1, b"b", 2);
+        iteration_over();
         t.end_transaction(1, true);
         assert!(!t.is_running(), "client 1 claims nothing");
+        assert!(!single_notes_trusted(), "nor a script's note in its EXEC");
+        iteration_over();
         t.queue(1, b"b", 2);
         t.end_transaction(1, true);
         assert!(t.is_running(), "its next transaction is noted again");
+        t.exec_done();
+    }
+
+    #[test]
+    fn too_many_clients_cut_short_end_the_claims_for_good() {
+        let mut t = Transactions::default();
+        // The bound's worth of clients of one note each, dropped by the
+        // next; again, and the set of those cut short is full.
+        let clients = MAX_QUEUED as u64;
+        for client in 0..2 * clients + 1 {
+            t.queue(client, b"a", 1);
+        }
+        t.queue(u64::MAX, b"a", 1);
+        iteration_over();
+        t.end_transaction(u64::MAX, true);
+        assert!(!t.is_running(), "disabled");
+        assert!(!single_notes_trusted());
+        iteration_over();
     }
 
     #[test]
@@ -393,18 +428,26 @@ mod tests {
         assert_eq!(t.claim(0, b"src", any), None);
         assert_eq!(t.claim(0, b"t", any), None, "blocked");
         assert!(t.exec_done().is_empty(), "nothing was claimed");
-        // Notes well before a barrier are claimed as ever.
-        t.queue(1, b"k", 5);
-        t.queue(1, b"j", 6);
+        // MULTI; SREM s q (nothing); SADD d x (nothing); SMOVE s d m: the
+        // SMOVE's `srem s` claims q's note, and s is not trusted although
+        // another note stands between.
+        t.queue(1, b"s", 1);
+        t.queue(1, b"d", 2);
         t.queue_barrier(1);
         t.end_transaction(1, true);
-        assert_eq!(t.claim(0, b"k", any), Some(5));
-        assert_eq!(t.claim(0, b"j", any), Some(6));
+        assert_eq!(t.claim(0, b"s", any), Some(1));
+        assert_eq!(t.claim(0, b"d", any), Some(2));
         assert_eq!(
             t.exec_done(),
-            vec![(0, b"j".to_vec())],
-            "j's event may be the barrier's"
+            vec![(0, b"s".to_vec()), (0, b"d".to_vec())],
+            "either event may be the barrier's"
         );
+        // Past a barrier nothing is claimed.
+        t.queue_barrier(1);
+        t.queue(1, b"k", 5);
+        t.end_transaction(1, true);
+        assert_eq!(t.claim(0, b"x", |_| false), None, "the barrier's event");
+        assert!(t.exec_done().is_empty());
         assert!(!t.holds_barrier());
     }
 
