@@ -467,3 +467,28 @@ fn a_script_s_failed_increment_in_a_transaction_is_not_taken_for_a_later_one() {
     assert_eq!(get_counter(&mut a), want);
     assert_eq!(get_counter(&mut pair.b.conn()), want);
 }
+
+#[test]
+fn a_counter_made_after_a_flush_keeps_its_value_once_at_rest() {
+    // A counter made after a FLUSHALL folds its increments into a base at
+    // rest once both nodes applied them; later increments on either node
+    // ship that base again, and neither node may take the other's base for
+    // a newer one that drops what it folded. (The bug this guards against,
+    // a base stamped zero on the writer and with the flush on the peer,
+    // showed in durability's reload test on Redis 8; this sequence did not
+    // reproduce it alone.)
+    let pair = started_merging_counters();
+    let _: () = cmd(&["FLUSHALL"]).query(&mut pair.b.conn()).unwrap();
+    pair.wait_converged(Duration::from_secs(30));
+    let (mut a, mut b) = (pair.a.conn(), pair.b.conn());
+    for _ in 0..5 {
+        let _: i64 = cmd(&["INCR", "c"]).query(&mut a).unwrap();
+    }
+    merged_and_collected(&pair);
+    let _: i64 = cmd(&["INCR", "c"]).query(&mut a).unwrap();
+    let _: i64 = cmd(&["INCR", "c"]).query(&mut b).unwrap();
+    or_explain(&pair, "c", || pair.wait_converged(Duration::from_secs(30)));
+    assert_eq!(get_counter(&mut a), 7);
+    assert_eq!(get_counter(&mut b), 7);
+    merged_and_collected(&pair);
+}

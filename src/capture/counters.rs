@@ -53,6 +53,17 @@ pub fn local_change(shared: &Shared, st: &mut Replication, change: LocalChange<'
         return;
     }
     let now = integer_read(snap);
+    // A key with no version here is absent as of the database's newest
+    // flush: its base is stamped with that flush, as the peer's is once it
+    // trims this node's state at the flush (a base at the zero stamp here
+    // and at the flush there would not be the same base, and the peer's,
+    // newer, would drop the increments folded into this one).
+    let before = before.or_else(|| {
+        Some(KeyVersion::Deleted {
+            stamp: st.versions.floor(db),
+            gc_after: 0,
+        })
+    });
     match (sum, now) {
         (Some(sum), Ok(Some(after))) => {
             if !st
