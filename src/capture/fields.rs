@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use hashbrown::HashMap;
 
-use crate::capture::transactions::Transactions;
+use crate::capture::transactions::{TransactionWindow, Transactions};
 use crate::converge::merge::counters::integer_of;
 use crate::converge::merge::hashes::Kind;
 
@@ -351,49 +351,24 @@ impl FieldWindow {
     pub fn clear(&mut self) {
         self.keys.clear();
     }
+}
 
-    /// Client `client`, in `MULTI`, queued `args` (an element change, as
-    /// [`change_of`] reads it).
-    pub fn queue(&mut self, client: u64, args: &[&[u8]]) {
-        if let Some(c) = change_of(args) {
-            let fields = c.fields.iter().map(|f| f.to_vec()).collect();
-            let note = (fields, c.event, c.post, c.inexact);
-            self.transactions.queue(client, c.key, note);
-        }
+/// Element changes queued in `MULTI`: a key not trusted is written whole.
+impl TransactionWindow for FieldWindow {
+    type Note = QueuedNote;
+
+    fn transactions(&mut self) -> &mut Transactions<QueuedNote> {
+        &mut self.transactions
     }
 
-    /// Client `client`, in `MULTI`, queued a command that may raise element
-    /// events without a note (see `transactions::is_barrier`).
-    pub fn queue_barrier(&mut self, client: u64) {
-        self.transactions.queue_barrier(client);
+    fn note_of<'a>(args: &[&'a [u8]]) -> Option<(&'a [u8], QueuedNote)> {
+        let c = change_of(args)?;
+        let fields = c.fields.iter().map(|f| f.to_vec()).collect();
+        Some((c.key, (fields, c.event, c.post, c.inexact)))
     }
 
-    /// Whether the running `EXEC` holds a barrier.
-    pub fn holds_barrier(&self) -> bool {
-        self.transactions.holds_barrier()
-    }
-
-    /// Client `client` ends its transaction: `exec`, its queued changes are
-    /// claimed from now on; else they are dropped. An `EXEC` still being
-    /// claimed ends first. Returns the number of keys it leaves whole (see
-    /// [`Self::exec_done`]).
-    pub fn end_transaction(&mut self, client: u64, exec: bool) -> u64 {
-        let untrusted = self.transactions.end_transaction(client, exec);
-        self.distrust(untrusted)
-    }
-
-    /// The claims of the running `EXEC` end (the next command came, or the
-    /// flush): a key one of whose queued changes raised no event is
-    /// written whole (an event may have claimed that change's note).
-    /// Returns the number of such keys the window held.
-    pub fn exec_done(&mut self) -> u64 {
-        let untrusted = self.transactions.exec_done();
-        self.distrust(untrusted)
-    }
-
-    fn distrust(&mut self, keys: Vec<(u32, Vec<u8>)>) -> u64 {
-        let dropped = keys.into_iter().filter(|k| self.keys.remove(k).is_some());
-        dropped.count() as u64
+    fn distrust(&mut self, key: &(u32, Vec<u8>)) -> bool {
+        self.keys.remove(key).is_some()
     }
 }
 

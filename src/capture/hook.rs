@@ -9,7 +9,7 @@ use redis_module::{Context, NotifyEvent};
 use crate::capture::fields;
 use crate::capture::increments;
 use crate::capture::state::main_state;
-use crate::capture::transactions;
+use crate::capture::transactions::{self, Queuing, TransactionWindow};
 
 use crate::redis::server;
 
@@ -415,16 +415,6 @@ fn note_merged_changes(command: &server::FilteredCommand<'_>) {
     }
 }
 
-/// What a command of a client in `MULTI` does to its queued notes.
-enum Queuing<'a> {
-    /// Queued, noted (an increment or an element change: its arguments).
-    Note(Vec<&'a [u8]>),
-    /// Queued, a barrier (`transactions::is_barrier`).
-    Barrier,
-    /// `EXEC` (`true`), `DISCARD` or `RESET`.
-    End(bool),
-}
-
 /// A command of `client` in `MULTI`, in both windows.
 fn in_transaction(client: u64, queuing: Queuing<'_>) {
     let main = main_state();
@@ -433,18 +423,10 @@ fn in_transaction(client: u64, queuing: Queuing<'_>) {
         .then(|| main.increments.get())
         .flatten()
     {
-        match &queuing {
-            Queuing::Note(args) => w.queue(client, args),
-            Queuing::Barrier => w.queue_barrier(client),
-            Queuing::End(exec) => untrusted += w.end_transaction(client, *exec),
-        }
+        untrusted += w.in_transaction(client, &queuing);
     }
     if let Some(mut w) = fields::enabled().then(|| main.fields.get()).flatten() {
-        match &queuing {
-            Queuing::Note(args) => w.queue(client, args),
-            Queuing::Barrier => w.queue_barrier(client),
-            Queuing::End(exec) => untrusted += w.end_transaction(client, *exec),
-        }
+        untrusted += w.in_transaction(client, &queuing);
     }
     count_fallbacks(untrusted);
 }

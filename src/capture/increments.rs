@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use hashbrown::HashMap;
 
-use crate::capture::transactions::Transactions;
+use crate::capture::transactions::{TransactionWindow, Transactions};
 
 /// `merge-counters`, set at load.
 static ENABLED: AtomicBool = AtomicBool::new(false);
@@ -153,55 +153,37 @@ impl IncrementWindow {
     pub fn clear(&mut self) {
         self.sums.clear();
     }
+}
 
-    /// Client `client`, in `MULTI`, queued `args` (an increment, as
-    /// [`increment_of`] reads it).
-    pub fn queue(&mut self, client: u64, args: &[&[u8]]) {
-        if let Some((key, delta)) = increment_of(args) {
-            self.transactions.queue(client, key, delta);
-        }
+/// Increments queued in `MULTI`: a key not trusted ships as a set.
+impl TransactionWindow for IncrementWindow {
+    type Note = i64;
+
+    fn transactions(&mut self) -> &mut Transactions<i64> {
+        &mut self.transactions
     }
 
-    /// Client `client`, in `MULTI`, queued a command that may raise
-    /// `incrby` events without a note (see `transactions::is_barrier`).
-    pub fn queue_barrier(&mut self, client: u64) {
-        self.transactions.queue_barrier(client);
+    fn note_of<'a>(args: &[&'a [u8]]) -> Option<(&'a [u8], i64)> {
+        increment_of(args)
     }
 
-    /// Whether the running `EXEC` holds a barrier.
-    pub fn holds_barrier(&self) -> bool {
-        self.transactions.holds_barrier()
-    }
-
-    /// Client `client` ends its transaction: `exec`, its queued increments
-    /// are claimed from now on; else they are dropped. An `EXEC` still
-    /// being claimed ends first. Returns the number of keys whose sum is
-    /// not trusted (see [`Self::exec_done`]).
-    pub fn end_transaction(&mut self, client: u64, exec: bool) -> u64 {
-        let untrusted = self.transactions.end_transaction(client, exec);
-        self.distrust(untrusted)
-    }
-
-    /// The claims of the running `EXEC` end (the next command came, or the
-    /// flush): a key one of whose queued increments raised no event ships
-    /// as a set. Returns the number of such keys that had a sum.
-    pub fn exec_done(&mut self) -> u64 {
-        let untrusted = self.transactions.exec_done();
-        self.distrust(untrusted)
-    }
-
-    fn distrust(&mut self, keys: Vec<(u32, Vec<u8>)>) -> u64 {
-        let dropped = keys.into_iter().filter(|k| self.sums.remove(k).is_some());
-        dropped.count() as u64
+    fn distrust(&mut self, key: &(u32, Vec<u8>)) -> bool {
+        self.sums.remove(key).is_some()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::capture::transactions::Queuing;
 
     fn args(line: &str) -> Vec<&[u8]> {
         line.split(' ').map(str::as_bytes).collect()
+    }
+
+    /// Client `client`, in `MULTI`, queues `line`.
+    fn queue(w: &mut IncrementWindow, client: u64, line: &str) {
+        assert_eq!(w.in_transaction(client, &Queuing::Note(args(line))), 0);
     }
 
     #[test]
@@ -238,11 +220,11 @@ mod tests {
     #[test]
     fn increments_queued_in_multi_add_up_at_their_exec() {
         let mut w = IncrementWindow::default();
-        w.queue(7, &args("incrby a 2"));
-        w.queue(7, &args("decr b"));
-        w.queue(7, &args("get a"));
-        w.queue(7, &args("incrby a 3"));
-        assert_eq!(w.end_transaction(7, true), 0);
+        queue(&mut w, 7, "incrby a 2");
+        queue(&mut w, 7, "decr b");
+        queue(&mut w, 7, "get a");
+        queue(&mut w, 7, "incrby a 3");
+        assert_eq!(w.in_transaction(7, &Queuing::End(true)), 0);
         assert!(!w.event(0, b"a", b"incrby", false));
         assert!(!w.event(0, b"b", b"incrby", false));
         assert!(!w.event(0, b"a", b"incrby", true));
@@ -260,10 +242,10 @@ mod tests {
         let mut w = IncrementWindow::default();
         // `incrby a 5` fails (no event), `incrby a 7` runs: the event
         // claims 5, so `a` is not trusted with a sum.
-        w.queue(1, &args("incrby a 5"));
-        w.queue(1, &args("incrby a 7"));
-        w.queue(1, &args("incr b"));
-        w.end_transaction(1, true);
+        queue(&mut w, 1, "incrby a 5");
+        queue(&mut w, 1, "incrby a 7");
+        queue(&mut w, 1, "incr b");
+        w.in_transaction(1, &Queuing::End(true));
         w.event(0, b"a", b"incrby", false);
         w.event(0, b"b", b"incrby", false);
         assert_eq!(w.exec_done(), 1);

@@ -294,6 +294,76 @@ impl<N> Transactions<N> {
     }
 }
 
+/// What a command of a client in `MULTI` does to its queued notes.
+pub enum Queuing<'a> {
+    /// Queued with a note (an increment or an element change: its
+    /// arguments, read by each window's [`TransactionWindow::note_of`]).
+    Note(Vec<&'a [u8]>),
+    /// Queued, a barrier ([`is_barrier`]).
+    Barrier,
+    /// `EXEC` (`true`), `DISCARD` or `RESET`.
+    End(bool),
+}
+
+/// A window of merged changes whose commands may be queued in `MULTI`
+/// (the increments, the element changes): it says what a queued command's
+/// note is and what not trusting a key means; the queueing and claiming
+/// are [`Transactions`]'.
+pub trait TransactionWindow {
+    /// What a note says.
+    type Note;
+
+    /// The window's queued notes.
+    fn transactions(&mut self) -> &mut Transactions<Self::Note>;
+
+    /// The key and note of a queued command (`args`, the name at 0), if
+    /// it is one of this window's.
+    fn note_of<'a>(args: &[&'a [u8]]) -> Option<(&'a [u8], Self::Note)>;
+
+    /// The key is not trusted: its change ships whole. Returns whether
+    /// the window held a change of it.
+    fn distrust(&mut self, key: &(u32, Vec<u8>)) -> bool;
+
+    /// A command of `client` in `MULTI`. Returns the number of keys an
+    /// `EXEC` that ended leaves untrusted.
+    fn in_transaction(&mut self, client: u64, queuing: &Queuing<'_>) -> u64 {
+        match queuing {
+            Queuing::Note(args) => {
+                if let Some((key, note)) = Self::note_of(args) {
+                    self.transactions().queue(client, key, note);
+                }
+                0
+            }
+            Queuing::Barrier => {
+                self.transactions().queue_barrier(client);
+                0
+            }
+            Queuing::End(exec) => {
+                let untrusted = self.transactions().end_transaction(client, *exec);
+                self.distrust_all(untrusted)
+            }
+        }
+    }
+
+    /// The claims of the running `EXEC` end (the next command came, or the
+    /// flush): a key one of whose queued changes raised no event ships
+    /// whole. Returns the number of such keys the window held.
+    fn exec_done(&mut self) -> u64 {
+        let untrusted = self.transactions().exec_done();
+        self.distrust_all(untrusted)
+    }
+
+    /// Whether the running `EXEC` holds a barrier.
+    fn holds_barrier(&mut self) -> bool {
+        self.transactions().holds_barrier()
+    }
+
+    /// [`Self::distrust`] of each of `keys`; how many the window held.
+    fn distrust_all(&mut self, keys: Vec<(u32, Vec<u8>)>) -> u64 {
+        keys.iter().filter(|k| self.distrust(k)).count() as u64
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
