@@ -235,6 +235,45 @@ fn changes_in_flight_when_a_is_killed_survive_on_both() {
     pair.wait_converged(SETTLE);
 }
 
+/// An ack leaves only once what it covers is in the AOF buffer Redis has
+/// written. B applies A's increment and exits right after its next ack
+/// (`RDMASYNC.DEBUG EXIT-AFTER-ACK`), before Redis writes its AOF buffer
+/// unless the ack waited for that write. An ack sent before the write
+/// covered an increment B's restart took away: A, told B had applied it,
+/// folded it into the counter's base, and its sync after B's restart
+/// shipped a base B took for the one it held (A 15, B 10 for good).
+#[test]
+fn an_ack_never_covers_what_a_crash_can_take_from_the_acking_node() {
+    let mut pair = pair_persisting(Persistence::AofAlways);
+    let mut a = pair.a.conn();
+    let _: () = a.set("c", "10").unwrap();
+    assert!(wait_value(&pair.b, "c", Some("10")));
+    pair.wait_converged(SETTLE);
+    // The increment waits in B's apply queue while the switch is set, so
+    // the ack B exits after is the one that covers it.
+    pair.b.debug(&["HOLD-APPLY", "ON"]);
+    let _: i64 = a.incr("c", 5).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(get(&pair.b, "c").as_deref(), Some("10"), "held");
+    pair.b.debug(&["EXIT-AFTER-ACK"]);
+    pair.b.debug(&["HOLD-APPLY", "OFF"]);
+    assert!(
+        wait_until(SETTLE, || pair.b.has_exited()),
+        "B exits after its ack"
+    );
+    assert!(pair.b.log().contains("EXIT-AFTER-ACK"), "{}", pair.b.log());
+    pair.b.restart();
+    pair.wait_linked();
+    for node in [&pair.a, &pair.b] {
+        assert!(wait_value(node, "c", Some("15")), "c on {}", node.name);
+    }
+    let _: i64 = a.incr("c", 1).unwrap();
+    for node in [&pair.a, &pair.b] {
+        assert!(wait_value(node, "c", Some("16")), "c on {}", node.name);
+    }
+    pair.wait_converged(SETTLE);
+}
+
 /// B's changes applied on A are in A's AOF with B's stamps. After A's
 /// restart they are newer than B's earlier FLUSHALL, so B's full sync
 /// (floors first, then keys) never removes them from A: A's clients see

@@ -992,6 +992,39 @@ fn send_ack(shared: &Shared, st: &mut Replication) -> bool {
     let acked = push(shared, st, vec![ack], false).is_ok();
     if !acked {
         st.peer.ack_lost();
+    } else if let Some(mut faults) = main_state().faults.get() {
+        faults.ack_sent();
     }
     acked
+}
+
+/// The end of the server's `BeforeSleep` event, after the flush: Redis
+/// writes its AOF buffer next, with everything applied so far (see
+/// `Peer::persisting`). An ack that became due goes out in the next
+/// event-loop iteration, which the wake-up starts at once.
+pub fn before_aof_write(shared: &Shared) {
+    if let Some(mut st) = main_state().replication.get() {
+        if st.peer.persisting() {
+            shared.apply.rewake();
+        }
+    }
+    exit_if_asked(shared);
+}
+
+/// `RDMASYNC.DEBUG EXIT-AFTER-ACK`: once an ack went out, the process
+/// exits before Redis writes its AOF buffer, as a crash at that moment
+/// would (the ack is given time to leave first).
+fn exit_if_asked(shared: &Shared) {
+    if !main_state().faults.get().is_some_and(|f| f.exit_due()) {
+        return;
+    }
+    let until = Instant::now() + Duration::from_secs(1);
+    while shared.queue.waiting() != 0 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    redis_module::logging::log_warning(
+        "rdmasync: EXIT-AFTER-ACK: an ack went out, exiting before the AOF write",
+    );
+    std::process::exit(70);
 }

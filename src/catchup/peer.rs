@@ -164,6 +164,9 @@ pub struct Peer {
     pub last_peer_swap: Stamp,
     /// The peer's sequence number of the last data entry applied here.
     pub(super) applied_from_peer: u64,
+    /// `applied_from_peer` when the server last went to write its AOF
+    /// buffer (see [`Self::persisting`]): what an ack may cover.
+    pub(super) applied_written: u64,
     /// What our last ack said.
     pub(super) ack_sent: u64,
     /// When the last ack went out.
@@ -209,6 +212,7 @@ impl Peer {
             peer_acked: 0,
             last_peer_swap: Stamp::default(),
             applied_from_peer: 0,
+            applied_written: 0,
             ack_sent: 0,
             last_ack_at: None,
             last_pushed: 0,
@@ -267,9 +271,30 @@ impl Peer {
         self.snapshot.handed_out(running, last_seq, self.peer_acked);
     }
 
-    /// Whether an ack is due (something applied since the last one).
+    /// Whether an ack is due (something applied and written since the
+    /// last one).
     pub fn ack_due(&self) -> bool {
-        self.applied_from_peer != self.ack_sent && self.applied_from_peer != 0
+        self.applied_written != self.ack_sent && self.applied_written != 0
+    }
+
+    /// The server goes on to write its AOF buffer (the end of its
+    /// `BeforeSleep` event: Redis writes the buffer, and syncs it under
+    /// `appendfsync always`, before it sleeps or answers a client), which
+    /// holds everything applied so far: acks may cover it from now on.
+    /// An ack sent earlier covers changes a crash can still take from this
+    /// node, which the peer then counts as applied here for good: it
+    /// collects their tombstones and folds their increments, and its sync
+    /// after our restart ships neither. Whether an ack became due.
+    pub fn persisting(&mut self) -> bool {
+        let moved = self.applied_written != self.applied_from_peer;
+        self.applied_written = self.applied_from_peer;
+        moved && self.ack_due()
+    }
+
+    /// What an ack may say now: the peer's last data entry applied here
+    /// and written (see [`Self::persisting`]).
+    pub(super) fn ackable(&self) -> u64 {
+        self.applied_written
     }
 
     /// The ack taken last could not be queued: send it again later.

@@ -447,7 +447,7 @@ impl Replication {
             .is_some_and(|at| now.saturating_duration_since(at) < ACK_INTERVAL);
         let coverage = self.coverage().filter(|&c| c > self.peer.coverage_sent);
         if (self.peer.ack_due() || coverage.is_some()) && !recent {
-            self.peer.ack_sent = self.peer.applied_from_peer;
+            self.peer.ack_sent = self.peer.ackable();
             self.peer.last_ack_at = Some(now);
             self.peer.coverage_sent = coverage.unwrap_or(self.peer.coverage_sent);
             Some((self.peer.ack_sent, self.peer.coverage_sent))
@@ -657,6 +657,8 @@ mod tests {
         let mut r = settled();
         r.peer.received(5);
         r.peer.applied(5);
+        assert!(!r.peer.ack_due(), "not before the server writes it");
+        assert!(r.peer.persisting());
         assert!(r.peer.ack_due());
         assert!(r.has_link_work());
         assert!(r.lets_changes_rest(1));
@@ -861,6 +863,7 @@ mod tests {
         r.peer.applied(4);
         r.peer.received(9);
         r.peer.applied(7);
+        r.peer.persisting();
         assert_eq!(r.take_ack(), Some((7, 0)));
         // A fresh node says it had received nothing; one that lost state
         // later says what it had received then, not what came after.
@@ -1042,6 +1045,7 @@ mod tests {
         r.last_local_stamp = 95;
         assert_eq!(r.coverage(), None, "a backlog to ship");
         r.peer.applied(3);
+        r.peer.persisting();
         let later = Instant::now() + ACK_INTERVAL;
         assert_eq!(
             r.take_ack_at(later),
@@ -1093,16 +1097,33 @@ mod tests {
         let mut r = Replication::new(10);
         assert_eq!(r.take_ack_at(t0), None);
         r.peer.applied(5);
+        r.peer.persisting();
         assert_eq!(r.take_ack_at(t0), Some((5, 0)));
         assert_eq!(r.take_ack_at(t0), None);
         r.peer.applied(6);
+        r.peer.persisting();
         // Rate-limited: not before the interval.
         assert_eq!(r.take_ack_at(t0 + ACK_INTERVAL / 2), None);
         assert_eq!(r.take_ack_at(later(1)), Some((6, 0)));
         // A new link keeps what was applied on the old one.
         r.peer.applied(7);
+        r.peer.persisting();
         r.link_up(1);
         assert_eq!(r.take_ack_at(later(2)), Some((7, 0)));
+    }
+
+    #[test]
+    fn an_ack_covers_only_what_the_server_went_on_to_write() {
+        let t0 = Instant::now();
+        let mut r = Replication::new(10);
+        r.peer.applied(5);
+        assert_eq!(r.take_ack_at(t0), None, "in the AOF buffer only");
+        assert!(r.peer.persisting(), "an ack is due: wake the loop");
+        r.peer.applied(8);
+        assert_eq!(r.take_ack_at(t0), Some((5, 0)), "not 8: not written yet");
+        assert!(r.peer.persisting());
+        assert!(!r.peer.persisting(), "nothing new to write");
+        assert_eq!(r.take_ack_at(t0 + ACK_INTERVAL), Some((8, 0)));
     }
 
     #[test]

@@ -133,6 +133,7 @@ fn on_server_event(ctx: &Context, event: ServerEvent) {
                 } else {
                     flush::flush(ctx, s);
                 }
+                flush::before_aof_write(s);
             });
             server::settle_role();
         }

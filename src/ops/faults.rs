@@ -26,6 +26,9 @@
 //!   selected database (`live <clock> <node>`, `deleted <clock> <node>`,
 //!   or `none`), and the database's floor, for a test that must say why
 //!   a key differs;
+//! - `EXIT-AFTER-ACK`: the process exits right after the next ack it sends
+//!   has left, before Redis writes its AOF buffer, as a crash at the worst
+//!   moment for an ack would;
 //! - `EXPIRED-BOUND <n>`: at most `n` keys expired or evicted in one
 //!   event-loop iteration become tombstones (0: the 1,048,576 of a
 //!   production build), so the bound is reached on purpose.
@@ -47,6 +50,10 @@ pub struct Faults {
     hold_apply: bool,
     /// Syncs owed to the peer are not started.
     hold_syncs: bool,
+    /// The process exits once an ack went out.
+    exit_after_ack: bool,
+    /// An ack went out while `exit_after_ack` was set.
+    ack_went_out: bool,
 }
 
 /// The switches the sender thread reads.
@@ -91,6 +98,16 @@ impl Faults {
         self.hold_syncs
     }
 
+    /// An ack was queued for the peer.
+    pub fn ack_sent(&mut self) {
+        self.ack_went_out |= self.exit_after_ack;
+    }
+
+    /// Whether the process must exit now (`EXIT-AFTER-ACK`, an ack sent).
+    pub fn exit_due(&self) -> bool {
+        self.ack_went_out
+    }
+
     /// Carries out a parsed request; `sender` holds the sender's switches.
     pub fn apply(&mut self, request: DebugRequest, sender: Option<&SenderFaults>) {
         let set = |flag: fn(&SenderFaults) -> &AtomicBool, on: bool| {
@@ -107,6 +124,7 @@ impl Faults {
             DebugRequest::HoldSends(on) => set(|s| &s.hold_sends, on),
             DebugRequest::FailNextPost => set(|s| &s.fail_next_post, true),
             DebugRequest::DropNextBatch => set(|s| &s.drop_next_batch, true),
+            DebugRequest::ExitAfterAck => self.exit_after_ack = true,
             // The clock's and the hook's, set by the caller (`module`).
             DebugRequest::ClockSkew(_)
             | DebugRequest::ExpiredBound(_)
@@ -137,6 +155,8 @@ pub enum DebugRequest {
     FailNextPost,
     /// Skip the next batch the sender pops.
     DropNextBatch,
+    /// Exit once the next ack went out, before the AOF is written.
+    ExitAfterAck,
     /// Leave the apply queue alone (`true`) or apply again.
     HoldApply(bool),
     /// Start no sync owed to the peer (`true`) or start them again.
@@ -158,6 +178,7 @@ pub fn parse(args: &[&[u8]]) -> Result<DebugRequest, &'static str> {
                          RDMASYNC.DEBUG HOLD-SENDS ON|OFF | RDMASYNC.DEBUG HOLD-APPLY ON|OFF | \
                          RDMASYNC.DEBUG HOLD-SYNCS ON|OFF | \
                          RDMASYNC.DEBUG FAIL-NEXT-POST | RDMASYNC.DEBUG DROP-NEXT-BATCH | \
+                         RDMASYNC.DEBUG EXIT-AFTER-ACK | \
                          RDMASYNC.DEBUG CLOCK-SKEW <ms> | RDMASYNC.DEBUG EXPIRED-BOUND <n> | \
                          RDMASYNC.DEBUG VERSION <key>";
     if let [what, on] = args {
@@ -176,6 +197,7 @@ pub fn parse(args: &[&[u8]]) -> Result<DebugRequest, &'static str> {
         [what, key] if upper(what) == b"VERSION" => Ok(DebugRequest::Version(key.to_vec())),
         [what] if upper(what) == b"FAIL-NEXT-POST" => Ok(DebugRequest::FailNextPost),
         [what] if upper(what) == b"DROP-NEXT-BATCH" => Ok(DebugRequest::DropNextBatch),
+        [what] if upper(what) == b"EXIT-AFTER-ACK" => Ok(DebugRequest::ExitAfterAck),
         [what, ms] if upper(what) == b"CLOCK-SKEW" => std::str::from_utf8(ms)
             .ok()
             .and_then(|ms| ms.parse().ok())
@@ -238,6 +260,7 @@ mod tests {
             Ok(DebugRequest::DropAcks(false))
         );
         assert_eq!(parse(&[b"fail-next-post"]), Ok(DebugRequest::FailNextPost));
+        assert_eq!(parse(&[b"exit-after-ack"]), Ok(DebugRequest::ExitAfterAck));
         assert_eq!(
             parse(&[b"DROP-NEXT-BATCH"]),
             Ok(DebugRequest::DropNextBatch)

@@ -324,6 +324,13 @@ impl Node {
             .unwrap();
     }
 
+    /// Whether the server process has exited on its own.
+    pub fn has_exited(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))))
+    }
+
     /// `RDMASYNC.DEBUG <words>` (fault hooks), which must answer OK.
     pub fn debug(&self, words: &[&str]) {
         let _: () = redis::cmd("RDMASYNC.DEBUG")
