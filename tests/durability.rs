@@ -274,6 +274,59 @@ fn an_ack_never_covers_what_a_crash_can_take_from_the_acking_node() {
     pair.wait_converged(SETTLE);
 }
 
+/// A deletes a set and a counter while the link is cut, B removes a
+/// member of the set and sets the counter, and A restarts from its AOF
+/// (what it had queued for B is gone: its deletes ship with its answer to
+/// B's request). B's states of the keys reach A first, and A's merges
+/// leave both absent. Each merge took A's unshipped tombstone for a delete
+/// applied from B, collectable at A's next ack: gone when A answered B's
+/// request, and B kept the keys for good (found by tests/faults.rs on
+/// Redis 8.0.6, where B kept a member A had deleted).
+#[test]
+fn a_delete_made_while_cut_outlives_the_peer_s_older_state_after_a_restart() {
+    let mut pair = pair_persisting(Persistence::AofAlways);
+    let mut a = pair.a.conn();
+    let _: i64 = redis::cmd("SADD")
+        .arg(&["s", "m1", "m2"])
+        .query(&mut a)
+        .unwrap();
+    let _: i64 = a.incr("c", 5).unwrap();
+    pair.wait_converged(SETTLE);
+    cut(&pair);
+    let mut b = pair.b.conn();
+    let _: i64 = redis::cmd("SREM").arg(&["s", "m1"]).query(&mut b).unwrap();
+    let _: () = b.set("c", 7).unwrap();
+    // Newer than B's changes by more than a clock tick.
+    std::thread::sleep(Duration::from_millis(20));
+    let _: i64 = a.del(&["s", "c"]).unwrap();
+    drop(a);
+    // A restarts still cut off, and answers B's request only once B's
+    // state was applied and acknowledged (the order the fault run saw).
+    let peer_arg = format!("port={}", pair.b.listen_port());
+    let nowhere = format!("port={}", common::NOWHERE_PORT);
+    let swap = |args: &mut Vec<String>, from: &str, to: &str| {
+        for a in args.iter_mut().filter(|a| a.as_str() == from) {
+            *a = to.to_string();
+        }
+    };
+    swap(&mut pair.a.args, &peer_arg, &nowhere);
+    pair.a.restart();
+    swap(&mut pair.a.args, &nowhere, &peer_arg);
+    pair.a.debug(&["HOLD-SYNCS", "ON"]);
+    heal(&pair);
+    pair.wait_linked();
+    std::thread::sleep(Duration::from_millis(500));
+    pair.a.debug(&["HOLD-SYNCS", "OFF"]);
+    for node in [&pair.a, &pair.b] {
+        let gone = wait_until(SETTLE, || {
+            let n: i64 = node.conn().exists(&["s", "c"]).unwrap();
+            n == 0
+        });
+        assert!(gone, "s or c on {}: {}", node.name, node.log());
+    }
+    pair.wait_converged(SETTLE);
+}
+
 /// B's changes applied on A are in A's AOF with B's stamps. After A's
 /// restart they are newer than B's earlier FLUSHALL, so B's full sync
 /// (floors first, then keys) never removes them from A: A's clients see

@@ -964,7 +964,7 @@ fn catch_up_and_ack(ctx: &Context, reader: &Reader, shared: &Shared, st: &mut Re
     let acked = send_ack(shared, st);
     counters::probe(shared, st);
     st.collect_tombstones(acked);
-    if st.coverage().is_some_and(|c| c > st.peer.coverage_sent()) {
+    if st.peer.ack_due() || st.coverage().is_some_and(|c| c > st.peer.coverage_sent()) {
         // An ack held by the interval: come back for it even if idle.
         keep_awake(ctx, st);
     }

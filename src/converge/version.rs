@@ -324,6 +324,22 @@ impl VersionStore {
         self.set(db, key, KeyVersion::Deleted { stamp, gc_after });
     }
 
+    /// A merge of the peer's state left `key` absent, at version `stamp`:
+    /// a tombstone collectable at this node's next ack, as any delete
+    /// applied from the peer, unless the key's tombstone here is that
+    /// version already. Then the delete is this node's own (what the peer
+    /// sent was older) and waits for the peer's ack of the entry that ships
+    /// it: replaced, a delete this node made while the peer was away went
+    /// at its next ack, before any sync shipped it, and the peer kept the
+    /// key for good.
+    pub fn record_merged_absent(&mut self, db: u32, key: &[u8], stamp: Stamp) {
+        let held = self.get(db, key);
+        if matches!(held, Some(KeyVersion::Deleted { stamp: s, .. }) if s == stamp) {
+            return;
+        }
+        self.record_delete(db, key, stamp, GC_AT_NEXT_ACK);
+    }
+
     /// The tombstone of `key` was shipped after `acked` and may be lost: it
     /// must not be collected before it is shipped again.
     pub fn unship(&mut self, db: u32, key: &[u8], acked: u64) {
@@ -1093,6 +1109,23 @@ mod tests {
         let mut s = VersionStore::new();
         s.record_delete(0, b"k", Stamp::new(10, B), GC_AT_NEXT_ACK);
         assert_eq!(s.collect(u64::MAX - 1, false), 0);
+        assert_eq!(s.collect(0, true), 1);
+    }
+
+    #[test]
+    fn an_own_unshipped_delete_outlives_an_older_state_merged_into_it() {
+        let mut s = VersionStore::new();
+        s.record_delete(0, b"k", Stamp::new(10, A), 0);
+        // The peer's older state of the key, merged: the key stays absent.
+        s.record_merged_absent(0, b"k", Stamp::new(10, A));
+        assert_eq!(s.collect(u64::MAX - 1, true), 0, "not shipped yet");
+        s.mark_shipped(0, b"k", Stamp::new(10, A), 5);
+        assert_eq!(s.collect(4, true), 0);
+        assert_eq!(s.collect(5, false), 1, "once the peer acked it");
+        // A newer state of the peer's that leaves the key absent is the
+        // peer's delete: it goes at the next ack.
+        s.record_delete(0, b"j", Stamp::new(10, A), 0);
+        s.record_merged_absent(0, b"j", Stamp::new(12, B));
         assert_eq!(s.collect(0, true), 1);
     }
 

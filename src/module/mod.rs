@@ -190,7 +190,7 @@ const STATUS_DOCS: server::CommandDocs = server::CommandDocs {
 
 const DEBUG_DOCS: server::CommandDocs = server::CommandDocs {
     name: c"rdmasync.debug",
-    summary: c"Fault injection for tests: FAIL-READS SET <key-prefix> makes reads of those keys fail; FAIL-READS CLEAR stops it; DROP-ACKS ON|OFF ignores the peer's acks; HOLD-SENDS ON|OFF keeps queued changes from the sender; HOLD-APPLY ON|OFF leaves the peer's batches and link events unapplied; FAIL-NEXT-POST fails the sender's next write; DROP-NEXT-BATCH makes the sender skip a batch; CLOCK-SKEW <ms> reads this node's wall clock that far off; EXPIRED-BOUND <n> records at most n expiries per event-loop iteration. Refused where DEBUG is.",
+    summary: c"Fault injection for tests: FAIL-READS SET <key-prefix> makes reads of those keys fail; FAIL-READS CLEAR stops it; DROP-ACKS ON|OFF ignores the peer's acks; HOLD-SENDS ON|OFF keeps queued changes from the sender; HOLD-APPLY ON|OFF leaves the peer's batches and link events unapplied; FAIL-NEXT-POST fails the sender's next write; DROP-NEXT-BATCH makes the sender skip a batch; EXIT-AFTER-ACK exits once the next ack has left, before the AOF write; CLOCK-SKEW <ms> reads this node's wall clock that far off; EXPIRED-BOUND <n> records at most n expiries per event-loop iteration. Refused where DEBUG is.",
     complexity: c"O(1)",
     since: c"0.1.0",
     arity: -1,

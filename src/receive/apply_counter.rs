@@ -104,7 +104,7 @@ fn settle(
     if value.is_some() {
         st.versions.record_write(db, key, version);
     } else {
-        st.versions.record_delete(db, key, version, GC_AT_NEXT_ACK);
+        st.versions.record_merged_absent(db, key, version);
     }
     Ok(Outcome::Applied)
 }

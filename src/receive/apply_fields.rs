@@ -11,7 +11,7 @@ use crate::capture::state::main_state;
 use crate::catchup::replication::Replication;
 use crate::converge::merge::hash_codec;
 use crate::converge::merge::hashes::{score_of, Bytes, HashState, Kind, Writes};
-use crate::converge::version::{KeyVersion, Stamp, GC_AT_NEXT_ACK};
+use crate::converge::version::{KeyVersion, Stamp};
 use crate::proto::entry::{Encoding, Entry, Op};
 use crate::redis::server::{self, ElementKey};
 use crate::shared::Shared;
@@ -244,7 +244,7 @@ fn settle(
     if exists {
         st.versions.record_write(db, key, version);
     } else {
-        st.versions.record_delete(db, key, version, GC_AT_NEXT_ACK);
+        st.versions.record_merged_absent(db, key, version);
     }
     Ok(Outcome::Applied)
 }
