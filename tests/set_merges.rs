@@ -15,7 +15,7 @@ use common::merging::{merged_and_collected, or_explain, started_merging};
 use common::writers::{
     at_once, cmd, integer, lost_on_both, okay, report, write_all, PIPELINE, UPDATES,
 };
-use common::Pair;
+use common::{free_port, module_args_at, test_ip, test_ip_b, Node, Pair};
 use redis::Connection;
 
 fn members(c: &mut Connection, key: &str) -> HashSet<String> {
@@ -530,4 +530,44 @@ fn commands_without_notes_in_transactions_never_take_another_s_note() {
         members(&mut b, "t"),
         HashSet::from(["x".into(), "y".into()])
     );
+}
+
+/// A linked pair whose servers rename SMOVE to MYSMOVE (`rename-command`).
+fn started_with_smove_renamed() -> Pair {
+    let (pa, pb) = (free_port(), free_port());
+    let (ia, ib) = (test_ip(), test_ip_b());
+    let renamed = || ["--rename-command", "smove", "mysmove"].map(String::from);
+    let mut a_args = renamed().to_vec();
+    a_args.extend(module_args_at(&ia, pa, &ib, pb, &[]));
+    let mut b_args = renamed().to_vec();
+    b_args.extend(module_args_at(&ib, pb, &ia, pa, &[]));
+    let pair = Pair {
+        a: Node::start("a", a_args),
+        b: Node::start("b", b_args),
+    };
+    pair.wait_in_step();
+    pair
+}
+
+#[test]
+fn a_renamed_command_in_a_transaction_never_takes_another_s_note() {
+    // A renamed command leaves no note (the module knows SMOVE by its
+    // name) and raises its events all the same: MYSMOVE's `sadd` took the
+    // note of the SADD before it that added nothing, and the peer got x
+    // (which it had) instead of m. A command the module does not know is
+    // now a barrier, as SMOVE is.
+    let pair = started_with_smove_renamed();
+    let mut a = pair.a.conn();
+    for setup in [&["SADD", "s", "x"][..], &["SADD", "src", "m"]] {
+        let _: i64 = cmd(setup).query(&mut a).unwrap();
+    }
+    pair.wait_converged(Duration::from_secs(30));
+    transaction(
+        &pair.a,
+        &[&["SADD", "s", "x"], &["MYSMOVE", "src", "s", "m"]],
+    );
+    or_explain(&pair, "s", || pair.wait_converged(Duration::from_secs(30)));
+    let mut b = pair.b.conn();
+    assert_eq!(members(&mut b, "s"), members(&mut a, "s"));
+    assert!(members(&mut b, "s").contains("m"), "MYSMOVE's member");
 }

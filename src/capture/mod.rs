@@ -7,6 +7,7 @@
 //! thread's state, in one value. `transactions` holds the merged changes
 //! queued in MULTI until their EXEC.
 
+pub mod command_names;
 pub(crate) mod counters;
 pub mod fields;
 pub(crate) mod flush;
