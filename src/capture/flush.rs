@@ -964,7 +964,7 @@ fn catch_up_and_ack(ctx: &Context, reader: &Reader, shared: &Shared, st: &mut Re
     let acked = send_ack(shared, st);
     counters::probe(shared, st);
     st.collect_tombstones(acked);
-    if st.peer.ack_due() || st.coverage().is_some_and(|c| c > st.peer.coverage_sent()) {
+    if st.coverage().is_some_and(|c| c > st.peer.coverage_sent()) {
         // An ack held by the interval: come back for it even if idle.
         keep_awake(ctx, st);
     }
@@ -1001,7 +1001,8 @@ fn send_ack(shared: &Shared, st: &mut Replication) -> bool {
 /// The end of the server's `BeforeSleep` event, after the flush: Redis
 /// writes its AOF buffer next, with everything applied so far (see
 /// `Peer::persisting`). An ack that became due goes out in the next
-/// event-loop iteration, which the wake-up starts at once.
+/// event-loop iteration, which the wake-up pipe starts at once (a timer
+/// would be one `MODULE UNLOAD` refuses to leave behind).
 pub fn before_aof_write(shared: &Shared) {
     if let Some(mut st) = main_state().replication.get() {
         if st.peer.persisting() {
