@@ -221,6 +221,14 @@ fn a_swap_resent_after_a_reconnect_is_not_applied_twice() {
     let _: () = in_db(&pair.a, 0).set("k", "was-0").unwrap();
     let _: () = in_db(&pair.a, 1).set("k", "was-1").unwrap();
     pair.wait_converged(SETTLE);
+    // A's first-contact request acknowledged first: resent on the next
+    // link, it would say A lost state, and B, taking A's earlier swaps as
+    // lost with it, would apply the resent swap again (convergence.md).
+    assert!(
+        wait_until(SETTLE, || pair.a.status()["peer_state"] == "streaming"),
+        "{:?}",
+        pair.a.status()
+    );
     let drop_acks = |on: &str| {
         let _: () = redis::cmd("RDMASYNC.DEBUG")
             .arg("DROP-ACKS")

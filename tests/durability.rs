@@ -278,7 +278,9 @@ fn an_ack_never_covers_what_a_crash_can_take_from_the_acking_node() {
 /// member of the set and sets the counter, and A restarts from its AOF
 /// (what it had queued for B is gone: its deletes ship with its answer to
 /// B's request). B's states of the keys reach A first, and A's merges
-/// leave both absent. Each merge took A's unshipped tombstone for a delete
+/// leave them absent. A third key, a set B changed after A's delete
+/// without having seen it, is absent after the merge too (A's delete
+/// removed the member B kept). Each merge took A's unshipped tombstone for a delete
 /// applied from B, collectable at A's next ack: gone when A answered B's
 /// request, and B kept the keys for good (found by tests/faults.rs on
 /// Redis 8.0.6, where B kept a member A had deleted).
@@ -290,6 +292,10 @@ fn a_delete_made_while_cut_outlives_the_peer_s_older_state_after_a_restart() {
         .arg(&["s", "m1", "m2"])
         .query(&mut a)
         .unwrap();
+    let _: i64 = redis::cmd("SADD")
+        .arg(&["t", "m1", "m2"])
+        .query(&mut a)
+        .unwrap();
     let _: i64 = a.incr("c", 5).unwrap();
     pair.wait_converged(SETTLE);
     cut(&pair);
@@ -298,8 +304,11 @@ fn a_delete_made_while_cut_outlives_the_peer_s_older_state_after_a_restart() {
     let _: () = b.set("c", 7).unwrap();
     // Newer than B's changes by more than a clock tick.
     std::thread::sleep(Duration::from_millis(20));
-    let _: i64 = a.del(&["s", "c"]).unwrap();
+    let _: i64 = a.del(&["s", "c", "t"]).unwrap();
     drop(a);
+    // And one of B's newer than A's delete, which it had not seen.
+    std::thread::sleep(Duration::from_millis(20));
+    let _: i64 = redis::cmd("SREM").arg(&["t", "m1"]).query(&mut b).unwrap();
     // A restarts still cut off, and answers B's request only once B's
     // state was applied and acknowledged (the order the fault run saw).
     let peer_arg = format!("port={}", pair.b.listen_port());
@@ -319,10 +328,10 @@ fn a_delete_made_while_cut_outlives_the_peer_s_older_state_after_a_restart() {
     pair.a.debug(&["HOLD-SYNCS", "OFF"]);
     for node in [&pair.a, &pair.b] {
         let gone = wait_until(SETTLE, || {
-            let n: i64 = node.conn().exists(&["s", "c"]).unwrap();
+            let n: i64 = node.conn().exists(&["s", "c", "t"]).unwrap();
             n == 0
         });
-        assert!(gone, "s or c on {}: {}", node.name, node.log());
+        assert!(gone, "s, c or t on {}: {}", node.name, node.log());
     }
     pair.wait_converged(SETTLE);
 }

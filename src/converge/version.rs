@@ -326,18 +326,23 @@ impl VersionStore {
 
     /// A merge of the peer's state left `key` absent, at version `stamp`:
     /// a tombstone collectable at this node's next ack, as any delete
-    /// applied from the peer, unless the key's tombstone here is that
-    /// version already. Then the delete is this node's own (what the peer
-    /// sent was older) and waits for the peer's ack of the entry that ships
-    /// it: replaced, a delete this node made while the peer was away went
-    /// at its next ack, before any sync shipped it, and the peer kept the
+    /// applied from the peer, unless the key's tombstone here is this
+    /// node's (`me`) own delete not yet acknowledged (not shipped, or
+    /// waiting for the peer's ack of the entry that carried it), or that
+    /// version already. An own delete stays as it is, at its own stamp,
+    /// however new what the peer sent: what the peer sent did not see it,
+    /// and only the entry that ships it (its removal of what this node had
+    /// applied) takes the key from the peer. Replaced, it went at this
+    /// node's next ack, before anything shipped it, and the peer kept the
     /// key for good.
-    pub fn record_merged_absent(&mut self, db: u32, key: &[u8], stamp: Stamp) {
-        let held = self.get(db, key);
-        if matches!(held, Some(KeyVersion::Deleted { stamp: s, .. }) if s == stamp) {
-            return;
+    pub fn record_merged_absent(&mut self, db: u32, key: &[u8], stamp: Stamp, me: u64) {
+        match self.get(db, key) {
+            Some(KeyVersion::Deleted {
+                stamp: held,
+                gc_after,
+            }) if held == stamp || (held.node == me && gc_after != GC_AT_NEXT_ACK) => {}
+            _ => self.record_delete(db, key, stamp, GC_AT_NEXT_ACK),
         }
-        self.record_delete(db, key, stamp, GC_AT_NEXT_ACK);
     }
 
     /// The tombstone of `key` was shipped after `acked` and may be lost: it
@@ -1113,19 +1118,30 @@ mod tests {
     }
 
     #[test]
-    fn an_own_unshipped_delete_outlives_an_older_state_merged_into_it() {
+    fn an_own_unacknowledged_delete_outlives_a_state_merged_into_it() {
         let mut s = VersionStore::new();
         s.record_delete(0, b"k", Stamp::new(10, A), 0);
         // The peer's older state of the key, merged: the key stays absent.
-        s.record_merged_absent(0, b"k", Stamp::new(10, A));
+        s.record_merged_absent(0, b"k", Stamp::new(10, A), A);
         assert_eq!(s.collect(u64::MAX - 1, true), 0, "not shipped yet");
+        // A newer one that had not seen the delete: the delete stays ours.
+        s.record_merged_absent(0, b"k", Stamp::new(12, B), A);
+        assert_eq!(
+            s.get(0, b"k").map(KeyVersion::stamp),
+            Some(Stamp::new(10, A))
+        );
+        assert_eq!(s.collect(u64::MAX - 1, true), 0, "still not shipped");
         s.mark_shipped(0, b"k", Stamp::new(10, A), 5);
+        s.record_merged_absent(0, b"k", Stamp::new(13, B), A);
         assert_eq!(s.collect(4, true), 0);
         assert_eq!(s.collect(5, false), 1, "once the peer acked it");
-        // A newer state of the peer's that leaves the key absent is the
-        // peer's delete: it goes at the next ack.
-        s.record_delete(0, b"j", Stamp::new(10, A), 0);
-        s.record_merged_absent(0, b"j", Stamp::new(12, B));
+        // The peer's delete: it goes at the next ack.
+        s.record_delete(0, b"j", Stamp::new(10, B), GC_AT_NEXT_ACK);
+        s.record_merged_absent(0, b"j", Stamp::new(12, B), A);
+        assert_eq!(
+            s.get(0, b"j").map(KeyVersion::stamp),
+            Some(Stamp::new(12, B))
+        );
         assert_eq!(s.collect(0, true), 1);
     }
 

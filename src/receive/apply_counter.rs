@@ -64,9 +64,8 @@ fn local(ctx: &Context, st: &Replication, db: u32, key: &[u8]) -> Local {
 fn settle(
     ctx: &Context,
     opts: &CallOptions,
-    st: &mut Replication,
-    db: u32,
-    key: &[u8],
+    (st, me): (&mut Replication, u64),
+    (db, key): (u32, &[u8]),
     merged: Merged,
     expiry_ms: Option<u64>,
 ) -> Result<Outcome, String> {
@@ -104,7 +103,7 @@ fn settle(
     if value.is_some() {
         st.versions.record_write(db, key, version);
     } else {
-        st.versions.record_merged_absent(db, key, version);
+        st.versions.record_merged_absent(db, key, version, me);
     }
     Ok(Outcome::Applied)
 }
@@ -168,7 +167,14 @@ pub(super) fn state(
     {
         fallback(shared, "a counter against another type");
     }
-    settle(ctx, opts, st, e.db, key, merged, *expiry_ms)
+    settle(
+        ctx,
+        opts,
+        (st, shared.node_id),
+        (e.db, key),
+        merged,
+        *expiry_ms,
+    )
 }
 
 /// The peer's plain value or delete of a key: merged when the table holds
@@ -222,7 +228,14 @@ pub(super) fn plain(
             st.versions.journal_counter(e.db, key);
             None
         }
-        PlainOutcome::Merged(merged) => Some(settle(ctx, opts, st, e.db, key, merged, expiry_ms)),
+        PlainOutcome::Merged(merged) => Some(settle(
+            ctx,
+            opts,
+            (st, shared.node_id),
+            (e.db, key),
+            merged,
+            expiry_ms,
+        )),
     }
 }
 

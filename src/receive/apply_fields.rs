@@ -125,7 +125,15 @@ pub(super) fn state(
     st.versions.journal_hashes();
     let expiry = (!before.exists || w.expiry_from_incoming).then_some(*expiry_ms);
     let key = (e.db, key.as_slice(), incoming.kind);
-    settle(ctx, opts, st, key, (&w, before), expiry, newest)
+    settle(
+        ctx,
+        opts,
+        st,
+        key,
+        (&w, before),
+        expiry,
+        (newest, shared.node_id),
+    )
 }
 
 /// What the key was before a merge wrote it.
@@ -217,7 +225,7 @@ fn settle(
     (db, key, kind): (u32, &[u8], Kind),
     (w, before): (&Writes, Before),
     expiry: Option<Option<u64>>,
-    newest: Stamp,
+    (newest, me): (Stamp, u64),
 ) -> Result<Outcome, String> {
     write(ctx, opts, (key, kind), w)?;
     // A set leaves the key there; a delete of elements may have taken it.
@@ -244,7 +252,7 @@ fn settle(
     if exists {
         st.versions.record_write(db, key, version);
     } else {
-        st.versions.record_merged_absent(db, key, version);
+        st.versions.record_merged_absent(db, key, version, me);
     }
     Ok(Outcome::Applied)
 }
@@ -300,7 +308,13 @@ pub(super) fn plain(
             }
             Some(Ok(Outcome::Discarded))
         }
-        _ => plain_delete(ctx, opts, st, (e.db, key, held_kind), stamp),
+        _ => plain_delete(
+            ctx,
+            opts,
+            st,
+            (e.db, key, held_kind),
+            (stamp, shared.node_id),
+        ),
     }
 }
 
@@ -311,7 +325,7 @@ fn plain_delete(
     opts: &CallOptions,
     st: &mut Replication,
     (db, key, kind): (u32, &[u8], Kind),
-    stamp: Stamp,
+    (stamp, me): (Stamp, u64),
 ) -> Option<Result<Outcome, String>> {
     let applied = st.peer_applied.clone().or_else(|| st.peer_bound.clone())?;
     let bound = st.versions.counters.bound().clone();
@@ -332,7 +346,7 @@ fn plain_delete(
         (db, key, kind),
         (&w, before),
         None,
-        stamp,
+        (stamp, me),
     ))
 }
 
