@@ -1012,6 +1012,25 @@ pub fn before_aof_write(shared: &Shared) {
     exit_if_asked(shared);
 }
 
+/// The event loop woke up: the previous iteration's AOF write is done, so
+/// an ack of what it held goes out now, together with anything else due
+/// (sent from the next flush instead, a second ack close behind the
+/// flush's own would wait for the ack interval, up to the next cron tick).
+pub fn ack_after_sleep(shared: &Shared) {
+    let main = main_state();
+    let Some(mut st) = main.replication.get() else {
+        return;
+    };
+    if !st.peer.link.up || !st.peer.ack_due() {
+        return;
+    }
+    let acked = send_ack(shared, &mut st);
+    st.collect_tombstones(acked);
+    drop(st);
+    drop(main);
+    exit_if_asked(shared);
+}
+
 /// `RDMASYNC.DEBUG EXIT-AFTER-ACK`: once an ack went out, the process
 /// exits before Redis writes its AOF buffer, as a crash at that moment
 /// would (the ack is given time to leave first).

@@ -634,6 +634,7 @@ pub fn on_flush_or_swap(event: server::ServerEvent) {
         server::ServerEvent::FlushStarting(db) => dirty.flushing(db),
         server::ServerEvent::Swapped(a, b) => dirty.swapped(a, b),
         server::ServerEvent::BeforeSleep
+        | server::ServerEvent::AfterSleep
         | server::ServerEvent::DatasetReplaced { .. }
         | server::ServerEvent::BecameMaster
         | server::ServerEvent::LoadingEnded

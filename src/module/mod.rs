@@ -137,6 +137,9 @@ fn on_server_event(ctx: &Context, event: ServerEvent) {
             });
             server::settle_role();
         }
+        ServerEvent::AfterSleep => {
+            shared::with_shared(|s| flush::ack_after_sleep(s));
+        }
         ServerEvent::DatasetReplaced { own_files, aof } => {
             let discarded = hook::on_dataset_replaced();
             if let Some(mut st) = main_state().replication.get() {

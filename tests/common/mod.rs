@@ -503,6 +503,9 @@ impl Pair {
             (s["full_syncs"] != "0" || s["since_syncs"] != "0")
                 && s["sync_in_progress"] == "0"
                 && s["lag_entries"] == "0"
+                // Its first-contact request acknowledged: resent on a
+                // later link it would ask for a full sync again.
+                && s["peer_state"] == "streaming"
         };
         let ok = wait_until(Duration::from_secs(20), || {
             settled(&self.a) && settled(&self.b)

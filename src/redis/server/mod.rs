@@ -68,6 +68,8 @@ pub enum ServerEvent {
     Swapped(u32, u32),
     /// The event loop is about to sleep.
     BeforeSleep,
+    /// The event loop woke up (after the previous iteration's AOF write).
+    AfterSleep,
     /// The dataset is being replaced wholesale (`DEBUG RELOAD`, a replica's
     /// full sync, AOF/RDB load): no per-key notifications will follow.
     DatasetReplaced {
@@ -134,6 +136,11 @@ unsafe fn server_event(id: u64, subevent: u64, data: *mut c_void) -> Option<Serv
             if subevent == raw::REDISMODULE_SUBEVENT_EVENTLOOP_BEFORE_SLEEP =>
         {
             Some(ServerEvent::BeforeSleep)
+        }
+        raw::REDISMODULE_EVENT_EVENTLOOP
+            if subevent == raw::REDISMODULE_SUBEVENT_EVENTLOOP_AFTER_SLEEP =>
+        {
+            Some(ServerEvent::AfterSleep)
         }
         raw::REDISMODULE_EVENT_LOADING => loading_event(subevent),
         // Only the saves made by the server process itself: RDB_START and
