@@ -251,17 +251,8 @@ fn libraries_claiming_one_function_keep_the_later_either_way() {
 
 /// A pair whose servers run with `appendonly yes`, `appendfsync always`.
 fn aof_pair() -> Pair {
-    let (pa, pb) = (free_port(), free_port());
-    let (ia, ib) = (test_ip(), test_ip_b());
-    let server = ["--appendonly", "yes", "--appendfsync", "always"].map(String::from);
-    let mut a_args = server.to_vec();
-    a_args.extend(module_args_at(&ia, pa, &ib, pb, &[]));
-    let mut b_args = server.to_vec();
-    b_args.extend(module_args_at(&ib, pb, &ia, pa, &[]));
-    let pair = Pair {
-        a: Node::start("a", a_args),
-        b: Node::start("b", b_args),
-    };
+    let aof = ["--appendonly", "yes", "--appendfsync", "always"];
+    let pair = Pair::start_with_server_args(&aof, &[]);
     pair.wait_linked();
     pair
 }

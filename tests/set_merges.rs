@@ -15,7 +15,7 @@ use common::merging::{merged_and_collected, or_explain, started_merging};
 use common::writers::{
     at_once, cmd, integer, lost_on_both, okay, report, write_all, PIPELINE, UPDATES,
 };
-use common::{free_port, module_args_at, test_ip, test_ip_b, Node, Pair};
+use common::Pair;
 use redis::Connection;
 
 fn members(c: &mut Connection, key: &str) -> HashSet<String> {
@@ -534,17 +534,7 @@ fn commands_without_notes_in_transactions_never_take_another_s_note() {
 
 /// A linked pair whose servers rename SMOVE to MYSMOVE (`rename-command`).
 fn started_with_smove_renamed() -> Pair {
-    let (pa, pb) = (free_port(), free_port());
-    let (ia, ib) = (test_ip(), test_ip_b());
-    let renamed = || ["--rename-command", "smove", "mysmove"].map(String::from);
-    let mut a_args = renamed().to_vec();
-    a_args.extend(module_args_at(&ia, pa, &ib, pb, &[]));
-    let mut b_args = renamed().to_vec();
-    b_args.extend(module_args_at(&ib, pb, &ia, pa, &[]));
-    let pair = Pair {
-        a: Node::start("a", a_args),
-        b: Node::start("b", b_args),
-    };
+    let pair = Pair::start_with_server_args(&["--rename-command", "smove", "mysmove"], &[]);
     pair.wait_in_step();
     pair
 }

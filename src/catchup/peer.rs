@@ -291,12 +291,6 @@ impl Peer {
         moved && self.ack_due()
     }
 
-    /// What an ack may say now: the peer's last data entry applied here
-    /// and written (see [`Self::persisting`]).
-    pub(super) fn ackable(&self) -> u64 {
-        self.applied_written
-    }
-
     /// The ack taken last could not be queued: send it again later.
     pub fn ack_lost(&mut self) {
         self.ack_sent = 0;

@@ -447,7 +447,7 @@ impl Replication {
             .is_some_and(|at| now.saturating_duration_since(at) < ACK_INTERVAL);
         let coverage = self.coverage().filter(|&c| c > self.peer.coverage_sent);
         if (self.peer.ack_due() || coverage.is_some()) && !recent {
-            self.peer.ack_sent = self.peer.ackable();
+            self.peer.ack_sent = self.peer.applied_written;
             self.peer.last_ack_at = Some(now);
             self.peer.coverage_sent = coverage.unwrap_or(self.peer.coverage_sent);
             Some((self.peer.ack_sent, self.peer.coverage_sent))

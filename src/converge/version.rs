@@ -328,8 +328,8 @@ impl VersionStore {
     /// a tombstone collectable at this node's next ack, as any delete
     /// applied from the peer, unless the key's tombstone here is this
     /// node's (`me`) own delete not yet acknowledged (not shipped, or
-    /// waiting for the peer's ack of the entry that carried it), or that
-    /// version already. An own delete stays as it is, at its own stamp,
+    /// waiting for the peer's ack of the entry that carried it). That
+    /// one stays as it is, at its own stamp,
     /// however new what the peer sent: what the peer sent did not see it,
     /// and only the entry that ships it (its removal of what this node had
     /// applied) takes the key from the peer. Replaced, it went at this
@@ -340,7 +340,7 @@ impl VersionStore {
             Some(KeyVersion::Deleted {
                 stamp: held,
                 gc_after,
-            }) if held == stamp || (held.node == me && gc_after != GC_AT_NEXT_ACK) => {}
+            }) if held.node == me && gc_after != GC_AT_NEXT_ACK => {}
             _ => self.record_delete(db, key, stamp, GC_AT_NEXT_ACK),
         }
     }

@@ -439,20 +439,28 @@ impl Pair {
         pair
     }
 
+    /// Starts A and B with the same server arguments (`--appendonly yes`,
+    /// `--rename-command ...`) and extra module arguments, without waiting
+    /// for the link.
+    pub fn start_with_server_args(server: &[&str], extra: &[&str]) -> Pair {
+        let (pa, pb) = (free_port(), free_port());
+        let (ia, ib) = (test_ip(), test_ip_b());
+        let args = |mine: (&str, u16), peer: (&str, u16)| {
+            let mut v: Vec<String> = server.iter().map(|s| s.to_string()).collect();
+            v.extend(module_args_at(mine.0, mine.1, peer.0, peer.1, extra));
+            v
+        };
+        Pair {
+            a: Node::start("a", args((&ia, pa), (&ib, pb))),
+            b: Node::start("b", args((&ib, pb), (&ia, pa))),
+        }
+    }
+
     /// Starts A and B (the same extra module args for both), each with an
     /// AOF written at every change, and waits until they are in step.
     pub fn start_with_aof(extra: &[&str]) -> Pair {
-        let (pa, pb) = (free_port(), free_port());
-        let (ia, ib) = (test_ip(), test_ip_b());
-        let aof = ["--appendonly", "yes", "--appendfsync", "always"].map(String::from);
-        let mut a_args = aof.to_vec();
-        a_args.extend(module_args_at(&ia, pa, &ib, pb, extra));
-        let mut b_args = aof.to_vec();
-        b_args.extend(module_args_at(&ib, pb, &ia, pa, extra));
-        let pair = Pair {
-            a: Node::start("a", a_args),
-            b: Node::start("b", b_args),
-        };
+        let aof = ["--appendonly", "yes", "--appendfsync", "always"];
+        let pair = Self::start_with_server_args(&aof, extra);
         pair.wait_in_step();
         pair
     }
