@@ -2,11 +2,12 @@
 //! element, and which elements (issue 27, with `merge-elements`).
 //!
 //! The command filter sees `HSET`, `HMSET`, `HSETNX`, `HDEL`, `HINCRBY`,
-//! `HINCRBYFLOAT`, `SADD`, `SREM`, `ZADD`, `ZINCRBY` and `ZREM` with their
-//! arguments just before each runs and notes the key and elements; the
-//! keyspace event the command raises once it took effect (`hset`, `hdel`,
-//! `hincrby`, `hincrbyfloat`, `sadd`, `srem`, `zadd`, `zincr`, `zrem`)
-//! claims that note. A note no event claims (a failed command, `HSETNX` of
+//! `HINCRBYFLOAT`, `SADD`, `SREM`, `ZADD`, `ZINCRBY`, `ZREM`, `LPUSH`,
+//! `LPUSHX`, `RPUSH` and `RPUSHX` with their arguments just before each
+//! runs and notes the key and elements (a push's: the values it pushes);
+//! the keyspace event the command raises once it took effect (`hset`,
+//! `hdel`, `hincrby`, `hincrbyfloat`, `sadd`, `srem`, `zadd`, `zincr`,
+//! `zrem`, `lpush`, `rpush`) claims that note. A note no event claims (a failed command, `HSETNX` of
 //! a field that exists, one queued in `MULTI`) is dropped by the next
 //! filtered command. What a set's command left is known from the command
 //! (`SADD`: present, `SREM`: absent); a field's value or a score is read at
@@ -57,6 +58,10 @@ pub enum Post {
     /// Incremented by an integer (`HINCRBY`, `ZINCRBY`), its value read at
     /// the flush.
     Incr(i128),
+    /// A list's element pushed at the head (`LPUSH`, `LPUSHX`).
+    PushLeft,
+    /// A list's element pushed at the tail (`RPUSH`, `RPUSHX`).
+    PushRight,
 }
 
 impl Post {
@@ -134,6 +139,10 @@ pub fn change_of<'a>(args: &[&'a [u8]]) -> Option<FieldChange<'a>> {
             (vec![args[2]], b"hincrby", post)
         } else if is("hincrbyfloat") && n == 4 {
             (vec![args[2]], b"hincrbyfloat", Post::Read)
+        } else if (is("lpush") || is("lpushx")) && n >= 3 {
+            (elements(2)?, b"lpush", Post::PushLeft)
+        } else if (is("rpush") || is("rpushx")) && n >= 3 {
+            (elements(2)?, b"rpush", Post::PushRight)
         } else if is("sadd") && n >= 3 {
             (elements(2)?, b"sadd", Post::Present)
         } else if is("srem") && n >= 3 {
@@ -185,7 +194,11 @@ fn zadd_members<'a>(rest: &[&'a [u8]]) -> Option<(Elements<'a>, bool)> {
 /// Whether a command named `name` may change elements of a hash, set or
 /// sorted set (checked before its arguments are read).
 pub fn may_change_fields(name: &[u8]) -> bool {
-    const NAMES: [&str; 11] = [
+    const NAMES: [&str; 15] = [
+        "lpush",
+        "lpushx",
+        "rpush",
+        "rpushx",
         "hset",
         "hmset",
         "hsetnx",
@@ -199,7 +212,10 @@ pub fn may_change_fields(name: &[u8]) -> bool {
         "zrem",
     ];
     (4..=12).contains(&name.len())
-        && matches!(name[0], b'h' | b'H' | b's' | b'S' | b'z' | b'Z')
+        && matches!(
+            name[0],
+            b'h' | b'H' | b's' | b'S' | b'z' | b'Z' | b'l' | b'L' | b'r' | b'R'
+        )
         && NAMES
             .iter()
             .any(|c| name.eq_ignore_ascii_case(c.as_bytes()))
@@ -246,6 +262,7 @@ fn kind_of_event(event: &[u8]) -> Option<Kind> {
         b"hset" | b"hdel" | b"hincrby" | b"hincrbyfloat" => Some(Kind::Hash),
         b"sadd" | b"srem" => Some(Kind::Set),
         b"zadd" | b"zincr" | b"zrem" => Some(Kind::SortedSet),
+        b"lpush" | b"rpush" => Some(Kind::List),
         _ => None,
     }
 }
@@ -335,6 +352,10 @@ impl FieldWindow {
             return None;
         }
         let mut changes = self.keys.remove(&(db, key.to_vec()))?;
+        if changes.kind == Some(Kind::List) {
+            // Pushes, in the order they were made.
+            return Some(changes);
+        }
         // By name, each name's changes in their order (a stable sort).
         changes.changed.sort_by(|a, b| a.0.cmp(&b.0));
         changes.changed.dedup_by(|later, kept| {
@@ -559,6 +580,35 @@ mod tests {
             "EXPIRE: its TTL"
         );
         assert_eq!(w.take(0, b"m"), None);
+    }
+
+    #[test]
+    fn a_list_s_pushes_are_kept_in_order_and_any_other_write_makes_it_whole() {
+        let mut w = FieldWindow::default();
+        let pushes: [(&str, &[u8]); 3] = [
+            ("RPUSH l a b", b"rpush"),
+            ("LPUSHX l c", b"lpush"),
+            ("rpush l a", b"rpush"),
+        ];
+        for (i, (words, event)) in pushes.into_iter().enumerate() {
+            filtered(Some(&args(words)));
+            w.event(0, b"l", event, i > 0);
+        }
+        let want = vec![
+            (b"a".to_vec(), Post::PushRight),
+            (b"b".to_vec(), Post::PushRight),
+            (b"c".to_vec(), Post::PushLeft),
+            (b"a".to_vec(), Post::PushRight),
+        ];
+        assert_eq!(w.take(0, b"l"), Some(changes(Kind::List, want, false)));
+        filtered(Some(&args("RPUSH l a")));
+        w.event(0, b"l", b"rpush", false);
+        // A blocked client served by the push pops it (no note).
+        filtered(None);
+        w.event(0, b"l", b"lpop", true);
+        assert_eq!(w.take(0, b"l"), None);
+        assert!(may_change_fields(b"RPUSHX") && !may_change_fields(b"LPOP"));
+        assert!(change_of(&args("LPUSH l")).is_none(), "malformed");
     }
 
     #[test]

@@ -15,6 +15,7 @@ use crate::capture::fields::{Changes, Post};
 use crate::catchup::replication::Replication;
 use crate::converge::merge::hash_codec;
 use crate::converge::merge::hashes::{Bytes, Change, Kind, Whole};
+use crate::converge::merge::lists::{self, End};
 use crate::converge::merge::Seen;
 use crate::converge::version::{KeyVersion, Stamp};
 use crate::proto::entry::{Entry, Op};
@@ -73,7 +74,10 @@ pub fn field_change(
         .map(|(name, _)| name.clone())
         .collect();
     let (values, expiry_ms) = local.values_and_expiry(kind, &reads).ok()?;
-    let changes = element_changes(noted.changed, values);
+    let changes = match kind {
+        Kind::List => list_runs(noted.changed, stamp)?,
+        _ => element_changes(noted.changed, values),
+    };
     let applied = applied_before(st, stamp);
     let created = matches!(before, Some(KeyVersion::Deleted { .. }));
     let (state, written_instead) = st.versions.hashes.local_changes(
@@ -98,6 +102,32 @@ pub fn field_change(
     })
 }
 
+/// A list's pushes (in the order made) as the runs they add at each end,
+/// named by `stamp` (see `converge::merge::lists`); `None` when a change
+/// is no push.
+fn list_runs(noted: Vec<(Bytes, Post)>, stamp: Stamp) -> Option<Vec<(Bytes, Change)>> {
+    let mut left = std::collections::VecDeque::new();
+    let mut right = Vec::new();
+    for (value, post) in noted {
+        match post {
+            Post::PushLeft => left.push_front(value),
+            Post::PushRight => right.push(value),
+            _ => return None,
+        }
+    }
+    let left: Vec<Bytes> = left.into();
+    let runs = [(End::Left, left), (End::Right, right)];
+    Some(
+        runs.into_iter()
+            .filter(|(_, values)| !values.is_empty())
+            .map(|(end, values)| {
+                let run = Change::Write(lists::encode_values(&values));
+                (lists::run_name(end, stamp), run)
+            })
+            .collect(),
+    )
+}
+
 /// Each noted element's change, with the values read for those whose
 /// value is read (in the order noted; `None`: absent).
 fn element_changes(noted: Vec<(Bytes, Post)>, values: Vec<Option<Bytes>>) -> Vec<(Bytes, Change)> {
@@ -110,7 +140,8 @@ fn element_changes(noted: Vec<(Bytes, Post)>, values: Vec<Option<Bytes>>) -> Vec
                 Post::Read => read().map_or(Change::Remove, Change::Write),
                 Post::Incr(delta) => read().map_or(Change::Remove, |v| Change::Increment(delta, v)),
                 Post::Present => Change::Write(Vec::new()),
-                Post::Absent => Change::Remove,
+                // A list's pushes go by `list_runs`.
+                Post::Absent | Post::PushLeft | Post::PushRight => Change::Remove,
             };
             (name, change)
         })

@@ -11,6 +11,7 @@ use crate::capture::state::main_state;
 use crate::catchup::replication::Replication;
 use crate::converge::merge::hash_codec;
 use crate::converge::merge::hashes::{score_of, Bytes, HashState, Kind, Writes};
+use crate::converge::merge::lists::ListEdit;
 use crate::converge::version::{KeyVersion, Stamp};
 use crate::proto::entry::{Encoding, Entry, Op};
 use crate::redis::server::{self, ElementKey};
@@ -19,12 +20,14 @@ use crate::shared::Shared;
 /// Elements set or deleted per command.
 const FIELDS_PER_CALL: usize = 512;
 
-/// The commands that set and delete elements of a `kind` key.
+/// The commands that set and delete elements of a `kind` key (a list's
+/// pushes, which [`write_list`] calls otherwise).
 fn commands(kind: Kind) -> (&'static str, &'static str) {
     match kind {
         Kind::Hash => ("HSET", "HDEL"),
         Kind::Set => ("SADD", "SREM"),
         Kind::SortedSet => ("ZADD", "ZREM"),
+        Kind::List => ("RPUSH", "LPUSH"),
     }
 }
 
@@ -38,7 +41,7 @@ fn set_args(
 ) -> Result<(), String> {
     match kind {
         Kind::Hash => args.extend([name.clone(), value.clone()]),
-        Kind::Set => args.push(name.clone()),
+        Kind::Set | Kind::List => args.push(name.clone()),
         Kind::SortedSet => {
             let score = score_of(value)
                 .filter(|s| !s.is_nan())
@@ -58,6 +61,9 @@ fn write(
     (key, kind): (&[u8], Kind),
     w: &Writes,
 ) -> Result<(), String> {
+    if kind == Kind::List {
+        return write_list(ctx, opts, key, &w.list);
+    }
     if w.clear {
         call(ctx, opts, "DEL", &[key])?;
     }
@@ -77,6 +83,52 @@ fn write(
         args.push(key);
         args.extend(chunk.iter().map(Vec::as_slice));
         call(ctx, opts, del, &args)?;
+    }
+    Ok(())
+}
+
+/// `command` of `key` with `values` as its arguments, 512 at a time.
+fn push_all<'a>(
+    ctx: &Context,
+    opts: &CallOptions,
+    (command, key): (&str, &[u8]),
+    values: impl Iterator<Item = &'a Bytes>,
+) -> Result<(), String> {
+    let values: Vec<&[u8]> = values.map(Vec::as_slice).collect();
+    for chunk in values.chunks(FIELDS_PER_CALL) {
+        let mut args: Vec<&[u8]> = Vec::with_capacity(1 + chunk.len());
+        args.push(key);
+        args.extend_from_slice(chunk);
+        call(ctx, opts, command, &args)?;
+    }
+    Ok(())
+}
+
+/// Makes the server's list hold a merge's outcome: pops and pushes at the
+/// ends, or the list written anew when its rest changed.
+fn write_list(
+    ctx: &Context,
+    opts: &CallOptions,
+    key: &[u8],
+    edit: &ListEdit,
+) -> Result<(), String> {
+    match edit {
+        ListEdit::Unchanged => {}
+        ListEdit::Rebuild(all) => {
+            call(ctx, opts, "DEL", &[key])?;
+            push_all(ctx, opts, ("RPUSH", key), all.iter())?;
+        }
+        ListEdit::Ends { left, right } => {
+            if left.pop > 0 {
+                call(ctx, opts, "LPOP", &[key, left.pop.to_string().as_bytes()])?;
+            }
+            // Innermost first: the head ends as listed.
+            push_all(ctx, opts, ("LPUSH", key), left.push.iter().rev())?;
+            if right.pop > 0 {
+                call(ctx, opts, "RPOP", &[key, right.pop.to_string().as_bytes()])?;
+            }
+            push_all(ctx, opts, ("RPUSH", key), right.push.iter())?;
+        }
     }
     Ok(())
 }
@@ -123,6 +175,12 @@ pub(super) fn state(
         .hashes
         .remote((e.db, key), &incoming, &bound, &ElementKey::new(ctx, key));
     st.versions.journal_hashes();
+    if w.whole_undone {
+        fallback(
+            shared,
+            "a list's pops or edits undone by a whole write of it made at once elsewhere",
+        );
+    }
     let expiry = (!before.exists || w.expiry_from_incoming).then_some(*expiry_ms);
     let key = (e.db, key.as_slice(), incoming.kind);
     settle(
@@ -228,6 +286,9 @@ fn settle(
     (newest, me): (Stamp, u64),
 ) -> Result<Outcome, String> {
     write(ctx, opts, (key, kind), w)?;
+    if kind == Kind::List && !w.clear {
+        keep_list_ttl(ctx, opts, key, before)?;
+    }
     // A set leaves the key there; a delete of elements may have taken it.
     let mut exists = !w.set.is_empty()
         || (before.exists && !w.clear && w.del.is_empty())
@@ -255,6 +316,24 @@ fn settle(
         st.versions.record_merged_absent(db, key, version, me);
     }
     Ok(Outcome::Applied)
+}
+
+/// A list written anew or popped empty and pushed again lost its TTL,
+/// which no removal took: set again.
+fn keep_list_ttl(
+    ctx: &Context,
+    opts: &CallOptions,
+    key: &[u8],
+    before: Before,
+) -> Result<(), String> {
+    let Some(at) = before.expiry_ms.filter(|_| before.exists) else {
+        return Ok(());
+    };
+    let now = server::key_info(ctx, key);
+    if now.exists() && now.expiry_ms.is_none() {
+        call(ctx, opts, "PEXPIREAT", &[key, at.to_string().as_bytes()])?;
+    }
+    Ok(())
 }
 
 /// The peer's plain value or delete of a key this node holds with merge

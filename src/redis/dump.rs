@@ -26,17 +26,23 @@ pub enum Kind {
 
 /// The merged type a DUMP payload holds: a hash without field TTLs
 /// (`RDB_TYPE_HASH`, the old zipmap and ziplist encodings 9 and 13, a
-/// listpack), a set (plain, intset 11, listpack 20) or a sorted set (3 and
-/// `RDB_TYPE_ZSET_2`, ziplist 12, listpack); `None` for any other.
+/// listpack), a set (plain, intset 11, listpack 20), a sorted set (3 and
+/// `RDB_TYPE_ZSET_2`, ziplist 12, listpack) or a list (plain, ziplist 10,
+/// quicklists 14 and 18); `None` for any other.
 pub fn merged_kind(payload: &[u8]) -> Option<crate::converge::merge::hashes::Kind> {
     use crate::converge::merge::hashes::Kind as Merged;
     match *payload.first()? {
         4 | 9 | 13 | TYPE_HASH_LISTPACK => Some(Merged::Hash),
         2 | 11 | 20 => Some(Merged::Set),
         3 | 5 | 12 | TYPE_ZSET_LISTPACK => Some(Merged::SortedSet),
+        1 | 10 | 14 | TYPE_LIST_QUICKLIST_2 => Some(Merged::List),
         _ => None,
     }
 }
+
+/// `RDB_TYPE_LIST_QUICKLIST_2`: a list's nodes, each a listpack or one
+/// plain element.
+const TYPE_LIST_QUICKLIST_2: u8 = 18;
 
 /// `RDB_TYPE_HASH_LISTPACK`: an RDB string holding the listpack of fields
 /// and values.
@@ -549,7 +555,7 @@ mod tests {
         use crate::converge::merge::hashes::Kind as Merged;
         assert_eq!(merged_kind(&small.finish().unwrap()), Some(Merged::Hash));
         assert_eq!(merged_kind(&plain.finish().unwrap()), Some(Merged::Hash));
-        assert_eq!(merged_kind(&list.finish().unwrap()), None);
+        assert_eq!(merged_kind(&list.finish().unwrap()), Some(Merged::List));
         assert_eq!(merged_kind(&[]), None);
         assert_eq!(merged_kind(&[Kind::Set as u8]), Some(Merged::Set));
         assert_eq!(merged_kind(&[TYPE_ZSET_LISTPACK]), Some(Merged::SortedSet));

@@ -36,6 +36,7 @@ use hashbrown::HashMap;
 
 use crate::converge::merge::counters::integer_of as integer_field;
 use crate::converge::merge::element::{Collected, Element};
+use crate::converge::merge::lists::{self, ListEdit, ListRest, Runs, REST};
 use crate::converge::merge::seen::Seen;
 use crate::converge::version::Stamp;
 
@@ -52,6 +53,8 @@ pub enum Kind {
     Set = 1,
     /// A sorted set: a member, its value the score (see [`score_bytes`]).
     SortedSet = 2,
+    /// A list: its rest and runs of pushes (see [`lists`]).
+    List = 3,
 }
 
 impl Kind {
@@ -61,6 +64,7 @@ impl Kind {
             0 => Some(Kind::Hash),
             1 => Some(Kind::Set),
             2 => Some(Kind::SortedSet),
+            3 => Some(Kind::List),
             _ => None,
         }
     }
@@ -99,7 +103,7 @@ pub fn counts(kind: Kind, value: &[u8]) -> bool {
     match kind {
         Kind::Hash => integer_field(value).is_some(),
         Kind::SortedSet => integral_score(value).is_some(),
-        Kind::Set => false,
+        Kind::Set | Kind::List => false,
     }
 }
 
@@ -120,7 +124,7 @@ pub fn add_increments(kind: Kind, value: Option<&Bytes>, sum: i128) -> Option<By
             Some(x) => Some(score_bytes(x.saturating_add(sum) as f64)),
             None => Some(v.clone()),
         },
-        (Kind::Set, v) => v.cloned(),
+        (Kind::Set | Kind::List, v) => v.cloned(),
     }
 }
 
@@ -187,6 +191,12 @@ pub struct Writes {
     /// The key is cleared but this node's TTL write, which the removal had
     /// not seen, stays: the expiry read before the clear is set again.
     pub expiry_survives: bool,
+    /// A list's pops and pushes (what `set` and `del` say of its runs and
+    /// rest, as the server does them).
+    pub list: ListEdit,
+    /// A list's whole write made here lost to one made at once elsewhere:
+    /// what it popped or edited is undone (counted by the caller).
+    pub whole_undone: bool,
 }
 
 impl Writes {
@@ -394,7 +404,7 @@ impl Held {
         let before = match kind {
             Kind::Hash => integer_field(after)?.checked_sub(delta)?,
             Kind::SortedSet => integral_score(after)?.checked_sub(delta)?,
-            Kind::Set => return None,
+            Kind::Set | Kind::List => return None,
         };
         if self.base.is_some() && !self.fields.contains_key(name) {
             // Written by the whole write or absent: the value after does
@@ -428,8 +438,67 @@ impl Held {
         Some(shipped)
     }
 
-    /// The peer's state merged in: what the server must write.
+    /// The runs of a list the server holds (with a value), by name.
+    fn present_runs(&self) -> Runs {
+        self.fields
+            .iter()
+            .filter(|(name, _)| name.as_slice() != REST)
+            .filter_map(|(name, e)| Some((name.clone(), e.value(&self.removed)?.1.clone())))
+            .collect()
+    }
+
+    /// The peer's state merged in: what the server must write. A list is
+    /// read as its rest and runs (see [`lists`]).
     fn merge(&mut self, incoming: &HashState, bound: &Seen, local: &impl LocalHash) -> Writes {
+        if self.kind != Kind::List {
+            return self.merge_elements(incoming, bound, local);
+        }
+        let pre = self.present_runs();
+        let undone = self.base.is_some_and(|b| {
+            incoming.base.is_some_and(|theirs| theirs > b) && !incoming.removed.covers(b)
+        });
+        let view = ListRest::new(local, &pre);
+        let mut w = match incoming.rest.iter().find(|(n, _)| n.as_slice() == REST) {
+            Some((_, rest)) => {
+                // A run the sender holds with a value is not in its rest.
+                let listed = |n: &[u8]| {
+                    let held = |e: &Element<Bytes>| e.value(&incoming.removed).is_some();
+                    incoming
+                        .elements
+                        .iter()
+                        .any(|(name, e)| name.as_slice() == n && held(e))
+                };
+                let rest = lists::decode_values(rest).unwrap_or_default();
+                let rest = lists::without_collected_runs(rest, &pre, listed);
+                let mut incoming = incoming.clone();
+                incoming.rest.retain(|(n, _)| n.as_slice() != REST);
+                if !rest.is_empty() {
+                    incoming
+                        .rest
+                        .push((REST.to_vec(), lists::encode_values(&rest)));
+                }
+                self.merge_elements(&incoming, bound, &view)
+            }
+            None => self.merge_elements(incoming, bound, &view),
+        };
+        let rest = w.set.iter().find(|(n, _)| n.as_slice() == REST);
+        let rest = match rest {
+            Some((_, v)) => Some(lists::decode_values(v).unwrap_or_default()),
+            None if w.clear || w.del.iter().any(|n| n.as_slice() == REST) => Some(Vec::new()),
+            None => None,
+        };
+        w.list = lists::edit(&pre, &self.present_runs(), rest);
+        w.whole_undone = undone;
+        w
+    }
+
+    /// [`Held::merge`] of a hash, set or sorted set (or a list's view).
+    fn merge_elements(
+        &mut self,
+        incoming: &HashState,
+        bound: &Seen,
+        local: &impl LocalHash,
+    ) -> Writes {
         // Each field the merge reads is read from the server once.
         let local = &Cached::new(local);
         let mut w = Writes::default();
@@ -583,17 +652,22 @@ impl Held {
         if self.expiry_of.is_some_and(|e| bound.covers(e)) {
             self.expiry_of = None;
         }
+        let frozen = self.runs_kept_in_place(bound);
         let removed = &self.removed;
         let base = self.base;
         let kind = self.kind;
         let add = |v: Option<&Bytes>, sum| add_increments(kind, v, sum);
-        self.fields
-            .retain(|_, element| match element.collect(removed, bound, &add) {
+        self.fields.retain(|name, element| {
+            if frozen.contains(name) {
+                return true;
+            }
+            match element.collect(removed, bound, &add) {
                 Collected::Kept => true,
                 // At rest only once no base says otherwise.
                 Collected::Rest => base.is_some(),
                 Collected::Gone => false,
-            });
+            }
+        });
         let still_covers = self
             .fields
             .values()
@@ -607,9 +681,51 @@ impl Held {
             || !self.removed.is_empty()
     }
 
+    /// A list's present runs that collection must leave as they are: a run
+    /// collected joins the rest, so only the innermost runs of each end
+    /// may, and none while the rest itself holds a write some site may not
+    /// have (the rest would then not be the elements between the runs).
+    fn runs_kept_in_place(&self, bound: &Seen) -> BTreeSet<Bytes> {
+        if self.kind != Kind::List {
+            return BTreeSet::new();
+        }
+        let present = self.present_runs();
+        let rest_settled = self.base.is_none()
+            && self
+                .fields
+                .get(REST)
+                .is_none_or(|e| e.settled(&self.removed, bound));
+        let mut kept = BTreeSet::new();
+        for end in [lists::End::Left, lists::End::Right] {
+            let mut inner_settled = rest_settled;
+            let at_end = present
+                .keys()
+                .filter(|n| lists::run_of(n).is_some_and(|(e, _)| e == end));
+            for name in at_end {
+                inner_settled = inner_settled
+                    && self
+                        .fields
+                        .get(name)
+                        .is_some_and(|e| e.settled(&self.removed, bound));
+                if !inner_settled {
+                    kept.insert(name.clone());
+                }
+            }
+        }
+        kept
+    }
+
     /// This state as it travels whole: the base's fields read from `local`
     /// (with `rest`, the fields at rest too when there is no base).
     fn whole(&self, local: &impl LocalHash, rest: bool) -> HashState {
+        if self.kind == Kind::List {
+            return self.whole_of(&ListRest::new(local, &self.present_runs()), rest);
+        }
+        self.whole_of(local, rest)
+    }
+
+    /// [`Held::whole`] of a hash, set or sorted set (or a list's view).
+    fn whole_of(&self, local: &impl LocalHash, rest: bool) -> HashState {
         let unlisted = || {
             local
                 .fields()

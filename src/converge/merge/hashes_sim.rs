@@ -83,7 +83,7 @@ impl Site {
         match self.kind {
             Kind::Hash if v < 6 => v.to_string().into_bytes(),
             Kind::Hash => vec![b'x', v],
-            Kind::Set => Vec::new(),
+            Kind::Set | Kind::List => Vec::new(),
             Kind::SortedSet if v < 6 => score_bytes(f64::from(v)),
             Kind::SortedSet => score_bytes(f64::from(v) - 3.5),
         }
@@ -102,7 +102,7 @@ impl Site {
                 let x = current.map_or(Some(0.0), |v| score_of(v))?;
                 Some(score_bytes(x + delta as f64))
             }
-            Kind::Set => None,
+            Kind::Set | Kind::List => None,
         }
     }
 

@@ -8,6 +8,7 @@
 //! - [`Element`] and [`Elements`]: hash fields, set members, sorted-set
 //!   scores; last writer wins per element, removals observed-remove.
 //! - [`Counter`]: the newest set plus every increment it had not seen.
+//! - [`lists`]: a list's runs of pushes around its rest, as elements.
 //! - [`Register`]: a value ordered by stamp among its own writes (a TTL).
 //!
 //! Every state is a join: any delivery order, with duplicates and whole
@@ -30,6 +31,9 @@ pub mod hashes;
 #[cfg(test)]
 mod hashes_sim;
 pub mod journaled;
+pub mod lists;
+#[cfg(test)]
+mod lists_sim;
 pub mod register;
 pub mod seen;
 

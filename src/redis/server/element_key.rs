@@ -1,7 +1,9 @@
-//! A hash, set or sorted set of the selected database read element by
-//! element through the key API, without a trace (no command, no keyspace
-//! hit, no access time): what the element merges read of the server
-//! (`converge::merge::hashes`). A set's membership is the one read with no
+//! A hash, set, sorted set or list of the selected database read element
+//! by element through the key API, without a trace (no command, no
+//! keyspace hit, no access time): what the element merges read of the
+//! server (`converge::merge::hashes`). A list is one field,
+//! [`lists::REST`], holding every element (`converge::merge::lists` reads
+//! its rest and runs from it). A set's membership is the one read with no
 //! key API on the servers supported (Redis 7.0-8, Valkey 8-9): it is a
 //! `SISMEMBER` through `RM_Call`, on the apply path only.
 
@@ -10,6 +12,7 @@ use redis_module::{raw, CallOptionsBuilder, CallReply, CallResult, Context, Redi
 use super::element_reads;
 use super::keys::quiet_read_mode;
 use crate::converge::merge::hashes::{score_bytes, Bytes, Kind, LocalHash};
+use crate::converge::merge::lists;
 
 /// Values of some elements, and the key's expiry.
 pub type ValuesAndExpiry = (Vec<Option<Bytes>>, Option<u64>);
@@ -27,6 +30,7 @@ pub fn kind_of_type(key_type: i32) -> Option<Kind> {
         raw::REDISMODULE_KEYTYPE_HASH => Some(Kind::Hash),
         raw::REDISMODULE_KEYTYPE_SET => Some(Kind::Set),
         raw::REDISMODULE_KEYTYPE_ZSET => Some(Kind::SortedSet),
+        raw::REDISMODULE_KEYTYPE_LIST => Some(Kind::List),
         _ => None,
     }
 }
@@ -79,8 +83,9 @@ impl<'a> ElementKey<'a> {
 
     /// The values of `names` in a key of `kind` (`None` for one absent),
     /// and the key's absolute expiry in Unix ms; `Err` when the key holds
-    /// another type or a read failed. A set's members are not read (each
-    /// value `None`): a set's changes say what they left.
+    /// another type or a read failed. A set's members and a list's
+    /// elements are not read (each value `None`): their changes say what
+    /// they left.
     pub fn values_and_expiry(&self, kind: Kind, names: &[Bytes]) -> Result<ValuesAndExpiry, ()> {
         self.with_open(|handle, held| {
             if held != kind {
@@ -99,7 +104,7 @@ impl<'a> ElementKey<'a> {
                             }
                             Kind::SortedSet => element_reads::zset_score(handle, name.inner)
                                 .map(|s| s.map(score_bytes)),
-                            Kind::Set => Ok(None),
+                            Kind::Set | Kind::List => Ok(None),
                         }
                     }
                 })
@@ -141,6 +146,10 @@ impl<'a> ElementKey<'a> {
                         .into_iter()
                         .map(|(m, s)| (m, score_bytes(s)))
                         .collect(),
+                    Kind::List => {
+                        let values = element_reads::list_values(handle)?;
+                        vec![(lists::REST.to_vec(), lists::encode_values(&values))]
+                    }
                 }
             };
             Some((kind, elements))
@@ -162,6 +171,10 @@ impl LocalHash for ElementKey<'_> {
     fn field(&self, name: &[u8]) -> Option<Bytes> {
         match self.kind()? {
             Kind::Set => self.set_holds(name).then(Vec::new),
+            Kind::List if name == lists::REST => {
+                self.all().and_then(|(_, mut e)| e.pop()).map(|(_, v)| v)
+            }
+            Kind::List => None,
             kind => self
                 .values_and_expiry(kind, &[name.to_vec()])
                 .ok()?

@@ -1,12 +1,12 @@
-//! Elements of hashes and sorted sets read one by one, and of hashes and
-//! sets read whole, through the key API (no command runs): what the
-//! element merges read of the server (issue 27).
+//! Elements of hashes and sorted sets read one by one, and of hashes,
+//! sets and lists read whole, through the key API (no command runs): what
+//! the element merges read of the server (issue 27).
 
 use std::os::raw::c_void;
 
 use redis_module::raw;
 
-use super::collections::{bytes_of, each_scored};
+use super::collections::{bytes_of, each_scored, free};
 
 /// Field `field` of the hash `handle` holds (`Ok(None)`: no such field);
 /// `Err` on a server without the call or a key that is not a hash.
@@ -143,4 +143,33 @@ pub(super) unsafe fn zset_members(handle: *mut raw::RedisModuleKey) -> Option<Ve
     // SAFETY: the caller's contract.
     let complete = unsafe { each_scored(handle, |m, score| out.push((m.to_vec(), score))) };
     complete.then_some(out)
+}
+
+/// Every element of the list `handle` holds, head to tail; `None` on a
+/// server without the calls or a read that did not complete.
+///
+/// # Safety
+/// As [`super::collections::dump_payload`], for a list.
+pub(super) unsafe fn list_values(handle: *mut raw::RedisModuleKey) -> Option<Vec<Vec<u8>>> {
+    // SAFETY: the API table is filled by RedisModule_Init; reading pointers.
+    let (get, len) = unsafe { (raw::RedisModule_ListGet?, raw::RedisModule_ValueLength?) };
+    // SAFETY: `handle` is a live list key (the caller's contract).
+    let n = unsafe { len(handle) };
+    let mut out = Vec::with_capacity(n);
+    for index in 0..n {
+        let index = std::os::raw::c_long::try_from(index).ok()?;
+        // SAFETY: `handle` is a live list key; RM_ListGet keeps an
+        // iterator on it (a sequential read is linear); the element it
+        // returns is owned here, copied, then freed.
+        unsafe {
+            let element = get(handle, index);
+            if element.is_null() {
+                return None;
+            }
+            let copied = bytes_of(element).map(<[u8]>::to_vec);
+            free(element);
+            out.push(copied?);
+        }
+    }
+    Some(out)
 }

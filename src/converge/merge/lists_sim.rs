@@ -1,0 +1,276 @@
+//! Two sites running the element table's list decisions against a server
+//! each (a `Vec`), with random pushes at both ends, pops (whole writes),
+//! deletes, resends of the whole state, in-order delivery and collection:
+//! both sites end with the same list and no metadata, and with pushes only,
+//! with the model's list (every run, by stamp, the newest outermost).
+
+use std::collections::VecDeque;
+
+use proptest::prelude::*;
+
+use crate::converge::merge::hash_codec::{decode_hash, encode_hash};
+use crate::converge::merge::hashes::{Bytes, Change, HashState, Hashes, Kind, LocalHash, Whole};
+use crate::converge::merge::lists::{self, End, REST};
+use crate::converge::merge::Seen;
+use crate::converge::version::Stamp;
+
+const KEY: (u32, &[u8]) = (0, b"l");
+const KL: (u32, &[u8], Kind) = (0, b"l", Kind::List);
+
+/// A server's list, read as `ElementKey` reads one.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Server(Vec<Bytes>);
+
+impl LocalHash for Server {
+    fn field(&self, name: &[u8]) -> Option<Bytes> {
+        (name == REST && !self.0.is_empty()).then(|| lists::encode_values(&self.0))
+    }
+    fn fields(&self) -> Vec<(Bytes, Bytes)> {
+        self.field(REST)
+            .map(|v| vec![(REST.to_vec(), v)])
+            .unwrap_or_default()
+    }
+    fn field_count(&self) -> usize {
+        self.0.len()
+    }
+}
+
+/// A state, or a plain delete with what its site had applied; its stamp;
+/// what its site had applied when it sent it (an ack rides with it).
+type Message = (Result<HashState, Seen>, Stamp, Seen);
+
+#[derive(Default)]
+struct Site {
+    node: u64,
+    clock: u64,
+    server: Server,
+    table: Hashes,
+    bound: Seen,
+    applied_peer: u64,
+    /// What the peer had applied, as its last message here said.
+    peer_known: Seen,
+    inbox: VecDeque<Message>,
+    /// Every run pushed here: end, stamp, values in list order.
+    pushed: Vec<(End, Stamp, Vec<Bytes>)>,
+}
+
+impl Site {
+    fn applied(&self, peer: u64) -> Seen {
+        [(self.node, self.clock), (peer, self.applied_peer)]
+            .into_iter()
+            .collect()
+    }
+
+    fn tick(&mut self) -> Stamp {
+        self.clock += 1;
+        Stamp::new(self.clock, self.node)
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Step {
+    Push(bool, u8),
+    Pop(bool),
+    DelKey,
+    Deliver,
+    Collect,
+    Resend,
+}
+
+/// A step; pops and deletes become deliveries where `run` is told no pops.
+fn step() -> impl Strategy<Value = (bool, Step)> {
+    let s = prop_oneof![
+        6 => (any::<bool>(), 1u8..4).prop_map(|(left, n)| Step::Push(left, n)),
+        2 => any::<bool>().prop_map(Step::Pop),
+        1 => Just(Step::DelKey),
+        5 => Just(Step::Deliver),
+        2 => Just(Step::Collect),
+        1 => Just(Step::Resend),
+    ];
+    (any::<bool>(), s)
+}
+
+fn push(site: &mut Site, left: bool, n: u8, before: &Seen) -> HashState {
+    let stamp = site.tick();
+    let created = site.server.0.is_empty();
+    let values: Vec<Bytes> = (0..n)
+        .map(|i| format!("{}.{}.{i}", site.node, stamp.clock).into_bytes())
+        .collect();
+    let end = if left { End::Left } else { End::Right };
+    match end {
+        End::Left => {
+            site.server.0.splice(0..0, values.iter().cloned());
+        }
+        End::Right => site.server.0.extend(values.iter().cloned()),
+    }
+    site.pushed.push((end, stamp, values.clone()));
+    let run = vec![(
+        lists::run_name(end, stamp),
+        Change::Write(lists::encode_values(&values)),
+    )];
+    site.table
+        .local_changes(KL, stamp, (run, false), before, created)
+        .0
+}
+
+fn local(site: &mut Site, peer: u64, step: &Step) -> Option<Result<HashState, Seen>> {
+    if let Step::Resend = step {
+        return site.table.whole(KEY.0, KEY.1, &site.server, true).map(Ok);
+    }
+    let before = site.applied(peer);
+    match *step {
+        Step::Push(left, n) => Some(Ok(push(site, left, n, &before))),
+        Step::Pop(left) => {
+            if site.server.0.is_empty() {
+                return None;
+            }
+            let stamp = site.tick();
+            if left {
+                site.server.0.remove(0);
+            } else {
+                site.server.0.pop();
+            }
+            let whole = match site.server.field(REST) {
+                Some(all) => Whole::Elements(Kind::List, vec![(REST.to_vec(), all)]),
+                None => Whole::Absent,
+            };
+            whole_write(site, stamp, whole, before)
+        }
+        Step::DelKey => {
+            let stamp = site.tick();
+            site.server.0.clear();
+            whole_write(site, stamp, Whole::Absent, before)
+        }
+        _ => None,
+    }
+}
+
+fn whole_write(
+    site: &mut Site,
+    stamp: Stamp,
+    whole: Whole,
+    before: Seen,
+) -> Option<Result<HashState, Seen>> {
+    match site.table.local_whole(KEY, stamp, whole, &before) {
+        Some(state) => Some(Ok(state)),
+        None => Some(Err(before)),
+    }
+}
+
+fn deliver(to: &mut Site) {
+    let Some((state, stamp, acked)) = to.inbox.pop_front() else {
+        return;
+    };
+    to.peer_known.join(&acked);
+    match state {
+        Ok(state) => {
+            let state = decode_hash(&encode_hash(&state)).expect("round trip");
+            let w = to.table.remote(KEY, &state, &to.bound, &to.server);
+            lists::apply_edit(&mut to.server.0, &w.list);
+        }
+        Err(applied) => match to.table.remote_delete(KEY, &applied, &to.bound, &to.server) {
+            Some(w) => lists::apply_edit(&mut to.server.0, &w.list),
+            None => to.server.0.clear(),
+        },
+    }
+    to.clock = to.clock.max(stamp.clock);
+    to.applied_peer = to.applied_peer.max(stamp.clock);
+}
+
+/// Every run of `sites`, the newest outermost at each end.
+fn model(sites: &[Site]) -> Vec<Bytes> {
+    let mut runs: Vec<_> = sites
+        .iter()
+        .flat_map(|s| s.pushed.iter().cloned())
+        .collect();
+    runs.sort_by_key(|(_, stamp, _)| *stamp);
+    let mut list = Vec::new();
+    for (end, _, values) in runs.iter().filter(|(e, _, _)| *e == End::Left).rev() {
+        debug_assert_eq!(*end, End::Left);
+        list.extend(values.iter().cloned());
+    }
+    for (_, _, values) in runs.iter().filter(|(e, _, _)| *e == End::Right) {
+        list.extend(values.iter().cloned());
+    }
+    list
+}
+
+/// Collection at `site` up to what both had applied as far as it knows:
+/// every change still on its way was made by a site past that bound (the
+/// peer's acknowledgement came after it, on the same ordered link).
+fn collect(site: &mut Site, peer: u64) {
+    let bound = site.applied(peer).meet(&site.peer_known);
+    site.bound.join(&bound);
+    site.table.collect(&site.bound);
+}
+
+fn run(steps: Vec<(bool, Step)>, pops: bool) -> Result<(), TestCaseError> {
+    let mut sites = [
+        Site {
+            node: 1,
+            ..Site::default()
+        },
+        Site {
+            node: 2,
+            ..Site::default()
+        },
+    ];
+    let all = steps.iter().cloned().chain(
+        std::iter::repeat_n((true, Step::Deliver), 64)
+            .chain(std::iter::repeat_n((false, Step::Deliver), 64)),
+    );
+    for (on_a, step) in all {
+        let (me, peer) = if on_a { (0, 1) } else { (1, 0) };
+        let step = match step {
+            Step::Pop(_) | Step::DelKey if !pops => Step::Deliver,
+            step => step,
+        };
+        match step {
+            Step::Deliver => deliver(&mut sites[me]),
+            Step::Collect => {
+                let peer_node = sites[peer].node;
+                collect(&mut sites[me], peer_node);
+            }
+            step => {
+                let peer_node = sites[peer].node;
+                if let Some(state) = local(&mut sites[me], peer_node, &step) {
+                    let stamp = Stamp::new(sites[me].clock, sites[me].node);
+                    let acked = sites[me].applied(peer_node);
+                    sites[peer].inbox.push_back((state, stamp, acked));
+                }
+            }
+        }
+    }
+    prop_assert_eq!(&sites[0].server, &sites[1].server, "the sites differ");
+    if !pops {
+        prop_assert_eq!(&sites[0].server.0, &model(&sites), "not the model's list");
+    }
+    // Each site learns what the other applied (an ack each way), then
+    // collects.
+    let known = [sites[0].applied(2), sites[1].applied(1)];
+    sites[0].peer_known.join(&known[1]);
+    sites[1].peer_known.join(&known[0]);
+    collect(&mut sites[0], 2);
+    collect(&mut sites[1], 1);
+    for s in &sites {
+        prop_assert!(s.table.is_empty(), "metadata left at rest: {:?}", s.table);
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+    #[test]
+    fn pushes_on_two_sites_end_as_the_model_s_list(
+        steps in proptest::collection::vec(step(), 0..60),
+    ) {
+        run(steps, false)?;
+    }
+
+    #[test]
+    fn pushes_pops_and_deletes_on_two_sites_end_equal(
+        steps in proptest::collection::vec(step(), 0..60),
+    ) {
+        run(steps, true)?;
+    }
+}
