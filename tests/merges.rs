@@ -8,12 +8,10 @@
 //! their tests run, also across a link cut, failed writes, a kill with
 //! AOF, deletes, transactions, scripts and flushes. Hash fields merge with
 //! `merge-elements=yes` (tests/hash_merges.rs), and so do set and sorted-set
-//! members (tests/set_merges.rs). HINCRBY and ZINCRBY merge as writes of
-//! their element (last writer wins, not yet as counters) and lists as whole
-//! keys, which loses about half of such updates: those tests are ignored
-//! until their merges ship.
-//! `cargo nextest run --run-ignored only --test merges` prints what each of
-//! them loses today.
+//! members (tests/set_merges.rs) and lists (tests/list_merges.rs).
+//! The ignored tests measure what the whole-key merges
+//! (`merge-counters=no`, `merge-elements=no`) lose:
+//! `cargo nextest run --run-ignored only --test merges` prints it.
 
 mod common;
 
@@ -51,12 +49,6 @@ fn explain(pair: &Pair, key: &str) {
         "since_syncs",
     ];
     common::merging::explain(pair, key, "GET", &figures);
-}
-
-fn started() -> Pair {
-    let pair = Pair::start();
-    pair.wait_in_step();
-    pair
 }
 
 /// A pair that ships increments as increments (`merge-counters=yes`).
@@ -407,41 +399,6 @@ fn zincrby_of_one_member_without_merge_elements_loses_increments() {
             score as i64
         },
     );
-}
-
-#[test]
-#[ignore = "per-element merges are not on the data path yet (issue 27)"]
-fn rpush_on_one_list_on_both_nodes_keeps_every_element_in_each_side_s_order() {
-    let pair = started();
-    at_once(
-        &pair,
-        |i| cmd(&["RPUSH", "l", &format!("a{i}")]),
-        |i| cmd(&["RPUSH", "l", &format!("b{i}")]),
-        integer,
-    );
-    let lost = lost_on_both(&pair, |c| {
-        let list: Vec<String> = redis::cmd("LRANGE")
-            .arg("l")
-            .arg(0)
-            .arg(-1)
-            .query(c)
-            .unwrap();
-        let mut lost = 0;
-        for side in ["a", "b"] {
-            let mine: Vec<&String> = list.iter().filter(|e| e.starts_with(side)).collect();
-            let want: Vec<String> = (0..UPDATES).map(|i| format!("{side}{i}")).collect();
-            lost += want.iter().filter(|w| !mine.contains(w)).count();
-            assert!(
-                mine.windows(2).all(|w| {
-                    let n = |s: &str| s[1..].parse::<usize>().unwrap();
-                    n(w[0]) < n(w[1])
-                }),
-                "{side}'s pushes out of order"
-            );
-        }
-        lost
-    });
-    report("RPUSH one list", lost / 2, 2 * UPDATES);
 }
 
 #[test]
