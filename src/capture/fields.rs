@@ -1,4 +1,4 @@
-//! Which hashes, sets and sorted sets a flush finds changed only element by
+//! Which hashes, sets, sorted sets and lists a flush finds changed only element by
 //! element, and which elements (issue 27, with `merge-elements`).
 //!
 //! The command filter sees `HSET`, `HMSET`, `HSETNX`, `HDEL`, `HINCRBY`,

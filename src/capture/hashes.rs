@@ -1,4 +1,4 @@
-//! Local changes of hashes, sets and sorted sets as the flush records them,
+//! Local changes of hashes, sets, sorted sets and lists as the flush records them,
 //! and the state every path that reads such a key with merge metadata
 //! ships in place of its plain value (issue 27, with `merge-elements`).
 //!

@@ -209,9 +209,9 @@ pub struct Config {
     pub merge_counters: bool,
     /// `merge-elements=yes|no` (also `merge-hashes`): changes of hash
     /// fields, set members and sorted-set members (HSET, HDEL, SADD, SREM,
-    /// ZADD, ZREM...) ship as the elements they changed, merged per element
-    /// on both nodes (issue 27; on by default, `merge-elements=no` ships
-    /// the key whole, last writer wins).
+    /// ZADD, ZREM...) and list pushes (LPUSH, RPUSH) ship as the elements
+    /// they changed, merged per element on both nodes (issue 27; on by
+    /// default, `merge-elements=no` ships the key whole, last writer wins).
     pub merge_elements: bool,
     /// The shared secret (`secret=` or the contents of `secret-file=`).
     pub secret: Option<Secret>,

@@ -1,4 +1,4 @@
-//! The peer's states of hashes, sets and sorted sets, and its plain writes
+//! The peer's states of hashes, sets, sorted sets and lists, and its plain writes
 //! of such keys this node holds with merge metadata, merged per element
 //! (issue 27, `merge-elements`) and written as the elements that changed.
 

@@ -1,4 +1,4 @@
-//! The hashes, sets and sorted sets of one node that carry merge metadata,
+//! The hashes, sets, sorted sets and lists (see `lists`) of one node that carry merge metadata,
 //! and the decisions that change them (issue 27, with `merge-elements`): a
 //! local change of some elements, a local write of the whole key, the
 //! peer's state, and collection. The three types merge alike: an element
