@@ -22,9 +22,14 @@ pub static SUPPRESS: AtomicBool = AtomicBool::new(false);
 pub struct Suppressed(());
 
 impl Suppressed {
-    /// Starts suppressing capture.
+    /// Starts suppressing capture. A client command's element note that no
+    /// event claimed (an `RPUSHX` of an absent list) is dropped: what the
+    /// module runs passes no filter, and a client it unblocks (a `BLMOVE`
+    /// served by an applied push) raises events no filtered command noted,
+    /// which must not claim that note.
     pub fn new() -> Self {
         SUPPRESS.store(true, Ordering::Relaxed);
+        fields::filtered(None);
         Self(())
     }
 }

@@ -70,15 +70,20 @@ pub fn iteration_over() {
 
 /// Whether a command named `name`, queued in `MULTI` without a note, may
 /// still raise an event a note waits for: SMOVE (`srem`, `sadd`), GEOADD
-/// (`zadd`), the hash field commands of newer servers, a script or
+/// (`zadd`), LMOVE, RPOPLPUSH and their blocking forms (`lpush` or
+/// `rpush` on the destination), the hash field commands of newer servers, a script or
 /// function, or a command this module does not know: a module's (its
 /// name holds a dot, or not: Redis 8's vector sets), a renamed one
 /// (`rename-command`: a renamed SADD raises `sadd` and leaves no note), a
 /// newer server's.
 pub fn is_barrier(name: &[u8]) -> bool {
-    const NAMES: [&str; 16] = [
+    const NAMES: [&str; 20] = [
         "smove",
         "geoadd",
+        "lmove",
+        "blmove",
+        "rpoplpush",
+        "brpoplpush",
         "hsetex",
         "hgetdel",
         "hgetex",

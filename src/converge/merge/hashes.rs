@@ -454,9 +454,7 @@ impl Held {
             return self.merge_elements(incoming, bound, local);
         }
         let pre = self.present_runs();
-        let undone = self.base.is_some_and(|b| {
-            incoming.base.is_some_and(|theirs| theirs > b) && !incoming.removed.covers(b)
-        });
+        let rest_before = self.rest_written();
         let view = ListRest::new(local, &pre);
         let mut w = match incoming.rest.iter().find(|(n, _)| n.as_slice() == REST) {
             Some((_, rest)) => {
@@ -488,8 +486,21 @@ impl Held {
             None => None,
         };
         w.list = lists::edit(&pre, &self.present_runs(), rest);
-        w.whole_undone = undone;
+        // This node's whole write replaced by a newer one that had not
+        // seen it: its pops or edits, and the runs it took in, are undone.
+        w.whole_undone = rest_before.is_some_and(|before| {
+            self.rest_written().is_some_and(|after| after > before)
+                && !incoming.removed.covers(before)
+        });
         w
+    }
+
+    /// The stamp of the whole write a list's rest holds (`None`: at rest).
+    fn rest_written(&self) -> Option<Stamp> {
+        self.base.or_else(|| {
+            let rest = self.fields.get(REST)?;
+            rest.value(&self.removed).and_then(|(at, _)| at)
+        })
     }
 
     /// [`Held::merge`] of a hash, set or sorted set (or a list's view).
@@ -672,7 +683,10 @@ impl Held {
             .fields
             .values()
             .any(|e| e.holds_write_covered_by(&self.removed));
-        if bound.dominates(&self.removed) && !still_covers {
+        // A whole write's removal goes with it: its state, shipped again
+        // (a resend after a lost batch), must still remove what it had
+        // seen, though every site applied all of that.
+        if bound.dominates(&self.removed) && !still_covers && self.base.is_none() {
             self.removed = Seen::new();
         }
         self.base.is_some()
@@ -810,6 +824,9 @@ pub struct Hashes {
     /// The bound of the last collection, and whether a key changed since:
     /// a collection with neither new changes its nothing.
     collected_at: Option<Seen>,
+    /// Local whole writes of lists that took in runs (the simulation's).
+    #[cfg(test)]
+    runs_taken_in: usize,
 }
 
 /// Keys collection keeps in a row before it stops: the rest, changed
@@ -1069,6 +1086,11 @@ impl Hashes {
             _ => {}
         }
         self.touch((db, key), true, Vec::new());
+        #[cfg(test)]
+        {
+            let runs = self.keys.get(&k).map(Held::present_runs);
+            self.runs_taken_in += usize::from(runs.is_some_and(|r| !r.is_empty()));
+        }
         let held = self.keys.entry(k).or_default();
         let mut seen = held.observed();
         seen.join(applied);
@@ -1095,6 +1117,16 @@ impl Hashes {
             elements: Vec::new(),
             rest: Vec::new(),
         })
+    }
+
+    /// How many local whole writes of lists took in runs (pushes some node
+    /// may lack: a newer whole write made at once elsewhere takes them
+    /// away, counted then by `Writes::whole_undone`, and a pop there that
+    /// empties the list, a delete, keeps this whole write it had not seen)
+    /// since the last call.
+    #[cfg(test)]
+    pub fn take_runs_taken_in(&mut self) -> usize {
+        std::mem::take(&mut self.runs_taken_in)
     }
 
     /// The peer's state of `key` merged in: what the server must write.

@@ -52,6 +52,14 @@ struct Site {
     inbox: VecDeque<Message>,
     /// Every run pushed here: end, stamp, values in list order.
     pushed: Vec<(End, Stamp, Vec<Bytes>)>,
+    /// What pops here returned.
+    popped: Vec<Bytes>,
+    /// What deletes here removed (a whole write made at once elsewhere,
+    /// which had not seen the delete, writes again what it holds).
+    deleted: Vec<Bytes>,
+    /// A whole write of this site lost to one made at once elsewhere, or
+    /// took in runs some site may lack (both counted as fall-backs).
+    undone: bool,
 }
 
 impl Site {
@@ -125,11 +133,12 @@ fn local(site: &mut Site, peer: u64, step: &Step) -> Option<Result<HashState, Se
                 return None;
             }
             let stamp = site.tick();
-            if left {
-                site.server.0.remove(0);
+            let popped = if left {
+                site.server.0.remove(0)
             } else {
-                site.server.0.pop();
-            }
+                site.server.0.pop()?
+            };
+            site.popped.push(popped);
             let whole = match site.server.field(REST) {
                 Some(all) => Whole::Elements(Kind::List, vec![(REST.to_vec(), all)]),
                 None => Whole::Absent,
@@ -138,7 +147,7 @@ fn local(site: &mut Site, peer: u64, step: &Step) -> Option<Result<HashState, Se
         }
         Step::DelKey => {
             let stamp = site.tick();
-            site.server.0.clear();
+            site.deleted.append(&mut site.server.0);
             whole_write(site, stamp, Whole::Absent, before)
         }
         _ => None,
@@ -151,7 +160,9 @@ fn whole_write(
     whole: Whole,
     before: Seen,
 ) -> Option<Result<HashState, Seen>> {
-    match site.table.local_whole(KEY, stamp, whole, &before) {
+    let state = site.table.local_whole(KEY, stamp, whole, &before);
+    site.undone |= site.table.take_runs_taken_in() > 0;
+    match state {
         Some(state) => Some(Ok(state)),
         None => Some(Err(before)),
     }
@@ -166,6 +177,7 @@ fn deliver(to: &mut Site) {
         Ok(state) => {
             let state = decode_hash(&encode_hash(&state)).expect("round trip");
             let w = to.table.remote(KEY, &state, &to.bound, &to.server);
+            to.undone |= w.whole_undone;
             lists::apply_edit(&mut to.server.0, &w.list);
         }
         Err(applied) => match to.table.remote_delete(KEY, &applied, &to.bound, &to.server) {
@@ -242,6 +254,9 @@ fn run(steps: Vec<(bool, Step)>, pops: bool) -> Result<(), TestCaseError> {
         }
     }
     prop_assert_eq!(&sites[0].server, &sites[1].server, "the sites differ");
+    if !sites.iter().any(|s| s.undone) {
+        check_history(&sites)?;
+    }
     if !pops {
         prop_assert_eq!(&sites[0].server.0, &model(&sites), "not the model's list");
     }
@@ -254,6 +269,53 @@ fn run(steps: Vec<(bool, Step)>, pops: bool) -> Result<(), TestCaseError> {
     collect(&mut sites[1], 1);
     for s in &sites {
         prop_assert!(s.table.is_empty(), "metadata left at rest: {:?}", s.table);
+    }
+    Ok(())
+}
+
+/// With no whole write lost to another or taking in runs some site lacked
+/// (both counted as fall-backs, or a delete's documented rule): every push
+/// is there once, in the order its site made it, unless a pop returned it
+/// or a delete removed it, and no popped one is.
+fn check_history(sites: &[Site; 2]) -> Result<(), TestCaseError> {
+    let list = &sites[0].server.0;
+    let mut unique = list.clone();
+    unique.sort();
+    unique.dedup();
+    prop_assert_eq!(unique.len(), list.len(), "an element twice");
+    for site in sites {
+        // Each site's pushes at one end keep the order it made them in.
+        for end in [End::Left, End::Right] {
+            let mut made: Vec<&Bytes> = Vec::new();
+            for (_, _, values) in site.pushed.iter().filter(|(e, _, _)| *e == end) {
+                match end {
+                    End::Right => made.extend(values),
+                    End::Left => {
+                        made.splice(0..0, values);
+                    }
+                }
+            }
+            let held: Vec<&Bytes> = sites[0]
+                .server
+                .0
+                .iter()
+                .filter(|v| made.contains(v))
+                .collect();
+            let order = |v: &&Bytes| made.iter().position(|m| m == v);
+            prop_assert!(
+                held.windows(2).all(|w| order(&w[0]) < order(&w[1])),
+                "order"
+            );
+        }
+    }
+    let popped: Vec<&Bytes> = sites.iter().flat_map(|s| &s.popped).collect();
+    let deleted: Vec<&Bytes> = sites.iter().flat_map(|s| &s.deleted).collect();
+    for site in sites {
+        for v in site.pushed.iter().flat_map(|(_, _, values)| values) {
+            let taken = popped.contains(&v) || deleted.contains(&v);
+            prop_assert!(taken || list.contains(v), "{:?} lost", v);
+            prop_assert!(!popped.contains(&v) || !list.contains(v), "{:?} back", v);
+        }
     }
     Ok(())
 }
