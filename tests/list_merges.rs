@@ -11,7 +11,7 @@ use std::collections::HashSet;
 use std::thread;
 use std::time::Duration;
 
-use common::merging::{merged_and_collected, or_explain, started_merging};
+use common::merging::{merged_and_collected, merging_with_aof, or_explain, started_merging};
 use common::writers::{at_once, cmd, integer, lost_on_both, report, write_all, UPDATES};
 use common::Pair;
 use redis::Connection;
@@ -458,11 +458,6 @@ fn a_list_s_ttl_stays_when_the_peer_s_pushes_go_inside_its_own() {
         assert!((990..=1000).contains(&ttl), "TTL {ttl} on {}", node.pid());
     }
     merged_and_collected(&pair);
-}
-
-/// A pair merging elements, each node with an AOF written at every change.
-fn merging_with_aof() -> Pair {
-    Pair::start_with_aof(&["merge-elements=yes"])
 }
 
 #[test]

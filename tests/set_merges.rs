@@ -11,7 +11,7 @@ use std::collections::{HashMap, HashSet};
 use std::thread;
 use std::time::Duration;
 
-use common::merging::{merged_and_collected, or_explain, started_merging};
+use common::merging::{merged_and_collected, merging_with_aof, or_explain, started_merging};
 use common::writers::{
     at_once, cmd, integer, lost_on_both, okay, report, write_all, PIPELINE, UPDATES,
 };
@@ -314,11 +314,6 @@ fn a_delete_on_one_node_keeps_members_it_had_not_seen() {
     report("DEL against concurrent SADD", lost / 2, unseen.len());
     assert_eq!(resurrected, 0, "members a delete had seen came back");
     merged_and_collected(&pair);
-}
-
-/// A pair merging elements, each node with an AOF written at every change.
-fn merging_with_aof() -> Pair {
-    Pair::start_with_aof(&["merge-elements=yes"])
 }
 
 #[test]

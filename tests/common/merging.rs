@@ -14,6 +14,11 @@ pub fn started_merging() -> Pair {
     pair
 }
 
+/// A pair merging elements, each node with an AOF written at every change.
+pub fn merging_with_aof() -> Pair {
+    Pair::start_with_aof(&["merge-elements=yes"])
+}
+
 /// No write fell back to whole-key last writer wins, and every key's
 /// metadata was collected once the pair settled.
 pub fn merged_and_collected(pair: &Pair) {
