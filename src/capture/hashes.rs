@@ -60,20 +60,18 @@ pub fn field_change(
     noted: Changes,
     before: Option<KeyVersion>,
 ) -> Option<Op> {
-    let local = ElementKey::new(ctx, key);
-    let kind = local
-        .kind()
-        .filter(|k| noted.kind.is_none_or(|n| n == *k))?;
-    if kind == Kind::Hash && has_field_ttls(ctx, db, key) {
-        return None;
-    }
     let reads: Vec<Bytes> = noted
         .changed
         .iter()
         .filter(|(_, post)| matches!(post, Post::Read | Post::Incr(_)))
         .map(|(name, _)| name.clone())
         .collect();
-    let (values, expiry_ms) = local.values_and_expiry(kind, &reads).ok()?;
+    // One open of the key: its type, the values read and its expiry.
+    let (kind, (values, expiry_ms)) = ElementKey::new(ctx, key).kind_values_and_expiry(&reads)?;
+    if noted.kind.is_some_and(|n| n != kind) || (kind == Kind::Hash && has_field_ttls(ctx, db, key))
+    {
+        return None;
+    }
     let changes = match kind {
         Kind::List => list_runs(noted.changed, stamp)?,
         _ => element_changes(noted.changed, values),

@@ -87,38 +87,57 @@ impl<'a> ElementKey<'a> {
     /// elements are not read (each value `None`): their changes say what
     /// they left.
     pub fn values_and_expiry(&self, kind: Kind, names: &[Bytes]) -> Result<ValuesAndExpiry, ()> {
-        self.with_open(|handle, held| {
-            if held != kind {
-                return None;
-            }
-            let values = names
-                .iter()
-                .map(|n| {
-                    let name = RedisString::create_from_slice(std::ptr::null_mut(), n);
-                    // SAFETY: `handle` is a live key of `kind` opened on
-                    // `ctx`, on the main thread; `name` is live for the call.
-                    unsafe {
-                        match kind {
-                            Kind::Hash => {
-                                element_reads::hash_field(self.ctx.ctx, handle, name.inner)
-                            }
-                            Kind::SortedSet => element_reads::zset_score(handle, name.inner)
-                                .map(|s| s.map(score_bytes)),
-                            Kind::Set | Kind::List => Ok(None),
-                        }
+        // SAFETY: `with_open` hands its reader a live key of `held`, opened
+        // on `ctx` on the main thread.
+        let read =
+            |handle, held| (held == kind).then(|| unsafe { self.read(handle, kind, names) })?;
+        self.with_open(read).ok_or(())
+    }
+
+    /// The key's merged type, the values of `names` in it and its expiry
+    /// (as [`ElementKey::values_and_expiry`]), with one open of the key;
+    /// `None` when it is absent, holds another type, or a read failed.
+    pub fn kind_values_and_expiry(&self, names: &[Bytes]) -> Option<(Kind, ValuesAndExpiry)> {
+        // SAFETY: `with_open` hands its reader a live key of `kind`, opened
+        // on `ctx` on the main thread.
+        self.with_open(|handle, kind| Some((kind, unsafe { self.read(handle, kind, names) }?)))
+    }
+
+    /// The values of `names` in the open key `handle` of `kind`, and its
+    /// expiry (see [`ElementKey::values_and_expiry`]).
+    ///
+    /// # Safety
+    /// `handle` is a live key of `kind` opened on `self.ctx`, on the main
+    /// thread, as [`ElementKey::with_open`] hands it to its reader.
+    unsafe fn read(
+        &self,
+        handle: *mut raw::RedisModuleKey,
+        kind: Kind,
+        names: &[Bytes],
+    ) -> Option<ValuesAndExpiry> {
+        let values = names
+            .iter()
+            .map(|n| {
+                let name = RedisString::create_from_slice(std::ptr::null_mut(), n);
+                // SAFETY: the caller's contract; `name` is live for the call.
+                unsafe {
+                    match kind {
+                        Kind::Hash => element_reads::hash_field(self.ctx.ctx, handle, name.inner),
+                        Kind::SortedSet => element_reads::zset_score(handle, name.inner)
+                            .map(|s| s.map(score_bytes)),
+                        Kind::Set | Kind::List => Ok(None),
                     }
-                })
-                .collect::<Result<Vec<_>, ()>>()
-                .ok()?;
-            // SAFETY: reading the API table's pointer, then calling it on
-            // the live key `with_open` opened.
-            let at = unsafe { raw::RedisModule_GetAbsExpire.map(|get| get(handle)) };
-            let expiry = at
-                .and_then(|at| u64::try_from(at).ok())
-                .filter(|&at| at > 0);
-            Some((values, expiry))
-        })
-        .ok_or(())
+                }
+            })
+            .collect::<Result<Vec<_>, ()>>()
+            .ok()?;
+        // SAFETY: reading the API table's pointer, then calling it on the
+        // live key of the caller's contract.
+        let at = unsafe { raw::RedisModule_GetAbsExpire.map(|get| get(handle)) };
+        let expiry = at
+            .and_then(|at| u64::try_from(at).ok())
+            .filter(|&at| at > 0);
+        Some((values, expiry))
     }
 
     /// Whether the key is a hash that may hold a field with a TTL
