@@ -495,12 +495,18 @@ impl Held {
         w
     }
 
-    /// The stamp of the whole write a list's rest holds (`None`: at rest).
+    /// The stamp of the whole write a list's rest holds (`None`: at rest):
+    /// its element's, when it has one (a merge that made the base explicit
+    /// leaves the base beside it), else the base's.
     fn rest_written(&self) -> Option<Stamp> {
-        self.base.or_else(|| {
-            let rest = self.fields.get(REST)?;
-            rest.value(&self.removed).and_then(|(at, _)| at)
-        })
+        let element = self
+            .fields
+            .get(REST)
+            .and_then(|rest| rest.value(&self.removed));
+        match element {
+            Some((at, _)) => at.or(self.base),
+            None => self.base,
+        }
     }
 
     /// [`Held::merge`] of a hash, set or sorted set (or a list's view).
@@ -685,8 +691,14 @@ impl Held {
             .any(|e| e.holds_write_covered_by(&self.removed));
         // A whole write's removal goes with it: its state, shipped again
         // (a resend after a lost batch), must still remove what it had
-        // seen, though every site applied all of that.
-        if bound.dominates(&self.removed) && !still_covers && self.base.is_none() {
+        // seen, though every site applied all of that. So it stays while the
+        // base, or any write (one a merge made of the base), is unsettled.
+        let unsettled = self.base.is_some()
+            || self
+                .fields
+                .values()
+                .any(|e| !e.settled(&self.removed, bound));
+        if bound.dominates(&self.removed) && !still_covers && !unsettled {
             self.removed = Seen::new();
         }
         self.base.is_some()

@@ -384,3 +384,46 @@ fn a_sync_s_value_at_rest_is_not_added_to_a_field_this_node_holds() {
         .map(|(_, v)| v.clone());
     assert_eq!(last, Some(b"6".to_vec()), "{w:?}");
 }
+
+#[test]
+fn a_list_s_rest_was_written_by_its_element_s_write_before_its_base() {
+    // A merge made the base explicit (the rest an element holding both
+    // whole writes) and left the base: the rest holds the newer write.
+    let (mine, theirs) = (Stamp::new(2, 1), Stamp::new(3, 2));
+    let mut held = Held {
+        kind: Kind::List,
+        base: Some(mine),
+        ..Held::default()
+    };
+    assert_eq!(held.rest_written(), Some(mine));
+    let rest = Element::from_parts(
+        vec![(mine, b"a".to_vec()), (theirs, b"b".to_vec())],
+        Seen::new(),
+    );
+    held.fields.insert(REST.to_vec(), rest);
+    assert_eq!(held.rest_written(), Some(theirs));
+}
+
+#[test]
+fn a_removal_stays_while_a_write_it_came_with_is_unsettled() {
+    // The removal of a whole write made explicit by a merge (no base, its
+    // fields elements written at its stamp) stays until they settle: a
+    // resend of the state must still remove what it had seen.
+    let whole = Stamp::new(5, 2);
+    let mut held = Held {
+        kind: Kind::Hash,
+        removed: seen(&[(1, 3)]),
+        ..Held::default()
+    };
+    held.fields.insert(
+        b"f".to_vec(),
+        Element::from_parts(vec![(whole, b"v".to_vec())], Seen::new()),
+    );
+    let bound = seen(&[(1, 3), (2, 4)]);
+    assert!(held.collect(&bound), "the write at (5, 2) is not settled");
+    assert_eq!(held.removed, seen(&[(1, 3)]), "the removal stays");
+    assert!(
+        !held.collect(&seen(&[(1, 3), (2, 5)])),
+        "all settled: it goes"
+    );
+}
