@@ -438,8 +438,16 @@ impl Held {
         Some(shipped)
     }
 
+    /// The names of the runs of a list the server holds (with a value).
+    fn present_run_names(&self) -> impl Iterator<Item = &Bytes> {
+        self.fields
+            .iter()
+            .filter(|(name, e)| name.as_slice() != REST && e.value(&self.removed).is_some())
+            .map(|(name, _)| name)
+    }
+
     /// The runs of a list the server holds (with a value), by name.
-    fn present_runs(&self) -> Runs {
+    pub(in crate::converge::merge) fn present_runs(&self) -> Runs {
         self.fields
             .iter()
             .filter(|(name, _)| name.as_slice() != REST)
@@ -715,7 +723,6 @@ impl Held {
         if self.kind != Kind::List {
             return BTreeSet::new();
         }
-        let present = self.present_runs();
         let rest_settled = self.base.is_none()
             && self
                 .fields
@@ -724,8 +731,9 @@ impl Held {
         let mut kept = BTreeSet::new();
         for end in [lists::End::Left, lists::End::Right] {
             let mut inner_settled = rest_settled;
-            let at_end = present
-                .keys()
+            // By name: innermost (oldest) first.
+            let at_end = self
+                .present_run_names()
                 .filter(|n| lists::run_of(n).is_some_and(|(e, _)| e == end));
             for name in at_end {
                 inner_settled = inner_settled
@@ -836,9 +844,6 @@ pub struct Hashes {
     /// The bound of the last collection, and whether a key changed since:
     /// a collection with neither new changes its nothing.
     collected_at: Option<Seen>,
-    /// Local whole writes of lists that took in runs (the simulation's).
-    #[cfg(test)]
-    runs_taken_in: usize,
 }
 
 /// Keys collection keeps in a row before it stops: the rest, changed
@@ -1098,11 +1103,6 @@ impl Hashes {
             _ => {}
         }
         self.touch((db, key), true, Vec::new());
-        #[cfg(test)]
-        {
-            let runs = self.keys.get(&k).map(Held::present_runs);
-            self.runs_taken_in += usize::from(runs.is_some_and(|r| !r.is_empty()));
-        }
         let held = self.keys.entry(k).or_default();
         let mut seen = held.observed();
         seen.join(applied);
@@ -1129,16 +1129,6 @@ impl Hashes {
             elements: Vec::new(),
             rest: Vec::new(),
         })
-    }
-
-    /// How many local whole writes of lists took in runs (pushes some node
-    /// may lack: a newer whole write made at once elsewhere takes them
-    /// away, counted then by `Writes::whole_undone`, and a pop there that
-    /// empties the list, a delete, keeps this whole write it had not seen)
-    /// since the last call.
-    #[cfg(test)]
-    pub fn take_runs_taken_in(&mut self) -> usize {
-        std::mem::take(&mut self.runs_taken_in)
     }
 
     /// The peer's state of `key` merged in: what the server must write.

@@ -9,7 +9,9 @@ use std::collections::VecDeque;
 use proptest::prelude::*;
 
 use crate::converge::merge::hash_codec::{decode_hash, encode_hash};
-use crate::converge::merge::hashes::{Bytes, Change, HashState, Hashes, Kind, LocalHash, Whole};
+use crate::converge::merge::hashes::{
+    Bytes, Change, HashState, Hashes, Held, Kind, LocalHash, Whole,
+};
 use crate::converge::merge::lists::{self, End, REST};
 use crate::converge::merge::Seen;
 use crate::converge::version::Stamp;
@@ -160,8 +162,12 @@ fn whole_write(
     whole: Whole,
     before: Seen,
 ) -> Option<Result<HashState, Seen>> {
+    // A whole write that takes in runs may lose them to a newer one made at
+    // once elsewhere (counted there) or have them back after a pop that
+    // empties the list elsewhere (a delete keeps what it had not seen).
+    let runs = site.table.get(KEY.0, KEY.1).map(Held::present_runs);
+    site.undone |= runs.is_some_and(|r| !r.is_empty());
     let state = site.table.local_whole(KEY, stamp, whole, &before);
-    site.undone |= site.table.take_runs_taken_in() > 0;
     match state {
         Some(state) => Some(Ok(state)),
         None => Some(Err(before)),
