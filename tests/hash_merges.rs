@@ -782,3 +782,61 @@ fn the_tombstone_of_a_held_hash_deleted_is_collected() {
     );
     merged_and_collected(&pair);
 }
+
+/// A node that has not taken its peer's coverage yet (here: it never
+/// does, its own first-contact request is never acknowledged) still
+/// applies and acknowledges the peer's changes. The peer's merge bound of
+/// its own changes must rise no higher than what that node says it holds:
+/// the node's whole writes carry a removal no higher, and a bound above it
+/// took such a write for one that had not seen the fields at rest, which
+/// then stayed on the peer only (found by CI on Redis 8.0.6: a field an
+/// `HEXPIRE 0` deleted on A stayed on B).
+#[test]
+fn a_whole_write_made_before_its_node_took_the_peer_s_coverage_removes_what_it_saw() {
+    let merging = ["merge-elements=yes"];
+    let (pa, pb) = (common::free_port(), common::free_port());
+    let (ia, ib) = (common::test_ip(), common::test_ip_b());
+    let a = common::Node::start("a", common::module_args_at(&ia, pa, &ib, 1, &merging));
+    // A drops every ack it receives: its request for what it lost (it is
+    // new) stays unanswered, and it takes none of B's coverage.
+    a.debug(&["DROP-ACKS", "ON"]);
+    let b = common::Node::start("b", common::module_args_at(&ib, pb, &ia, pa, &merging));
+    a.set_peer_port(&pb.to_string());
+    let pair = Pair { a, b };
+    pair.wait_linked();
+    let (mut a, mut b) = (pair.a.conn(), pair.b.conn());
+    run(&mut b, &["HSET", "h", "f1", "1", "f2", "2"]);
+    assert!(common::wait_until(Duration::from_secs(10), || {
+        fields_of(&mut a, "h").len() == 2
+    }));
+    // A later change of B's that A applies and acknowledges: B's bound of
+    // its own changes would pass the stamp of f1 that A's write observed.
+    run(&mut b, &["SET", "later", "1"]);
+    assert!(common::wait_until(Duration::from_secs(10), || {
+        redis::cmd("EXISTS")
+            .arg("later")
+            .query::<bool>(&mut a)
+            .unwrap()
+    }));
+    thread::sleep(Duration::from_millis(500));
+    // A whole write of h on A (COPY over it): f1 goes.
+    run(&mut a, &["HSET", "tmp", "f2", "2"]);
+    run(&mut a, &["COPY", "tmp", "h", "REPLACE"]);
+    or_explain(&pair, "h", || {
+        assert!(
+            common::wait_until(Duration::from_secs(10), || {
+                fields_of(&mut b, "h") == fields_of(&mut a, "h")
+            }),
+            "B kept a field A's whole write removed: A {:?}, B {:?}",
+            fields_of(&mut a, "h"),
+            fields_of(&mut b, "h")
+        );
+    });
+    assert_eq!(fields_of(&mut b, "h").len(), 1);
+}
+
+/// Runs `args` on `c`; any reply but an error.
+fn run(c: &mut Connection, args: &[&str]) {
+    let reply: redis::RedisResult<redis::Value> = cmd(args).query(c);
+    reply.unwrap_or_else(|e| panic!("{args:?}: {e}"));
+}

@@ -145,7 +145,7 @@ pub fn probe(shared: &Shared, st: &mut Replication) {
     if counters.live_len() + st.versions.hashes.len() == 0 || !st.own_bound.is_idle() {
         return;
     }
-    let urgent = counters.bound().clock(shared.node_id) < coverage;
+    let urgent = counters.bound().clock(shared.node_id) < coverage && !st.own_bound.held_back();
     if !st.own_bound.probe_due(std::time::Instant::now(), urgent) {
         return;
     }

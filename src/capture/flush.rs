@@ -984,10 +984,15 @@ fn send_ack(shared: &Shared, st: &mut Replication) -> bool {
     // The ack's clock is what our stream has covered of our own changes
     // (the peer's watermark of us).
     let in_step = st.coverage().is_some();
+    let holds = st.versions.covered(st.peer.node_id);
     let ack = entry(
         0,
         Stamp::new(coverage, shared.node_id),
-        Op::Ack { applied, in_step },
+        Op::Ack {
+            applied,
+            in_step,
+            holds,
+        },
     );
     let acked = push(shared, st, vec![ack], false).is_ok();
     if !acked {

@@ -205,6 +205,7 @@ mod tests {
             Op::Ack {
                 applied: 9,
                 in_step: false,
+                holds: 0,
             },
         ));
         b.record(&at(3, 2, Op::FlushDb));
@@ -268,6 +269,7 @@ mod tests {
             Op::Ack {
                 applied: 1,
                 in_step: false,
+                holds: 0,
             },
         ));
         log.push(b);

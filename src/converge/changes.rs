@@ -373,7 +373,8 @@ mod tests {
             0,
             Op::Ack {
                 applied: 3,
-                in_step: false
+                in_step: false,
+                holds: 0,
             }
         )));
         assert!(!d.touched_by(&remote(

@@ -79,6 +79,12 @@ pub enum Op {
         /// The sender was in step when it sent this: every change of its
         /// own made before is in its stream before this ack.
         in_step: bool,
+        /// The sender's watermark of our changes: it holds every change of
+        /// ours stamped at or below it, and its writes say so (the removal
+        /// a whole write carries). Our merge bound of our own changes rises
+        /// no higher, else a whole write of the sender's made after this
+        /// ack would seem not to have seen elements at rest here.
+        holds: u64,
     },
     /// The sender lost state (it restarted or its dataset was replaced), or
     /// answers such a request of ours: send it what it misses, which is

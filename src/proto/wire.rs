@@ -36,7 +36,7 @@ pub const FRAME_MAGIC: u32 = u32::from_le_bytes(*b"RSYN");
 /// Magic of a padding marker.
 pub const PAD_MAGIC: u32 = u32::from_le_bytes(*b"RSPD");
 /// Protocol version written in every frame.
-pub const VERSION: u8 = 10;
+pub const VERSION: u8 = 11;
 /// Bytes of the fixed header.
 pub const HEADER_LEN: usize = 64;
 /// Bytes of the CRC trailer.
@@ -520,8 +520,15 @@ fn place_op<'a>(op: &'a Op, h: &mut FrameHeader) -> (&'a [u8], &'a [u8]) {
 /// in the header); returns its kind.
 fn place_notice(op: &Op, h: &mut FrameHeader) -> FrameKind {
     match op {
-        Op::Ack { applied, in_step } => {
+        Op::Ack {
+            applied,
+            in_step,
+            holds,
+        } => {
             h.expiry_ms = *applied;
+            // The watermark split over db and arg (an ack has no database).
+            h.db = (*holds >> 32) as u32;
+            h.arg = *holds as u32;
             if *in_step {
                 h.flags |= FLAG_IN_STEP;
             }
@@ -740,8 +747,13 @@ mod tests {
             Just(Op::FlushDb),
             Just(Op::FlushAll),
             any::<u32>().prop_map(|other| Op::SwapDb { other }),
-            (any::<u64>(), any::<bool>())
-                .prop_map(|(applied, in_step)| Op::Ack { applied, in_step }),
+            (any::<u64>(), any::<bool>(), any::<u64>()).prop_map(|(applied, in_step, holds)| {
+                Op::Ack {
+                    applied,
+                    in_step,
+                    holds,
+                }
+            }),
             (
                 proptest::collection::vec(any::<u8>(), 1..40),
                 proptest::collection::vec(any::<u8>(), 1..300),

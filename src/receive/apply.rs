@@ -384,7 +384,11 @@ impl Applier<'_> {
         e: &Entry,
     ) -> Option<std::result::Result<Outcome, String>> {
         Some(match &e.op {
-            Op::Ack { applied, in_step } => Ok(note_ack(st, e, *applied, *in_step, self.me)),
+            Op::Ack {
+                applied,
+                in_step,
+                holds,
+            } => Ok(note_ack(st, e, (*applied, *in_step, *holds), self.me)),
             Op::Bound { .. } => Ok(apply_counter::bound(st, e)),
             Op::SyncRequest {
                 received,
@@ -553,7 +557,12 @@ fn record_value(st: &mut Replication, db: u32, key: &[u8], stamp: Stamp, expiry_
 
 /// The peer's ack: received (acks are not acknowledged), and unless the
 /// fault switch drops acks, what it acknowledges and covers.
-fn note_ack(st: &mut Replication, e: &Entry, applied: u64, in_step: bool, me: u64) -> Outcome {
+fn note_ack(
+    st: &mut Replication,
+    e: &Entry,
+    (applied, in_step, holds): (u64, bool, u64),
+    me: u64,
+) -> Outcome {
     st.peer.received(e.seq);
     let dropped = main_state().faults.get().is_some_and(|f| f.acks_dropped());
     if !dropped {
@@ -574,7 +583,7 @@ fn note_ack(st: &mut Replication, e: &Entry, applied: u64, in_step: bool, me: u6
                 st.lost_window_closed();
             }
         }
-        apply_counter::bound_moved(st, me, e.origin, applied, in_step);
+        apply_counter::bound_moved(st, (me, e.origin), (applied, in_step, holds));
     }
     Outcome::Notice
 }

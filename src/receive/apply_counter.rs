@@ -253,11 +253,15 @@ pub(super) fn bound(st: &mut Replication, e: &Entry) -> Outcome {
     Outcome::Notice
 }
 
-/// The peer acknowledged our changes up to `applied` (`in_step` as it
-/// said) and covered its own up to `covered`: the bound rises, and
-/// counters whose metadata it passed rest.
-pub(super) fn bound_moved(st: &mut Replication, me: u64, peer: u64, applied: u64, in_step: bool) {
-    if let Some(clock) = st.own_bound.acked(applied, in_step) {
+/// The peer acknowledged our changes up to `applied` (`in_step` and
+/// holding ours up to `holds`, as it said): the bound rises, and counters
+/// whose metadata it passed rest.
+pub(super) fn bound_moved(
+    st: &mut Replication,
+    (me, peer): (u64, u64),
+    (applied, in_step, holds): (u64, bool, u64),
+) {
+    if let Some(clock) = st.own_bound.acked(applied, in_step, holds) {
         st.versions.raise_merge_bound(me, clock);
     }
     let covered = st.versions.covered(peer);

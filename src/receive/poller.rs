@@ -117,6 +117,7 @@ fn op_from(header: &FrameHeader, key: Vec<u8>, value: Vec<u8>) -> Op {
         FrameKind::Ack => Op::Ack {
             applied: header.expiry_ms,
             in_step: header.flags & crate::proto::wire::FLAG_IN_STEP != 0,
+            holds: (u64::from(header.db) << 32) | u64::from(header.arg),
         },
         FrameKind::SyncRequest => Op::SyncRequest {
             received: header.expiry_ms,
@@ -543,6 +544,7 @@ mod tests {
                     Op::Ack {
                         applied: 99,
                         in_step: false,
+                        holds: 0,
                     },
                 ),
                 notice(

@@ -16,6 +16,8 @@ pub struct OwnBound {
     pushed: VecDeque<(u64, u64)>,
     /// When a probe last went out (see `capture::counters::probe`).
     last_probe: Option<std::time::Instant>,
+    /// See [`OwnBound::held_back`].
+    held_back: bool,
 }
 
 /// Between probes sent only to learn the peer's coverage again.
@@ -39,10 +41,17 @@ impl OwnBound {
         self.pushed.push_back((seq, clock));
     }
 
-    /// The peer acknowledged everything up to `applied`; `in_step` as its
-    /// ack said. Returns the clock up to which the peer applied every
-    /// change of ours, when that moved.
-    pub fn acked(&mut self, applied: u64, in_step: bool) -> Option<u64> {
+    /// The peer acknowledged everything up to `applied`; `in_step` and
+    /// holding our changes up to `holds` as its ack said. Returns the
+    /// clock up to which the peer applied every change of ours and says
+    /// so in its own writes, when that moved.
+    ///
+    /// A peer can apply a batch without taking its coverage (while its
+    /// own request for what it lost is unanswered): its whole writes then
+    /// carry a removal below what it applied, and a bound above that
+    /// removal would take those writes for concurrent with elements at
+    /// rest here (a field a whole write dropped stayed on this node).
+    pub fn acked(&mut self, applied: u64, in_step: bool, holds: u64) -> Option<u64> {
         let mut covered = None;
         while let Some(&(seq, clock)) = self.pushed.front() {
             if seq > applied {
@@ -53,7 +62,16 @@ impl OwnBound {
         }
         // Out of step, the coverage is dropped, not kept for a later ack:
         // a later in-step ack covers a later batch anyway.
-        covered.filter(|_| in_step)
+        let covered = covered.filter(|_| in_step)?;
+        self.held_back = covered > holds;
+        Some(covered.min(holds))
+    }
+
+    /// Whether the last ack that moved the bound held it below the batch's
+    /// coverage (the peer had not taken it): probing again at once would
+    /// only learn the same.
+    pub fn held_back(&self) -> bool {
+        self.held_back
     }
 
     /// Nothing waits for the peer's ack.
@@ -89,11 +107,28 @@ mod tests {
         let mut b = OwnBound::default();
         b.pushed(3, 100);
         b.pushed(7, 150);
-        assert_eq!(b.acked(2, true), None);
-        assert_eq!(b.acked(5, true), Some(100));
-        assert_eq!(b.acked(9, false), None, "a peer catching up");
+        assert_eq!(b.acked(2, true, u64::MAX), None);
+        assert_eq!(b.acked(5, true, u64::MAX), Some(100));
+        assert_eq!(b.acked(9, false, u64::MAX), None, "a peer catching up");
         b.pushed(12, 200);
         b.link_up();
-        assert_eq!(b.acked(20, true), None, "pushed on a link that went down");
+        assert_eq!(
+            b.acked(20, true, u64::MAX),
+            None,
+            "pushed on a link that went down"
+        );
+    }
+
+    #[test]
+    fn the_bound_rises_no_higher_than_what_the_peer_holds_of_ours() {
+        let mut b = OwnBound::default();
+        b.pushed(3, 100);
+        assert_eq!(b.acked(3, true, 0), Some(0), "coverage not taken there");
+        assert!(b.held_back());
+        b.pushed(5, 100);
+        assert_eq!(b.acked(5, true, 100), Some(100));
+        assert!(!b.held_back());
+        b.pushed(8, 150);
+        assert_eq!(b.acked(8, true, 120), Some(120));
     }
 }
