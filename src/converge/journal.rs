@@ -243,7 +243,8 @@ pub(crate) fn apply_record(store: &mut VersionStore, r: &Record<'_>) -> bool {
         TAG_DROPPED => store.record_dropped(r.stamp),
         TAG_COUNTER => return store.replay_counter(r.db, r.key),
         TAG_HASH => return store.replay_hash(r.db, r.key),
-        TAG_MERGE_BOUND => store.counters.raise_bound(r.stamp.node, r.stamp.clock),
+        // The bound as it was then (a record of a lowered one lowers it).
+        TAG_MERGE_BOUND => store.counters.set_bound(r.stamp.node, r.stamp.clock),
         TAG_FUNCTIONS => {}
         TAG_LIBRARY => match r.key.split_first_chunk::<8>() {
             Some((crc, name)) => {

@@ -6,15 +6,17 @@
 //! ```text
 //! off size field
 //!   0  4   magic "RSYN" (0x4e595352 little-endian)
-//!   4  1   version (5)
+//!   4  1   version (VERSION; docs/protocol.md lists what each changed)
 //!   5  1   kind (1 value, 2 delete, 3 flushdb, 4 flushall, 5 swapdb,
 //!            6 ack, 7 sync request, 8 function library, 9 sweep start,
 //!            10 sweep end, 11 counter state, 12 merge bound, 13 hash
 //!            merge state, 14 function library deleted)
 //!   6  2   flags (1 batch end, 2 more chunks follow, 4 continuation chunk,
-//!            8 raw string: the value is a string's bytes, not a DUMP payload)
+//!            8 raw string: the value is a string's bytes, not a DUMP payload,
+//!            16 answer: sync requests, 32 in step: acks)
 //!   8  4   frame_len (whole frame, padding included)
-//!  12  4   db
+//!  12  4   db (ack: high half of what the sender holds of ours; sync
+//!            request: high half of its own newest stamp)
 //!  16  8   origin node id
 //!  24  8   sequence
 //!  32  8   hybrid logical clock
@@ -22,7 +24,8 @@
 //!  48  4   key_len
 //!  52  4   value_len (bytes in this frame)
 //!  56  4   value_total_len (bytes of the whole value across chunks)
-//!  60  4   arg (swapdb: the other db)
+//!  60  4   arg (swapdb: the other db; ack and sync request: the low
+//!            halves)
 //!  64  ..  key, value, crc32c (u32), zero padding
 //! ```
 //! A padding marker (magic "RSPD", 8 bytes) tells the reader to skip to the

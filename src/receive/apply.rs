@@ -396,7 +396,12 @@ impl Applier<'_> {
                 own,
                 answer,
             } => Ok(note_sync_request(
-                st, e.seq, *received, *since, *own, *answer,
+                st,
+                (e.seq, self.me),
+                *received,
+                *since,
+                *own,
+                *answer,
             )),
             Op::SweepStart { .. } | Op::SweepEnd { .. } => {
                 st.peer.applied(e.seq);
@@ -591,7 +596,7 @@ fn note_ack(
 /// The peer asks for a sync (it lost state, or answers our request).
 fn note_sync_request(
     st: &mut Replication,
-    seq: u64,
+    (seq, me): (u64, u64),
     received: u64,
     since: u64,
     own: u64,
@@ -610,6 +615,12 @@ fn note_sync_request(
     // link drop is sent again).
     st.peer.applied(seq);
     if !answer {
+        // It holds our changes only up to `since` now: its whole writes and
+        // removals say no more of ours (see `OwnBound::acked`), so the
+        // bound of our own changes goes back there. Elements this node
+        // collected past it that the peer lost and then removed whole
+        // without seeing them go on both nodes (docs/convergence.md).
+        st.versions.lower_merge_bound(me, since);
         // It lost its state, the swaps it had in flight with it: its next
         // swaps may carry any stamp its clock gives them. A sweeping sync
         // of its being received ends with it (its next sync starts anew).

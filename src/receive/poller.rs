@@ -69,7 +69,11 @@ fn copy_out<R: RingMemory + ?Sized>(ring: &R, off: usize, dst: &mut [u8]) -> Res
 fn entry_from(header: &FrameHeader, key: Vec<u8>, value: Vec<u8>) -> Entry {
     let no_db = matches!(
         header.kind,
-        FrameKind::SyncRequest | FrameKind::SweepStart | FrameKind::SweepEnd | FrameKind::Bound
+        FrameKind::Ack
+            | FrameKind::SyncRequest
+            | FrameKind::SweepStart
+            | FrameKind::SweepEnd
+            | FrameKind::Bound
     );
     Entry {
         origin: header.origin,
@@ -543,8 +547,8 @@ mod tests {
                     1 << 40,
                     Op::Ack {
                         applied: 99,
-                        in_step: false,
-                        holds: 0,
+                        in_step: true,
+                        holds: (117_739_506 << 16) | 0xbeef,
                     },
                 ),
                 notice(

@@ -178,6 +178,13 @@ impl Counters {
         self.bound.raise(node, clock);
     }
 
+    /// Sets the bound's clock of `node` (a journal's record of it, which
+    /// may have lowered it).
+    pub fn set_bound(&mut self, node: u64, clock: u64) {
+        self.bound.lower(node, clock);
+        self.bound.raise(node, clock);
+    }
+
     /// The state of `key`, if it is held.
     pub fn get(&self, db: u32, key: &[u8]) -> Option<&Counter> {
         self.table.get(&(db, Box::from(key)))

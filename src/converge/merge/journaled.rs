@@ -50,6 +50,16 @@ impl VersionStore {
         }
     }
 
+    /// Lowers the merge bound's clock of `node` to `clock`, journaled when
+    /// it moves: the peer lost what it had applied of `node`'s changes
+    /// past it (see `receive::apply::note_sync_request`).
+    pub fn lower_merge_bound(&mut self, node: u64, clock: u64) {
+        if clock < self.counters.bound().clock(node) {
+            self.counters.set_bound(node, clock);
+            self.journal_record(TAG_MERGE_BOUND, 0, Stamp::new(clock, node), &[]);
+        }
+    }
+
     /// Collects the counters at the bound; those that rest are journaled.
     pub fn collect_counters(&mut self) {
         if self.counters.is_empty() {
@@ -102,5 +112,24 @@ mod tests {
         assert_eq!(loaded.counters.get(0, b"d"), origin.counters.get(0, b"d"));
         assert_eq!(loaded.counters.bound(), origin.counters.bound());
         assert_eq!(parse_record_key(&[9, 0, 0, 0, 1]), None);
+    }
+
+    #[test]
+    fn a_lowered_bound_replays_lowered() {
+        let mut origin = VersionStore::journaled();
+        origin.raise_merge_bound(1, 50);
+        origin.raise_merge_bound(2, 30);
+        origin.lower_merge_bound(1, 20);
+        origin.lower_merge_bound(2, 0);
+        origin.lower_merge_bound(1, 40);
+        assert_eq!(origin.counters.bound().clock(1), 20, "only ever lowered");
+        assert_eq!(origin.counters.bound().clock(2), 0);
+        let mut payload = vec![FORMAT];
+        payload.extend(origin.take_journal());
+        let mut loaded = VersionStore::journaled();
+        assert!(replay(&payload, &mut loaded).is_ok());
+        assert_eq!(loaded.counters.bound(), origin.counters.bound());
+        origin.raise_merge_bound(1, 60);
+        assert_eq!(origin.counters.bound().clock(1), 60);
     }
 }

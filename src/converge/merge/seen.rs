@@ -40,6 +40,17 @@ impl Seen {
         self.raise(stamp.node, stamp.clock);
     }
 
+    /// `node`'s clock is at most `clock` from now on (0: nothing of it).
+    pub fn lower(&mut self, node: u64, clock: u64) {
+        if let Ok(i) = self.clocks.binary_search_by_key(&node, |&(n, _)| n) {
+            if clock == 0 {
+                self.clocks.remove(i);
+            } else {
+                self.clocks[i].1 = self.clocks[i].1.min(clock);
+            }
+        }
+    }
+
     /// Raises `node`'s clock to `clock` (never lowers it).
     pub fn raise(&mut self, node: u64, clock: u64) {
         if clock == 0 {
