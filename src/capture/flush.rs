@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use redis_module::Context;
 
 use crate::capture::counters;
+use crate::capture::fields::Changes;
 use crate::capture::flush_plan::{may_rest, plan, FlushFacts};
 use crate::capture::hook::{ExpiredKey, Suppressed};
 use crate::capture::hotkeys::is_costly;
@@ -59,6 +60,7 @@ pub(crate) fn pending_of(e: &Entry) -> Option<PendingOp> {
     Some(match &e.op {
         Op::Value { key, .. }
         | Op::Delete { key }
+        | Op::Expire { key, .. }
         | Op::Counter { key, .. }
         | Op::Fields { key, .. } => PendingOp::Key {
             db: e.db,
@@ -94,6 +96,7 @@ pub(crate) fn push(
     if entries.is_empty() {
         return Ok(0);
     }
+    crate::capture::ttl::with_ttl_writes(st, &mut entries);
     if entries.iter().any(|e| e.is_data()) {
         let notice = counters::bound_notice(shared, st);
         entries.insert(0, entry(0, Stamp::new(0, shared.node_id), notice));
@@ -410,6 +413,7 @@ fn ship_field_changes(
         };
         let stamp = Stamp::new(shared.clock.tick(wall), shared.node_id);
         let before = st.versions.get(db, &key);
+        let ttl_only = crate::capture::ttl::ttl_only(&fields);
         match crate::capture::hashes::field_change(
             ctx,
             shared,
@@ -424,7 +428,16 @@ fn ship_field_changes(
                 st.versions.record_write(db, &key, stamp);
                 out.push(entry(db, stamp, op));
             }
-            None => whole.push(key),
+            None => match ttl_only
+                .then(|| crate::capture::ttl::ttl_change(ctx, st, (db, &key), stamp))
+                .flatten()
+            {
+                Some(op) => {
+                    st.last_local_stamp = stamp.clock;
+                    out.push(entry(db, stamp, op));
+                }
+                None => whole.push(key),
+            },
         }
     }
     whole
@@ -575,6 +588,16 @@ fn record_key_change(
 ) {
     server::select_db(reader.ctx(), db);
     let before = st.versions.get(db, key);
+    let fields = crate::capture::fields::enabled()
+        .then(|| main_state().fields.get().and_then(|mut w| w.take(db, key)))
+        .flatten();
+    if fields.as_ref().is_some_and(crate::capture::ttl::ttl_only)
+        && crate::capture::ttl::ttl_change(reader.ctx(), st, (db, key), stamp).is_some()
+    {
+        // Its TTL write is recorded: the backlog ships the value at its
+        // version, and that write after it.
+        return;
+    }
     let exists = reader.exists(key);
     if exists {
         st.versions.record_write(db, key, stamp);
@@ -603,7 +626,7 @@ fn record_key_change(
         };
         counters::local_change(shared, st, change);
     }
-    record_hash_change(reader.ctx(), shared, st, (db, key), stamp, before);
+    record_hash_change(reader.ctx(), shared, st, (db, key), stamp, (before, fields));
 }
 
 /// A change of `key` that ships later from the backlog, as its state then:
@@ -615,12 +638,14 @@ fn record_hash_change(
     st: &mut Replication,
     (db, key): (u32, &[u8]),
     stamp: Stamp,
-    before: Option<crate::converge::version::KeyVersion>,
+    (before, fields): (
+        Option<crate::converge::version::KeyVersion>,
+        Option<Changes>,
+    ),
 ) {
     if !crate::capture::fields::enabled() {
         return;
     }
-    let fields = main_state().fields.get().and_then(|mut w| w.take(db, key));
     if let Some(fields) = fields {
         let change = (db, key);
         if crate::capture::hashes::field_change(ctx, shared, st, change, stamp, fields, before)

@@ -5,7 +5,8 @@
 //! (backlog, full sync), and `persist` keeps the versions durable with the
 //! data (RDB aux data, the stamps in the AOF). `state` is the main
 //! thread's state, in one value. `transactions` holds the merged changes
-//! queued in MULTI until their EXEC.
+//! queued in MULTI until their EXEC. `ttl` ships a write of a whole-value
+//! key's TTL alone as such.
 
 pub mod command_names;
 pub(crate) mod counters;
@@ -23,3 +24,4 @@ pub(crate) mod resend;
 pub mod silent;
 pub(crate) mod state;
 pub mod transactions;
+pub(crate) mod ttl;

@@ -80,6 +80,11 @@ pub fn encode(store: &VersionStore) -> Vec<Vec<u8>> {
             &to.to_le_bytes(),
         );
     }
+    for (db, key, (stamp, expiry)) in store.ttls.iter() {
+        let mut record = expiry.unwrap_or(0).to_le_bytes().to_vec();
+        record.extend_from_slice(key);
+        add(journal::TAG_TTL, db, stamp, &record);
+    }
     blobs
 }
 

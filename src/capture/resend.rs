@@ -140,7 +140,9 @@ fn key_entry(
         {
             Some(entry(db, stamp, Op::Delete { key }))
         }
-        _ => None,
+        // The peer's version: it has the value, not this node's TTL write
+        // made since (a value or delete that ships takes it along).
+        _ => crate::capture::ttl::own_ttl_write(st, (db, key), me),
     }
 }
 

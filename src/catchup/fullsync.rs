@@ -527,6 +527,10 @@ impl FullSync {
             let counter = |_: Stamp| {
                 versions.counters.changed_after(db, key, |s| self.wanted(s))
                     || versions.hashes.changed_after(db, key, |s| self.wanted(s))
+                    || versions
+                        .ttls
+                        .get(db, key)
+                        .is_some_and(|(s, _)| self.wanted(s))
             };
             match versions.get(db, key) {
                 Some(KeyVersion::Live(s)) if self.wanted(s) || counter(s) => {

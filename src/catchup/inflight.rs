@@ -56,6 +56,7 @@ impl SentBatch {
         let change = match &e.op {
             Op::Value { key, .. }
             | Op::Delete { key }
+            | Op::Expire { key, .. }
             | Op::Counter { key, .. }
             | Op::Fields { key, .. } => {
                 let start = self.names.len();

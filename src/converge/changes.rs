@@ -140,6 +140,7 @@ impl DirtySet {
         batch.entries.iter().any(|e| match &e.op {
             Op::Value { key, .. }
             | Op::Delete { key }
+            | Op::Expire { key, .. }
             | Op::Counter { key, .. }
             | Op::Fields { key, .. } => flush_or_swap || self.contains(e.db, key),
             // A sweep's end deletes keys: a change of theirs is dated first.

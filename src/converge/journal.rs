@@ -84,6 +84,10 @@ pub const TAG_LOST_OWN: u8 = 23;
 /// The peer sent back what loads lost of this node's changes (no key, no
 /// stamp).
 pub const TAG_LOST_OWN_CLOSED: u8 = 24;
+/// A write of a key's TTL alone, newer than its version
+/// (`converge::ttl_ops`): the stamp, and in the key the expiry it set (8
+/// bytes, little-endian, 0: none) then the key.
+pub const TAG_TTL: u8 = 25;
 
 /// One decoded record, borrowing its key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -228,6 +232,12 @@ pub(crate) fn apply_record(store: &mut VersionStore, r: &Record<'_>) -> bool {
         TAG_LIVE => store.record_write(r.db, r.key, r.stamp),
         TAG_TOMBSTONE => store.record_delete(r.db, r.key, r.stamp, 0),
         TAG_FORGET => store.reset(r.db, r.key, None),
+        TAG_TTL => {
+            if let Some((expiry, key)) = r.key.split_first_chunk::<8>() {
+                let at = u64::from_le_bytes(*expiry);
+                store.record_ttl(r.db, key, (r.stamp, (at != 0).then_some(at)));
+            }
+        }
         TAG_FLUSH_DB => {
             store.flush(Some(r.db), r.stamp);
         }

@@ -9,4 +9,5 @@ pub mod journal;
 pub mod libraries;
 pub mod merge;
 pub mod sweep;
+pub mod ttl_ops;
 pub mod version;

@@ -133,6 +133,8 @@ pub struct VersionStore {
     /// Hashes, sets and sorted sets with merge metadata (issue 27,
     /// `merge-elements`).
     pub hashes: crate::converge::merge::hashes::Hashes,
+    /// TTL writes newer than their key's version (`converge::ttl_ops`).
+    pub ttls: crate::converge::ttl_ops::TtlOps,
     /// Flushes, swaps and replacements of whole databases so far: a read
     /// spread over several steps that sees it move read across one.
     db_changes: u64,
@@ -266,6 +268,7 @@ impl VersionStore {
             KeyVersion::Deleted { stamp, .. } => (crate::converge::journal::TAG_TOMBSTONE, stamp),
         };
         self.journal_record(tag, db, stamp, key);
+        self.ttls.versioned(db, key, stamp);
         if !self.unstamped.is_empty() {
             if let Some(pending) = self.unstamped.get_mut(&db) {
                 pending.remove(key);
@@ -307,6 +310,7 @@ impl VersionStore {
             Some(v) => self.set(db, key, v),
             None => {
                 self.journal_record(crate::converge::journal::TAG_FORGET, db, Stamp::ZERO, key);
+                self.ttls.forget(db, key);
                 if let Some(pending) = self.unstamped.get_mut(&db) {
                     pending.remove(key);
                 }
@@ -314,6 +318,37 @@ impl VersionStore {
                 if let Some(KeyVersion::Deleted { .. }) = removed {
                     self.tombstones -= 1;
                 }
+            }
+        }
+    }
+
+    /// Records a write of `key`'s TTL alone (`converge::ttl_ops`), newer
+    /// than its version: journaled, the version stays.
+    pub fn record_ttl(&mut self, db: u32, key: &[u8], write: crate::converge::ttl_ops::TtlWrite) {
+        // The change a load replayed before this record is stamped by it.
+        if let Some(pending) = self.unstamped.get_mut(&db) {
+            pending.remove(key);
+        }
+        if self.get(db, key).is_some_and(|v| v.stamp() >= write.0) {
+            return;
+        }
+        let mut record = write.1.unwrap_or(0).to_le_bytes().to_vec();
+        record.extend_from_slice(key);
+        self.journal_record(crate::converge::journal::TAG_TTL, db, write.0, &record);
+        self.ttls.write(db, key, write);
+    }
+
+    /// The TTL writes every node has applied rest, once the key's version
+    /// did too (`bound` covers both: no value write older than the TTL
+    /// write can still arrive from anywhere, this node's own unshipped ones
+    /// included): each becomes its key's version when the key lives, so a
+    /// catch-up since a watermark still ships the key.
+    pub fn fold_ttl_writes(&mut self, bound: &crate::converge::merge::seen::Seen) {
+        for (db, key, write) in self.ttls.take_at_rest(bound) {
+            match self.get(db, &key) {
+                Some(v) if !bound.covers(v.stamp()) => self.ttls.write(db, &key, write),
+                Some(KeyVersion::Live(s)) if s < write.0 => self.record_write(db, &key, write.0),
+                _ => {}
             }
         }
     }
@@ -447,6 +482,7 @@ impl VersionStore {
         self.raise_floor(db, stamp);
         self.counters.flushed(db, stamp);
         self.hashes.flushed(db);
+        self.ttls.flushed(db, stamp);
         self.forget_unstamped_before_flush(db);
         // This flush's own stamp arrived: it is no longer pending.
         match db {
@@ -490,6 +526,7 @@ impl VersionStore {
         self.db_changes += 1;
         self.counters.swap_dbs(a, b);
         self.hashes.swap_dbs(a, b);
+        self.ttls.swap_dbs(a, b);
         let va = self.dbs.remove(&a);
         let vb = self.dbs.remove(&b);
         if let Some(v) = va {
@@ -846,6 +883,11 @@ impl VersionStore {
             })
             .map(|(db, key, _)| (db, Box::from(key)))
             .collect();
+        if !self.ttls.is_empty() {
+            out.extend(self.ttls.changed(wanted));
+            out.sort_unstable();
+            out.dedup();
+        }
         out.sort_unstable_by_key(|(db, _)| *db);
         out
     }
@@ -855,8 +897,10 @@ impl VersionStore {
     pub fn newest_of(&self, node: u64) -> u64 {
         let floors = self.floors().into_iter().map(|(_, s)| s);
         let libraries = self.libraries.iter().map(|(_, v)| v.stamp());
+        let ttls = self.ttls.iter().map(|(_, _, (s, _))| s);
         self.records()
             .map(|(_, _, v)| v.stamp())
+            .chain(ttls)
             .chain(floors)
             .chain(libraries)
             .filter(|s| s.node == node)

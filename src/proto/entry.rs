@@ -58,6 +58,15 @@ pub enum Op {
         /// The second database.
         other: u32,
     },
+    /// Only the key's TTL was written (EXPIRE, PEXPIRE..., PERSIST, GETEX)
+    /// of a key whose value ships whole: a write of its TTL register, which
+    /// leaves the value as each node has it (`converge::ttl_ops`).
+    Expire {
+        /// The key.
+        key: Vec<u8>,
+        /// Its absolute expiry now, Unix ms (`None`: none).
+        expiry_ms: Option<u64>,
+    },
     /// One function library holds this code (loaded or replaced), applied
     /// with `FUNCTION LOAD REPLACE`; each library has its own version.
     Library {
@@ -158,6 +167,7 @@ impl Entry {
     pub fn key(&self) -> Option<&[u8]> {
         match &self.op {
             Op::Value { key, .. }
+            | Op::Expire { key, .. }
             | Op::Delete { key }
             | Op::Counter { key, .. }
             | Op::Fields { key, .. } => Some(key),

@@ -99,6 +99,8 @@ pub enum FrameKind {
     Fields = 13,
     /// A function library was deleted (the key: its name).
     LibraryDelete = 14,
+    /// A key's TTL alone was written (its expiry in the header).
+    Expire = 15,
 }
 
 impl FrameKind {
@@ -118,6 +120,7 @@ impl FrameKind {
             12 => Self::Bound,
             13 => Self::Fields,
             14 => Self::LibraryDelete,
+            15 => Self::Expire,
             _ => return None,
         })
     }
@@ -398,6 +401,7 @@ fn check_lengths(h: &FrameHeader, len: usize) -> Result<(), WireError> {
         h.kind,
         FrameKind::Value
             | FrameKind::Delete
+            | FrameKind::Expire
             | FrameKind::Counter
             | FrameKind::Fields
             | FrameKind::Library
@@ -483,6 +487,10 @@ fn place_op<'a>(op: &'a Op, h: &mut FrameHeader) -> (&'a [u8], &'a [u8]) {
             (FrameKind::Value, key, payload)
         }
         Op::Delete { key } => (FrameKind::Delete, key, &[]),
+        Op::Expire { key, expiry_ms } => {
+            h.expiry_ms = expiry_ms.unwrap_or(0);
+            (FrameKind::Expire, key, &[])
+        }
         Op::Counter {
             key,
             state,
@@ -750,6 +758,11 @@ mod tests {
             Just(Op::FlushDb),
             Just(Op::FlushAll),
             any::<u32>().prop_map(|other| Op::SwapDb { other }),
+            (
+                proptest::collection::vec(any::<u8>(), 1..40),
+                proptest::option::of(1u64..u64::MAX),
+            )
+                .prop_map(|(key, expiry_ms)| Op::Expire { key, expiry_ms }),
             (any::<u64>(), any::<bool>(), any::<u64>()).prop_map(|(applied, in_step, holds)| {
                 Op::Ack {
                     applied,

@@ -20,7 +20,8 @@ use crate::capture::state::main_state;
 use crate::catchup::peer::LinkView;
 use crate::catchup::replication::Replication;
 use crate::converge::sweep::{vouches_deleted, Sweep};
-use crate::converge::version::{Decision, Stamp, GC_AT_NEXT_ACK};
+use crate::converge::ttl_ops;
+use crate::converge::version::{Decision, KeyVersion, Stamp, GC_AT_NEXT_ACK};
 use crate::ops::status::{unix_ms, Stats};
 use crate::proto::entry::{Batch, Encoding, Entry, Op};
 use crate::redis::server;
@@ -361,6 +362,7 @@ impl Applier<'_> {
                 }
                 other => Ok(Outcome::of(other)),
             },
+            Op::Expire { key, expiry_ms } => apply_expire(ctx, opts, st, e, (key, *expiry_ms)),
             Op::FlushDb => apply_flush(ctx, opts, st, Some(e.db), stamp),
             Op::FlushAll => apply_flush(ctx, opts, st, None, stamp),
             Op::SwapDb { other } => apply_swap(ctx, opts, st, e.db, *other, stamp),
@@ -493,14 +495,17 @@ impl Applier<'_> {
         };
         match decide(self.ctx, st, self.me, e, key) {
             Decision::Apply => {
-                if MsetRun::is_plain(e).is_some() {
+                let stamp = Stamp::new(e.clock, e.origin);
+                // A TTL write held here newer than this value keeps its TTL.
+                let held = st.versions.ttls.get(e.db, key);
+                let expiry_ms = ttl_ops::expiry_after_value(stamp, *expiry_ms, held);
+                if MsetRun::is_plain(e).is_some() && expiry_ms.is_none() {
                     let before = st.versions.get(e.db, key);
                     mset.push(e.db, key, payload, before);
-                } else if !staging::commit(self.ctx, self.built, e, key, payload, *expiry_ms)? {
-                    restore(self.ctx, self.opts, key, payload, *expiry_ms, *encoding)?;
+                } else if !staging::commit(self.ctx, self.built, e, key, payload, expiry_ms)? {
+                    restore(self.ctx, self.opts, key, payload, expiry_ms, *encoding)?;
                 }
-                let stamp = Stamp::new(e.clock, e.origin);
-                record_value(st, e.db, key, stamp, *expiry_ms);
+                record_value(st, e.db, key, stamp, expiry_ms);
                 Ok(Outcome::Applied)
             }
             other => Ok(Outcome::of(other)),
@@ -517,6 +522,7 @@ fn note_carried(st: &mut Replication, e: &Entry) {
     match &e.op {
         Op::Value { key, .. }
         | Op::Delete { key }
+        | Op::Expire { key, .. }
         | Op::Counter { key, .. }
         | Op::Fields { key, .. } => sweep.carried(e.db, key),
         Op::SwapDb { .. } => {
@@ -547,6 +553,43 @@ pub(super) fn decide(ctx: &Context, st: &Replication, me: u64, e: &Entry, key: &
         return Decision::Stale;
     }
     decision
+}
+
+/// The peer's write of a key's TTL alone (`converge::ttl_ops`): the expiry
+/// is set when it is the newest write of the key's TTL, and the write is
+/// held either way then (a deleted key keeps it for a value that comes).
+fn apply_expire(
+    ctx: &Context,
+    opts: &CallOptions,
+    st: &mut Replication,
+    e: &Entry,
+    (key, expiry_ms): (&[u8], Option<u64>),
+) -> std::result::Result<Outcome, String> {
+    let stamp = Stamp::new(e.clock, e.origin);
+    let version = st
+        .versions
+        .get(e.db, key)
+        .map_or(Stamp::ZERO, KeyVersion::stamp);
+    let held = st.versions.ttls.get(e.db, key).map(|(s, _)| s);
+    if !ttl_ops::takes_ttl_write(stamp, version, held) {
+        let duplicate = held == Some(stamp) || version == stamp;
+        return Ok(Outcome::of(match duplicate {
+            true => Decision::Duplicate,
+            false => Decision::Stale,
+        }));
+    }
+    if server::key_info(ctx, key).exists() {
+        match expiry_ms {
+            Some(at) => run(ctx, opts, "PEXPIREAT", &[key, at.to_string().as_bytes()])?,
+            None => run(ctx, opts, "PERSIST", &[key])?,
+        }
+        if !server::key_info(ctx, key).exists() {
+            // An expiry in the past took it, as it does on the peer.
+            st.versions.expired(e.db, key, GC_AT_NEXT_ACK);
+        }
+    }
+    st.versions.record_ttl(e.db, key, (stamp, expiry_ms));
+    Ok(Outcome::Applied)
 }
 
 /// The version of a value just applied: a write, or a delete when it had

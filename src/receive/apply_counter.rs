@@ -269,4 +269,5 @@ pub(super) fn bound_moved(
     st.versions.collect_counters();
     let bound = st.versions.counters.bound().clone();
     st.versions.collect_hashes(&bound);
+    st.versions.fold_ttl_writes(&bound);
 }

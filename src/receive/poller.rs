@@ -99,6 +99,7 @@ fn op_from(header: &FrameHeader, key: Vec<u8>, value: Vec<u8>) -> Op {
             },
         },
         FrameKind::Delete => Op::Delete { key },
+        FrameKind::Expire => Op::Expire { key, expiry_ms },
         FrameKind::Counter => Op::Counter {
             key,
             state: value,

@@ -1,0 +1,86 @@
+//! TTL writes of keys whose value ships whole (`converge::ttl_ops`): a
+//! change that wrote only a key's TTL ships as `Op::Expire`, which leaves
+//! the value as each node has it, and a value or delete that ships again
+//! (a resend, the backlog, a sync) takes with it the key's TTL write when
+//! that is newer.
+
+use redis_module::Context;
+
+use crate::capture::fields::Changes;
+use crate::capture::flush::entry;
+use crate::catchup::replication::Replication;
+use crate::converge::version::{KeyVersion, Stamp};
+use crate::proto::entry::{Entry, Op};
+use crate::redis::server;
+
+/// Whether a key's changes since the last flush wrote its TTL alone.
+pub fn ttl_only(changes: &Changes) -> bool {
+    changes.ttl && changes.kind.is_none() && changes.changed.is_empty()
+}
+
+/// The TTL write of `key` (of the selected database `db`) stamped
+/// `stamp`: recorded, and the op that ships it; `None` when the key ships
+/// whole instead (gone, never versioned here, or holding merge metadata,
+/// whose state carries its TTL).
+pub fn ttl_change(
+    ctx: &Context,
+    st: &mut Replication,
+    (db, key): (u32, &[u8]),
+    stamp: Stamp,
+) -> Option<Op> {
+    if st.versions.counters.contains(db, key) || st.versions.hashes.contains(db, key) {
+        return None;
+    }
+    // A key of no version here may be unknown to the peer: its value ships.
+    if !matches!(st.versions.get(db, key), Some(KeyVersion::Live(v)) if v < stamp) {
+        return None;
+    }
+    let info = server::key_info(ctx, key);
+    // A merged type's state carries its TTL write (and the key's type).
+    if !info.exists() || server::kind_of_type(info.kind).is_some() {
+        return None;
+    }
+    st.versions.record_ttl(db, key, (stamp, info.expiry_ms));
+    Some(Op::Expire {
+        key: key.to_vec(),
+        expiry_ms: info.expiry_ms,
+    })
+}
+
+/// The entry that ships this node's (`me`) TTL write of `key` held above
+/// its version, if any (the version is the peer's: the value it has).
+pub fn own_ttl_write(st: &Replication, (db, key): (u32, Vec<u8>), me: u64) -> Option<Entry> {
+    let (stamp, expiry_ms) = st
+        .versions
+        .ttls
+        .get(db, &key)
+        .filter(|(s, _)| s.node == me)?;
+    Some(entry(db, stamp, Op::Expire { key, expiry_ms }))
+}
+
+/// Puts after each value or delete in `entries` the TTL write of its key
+/// held here when newer than it: the peer takes the value (or delete) and
+/// the TTL each by its own stamp.
+pub fn with_ttl_writes(st: &Replication, entries: &mut Vec<Entry>) {
+    if st.versions.ttls.is_empty() {
+        return;
+    }
+    let mut out = Vec::with_capacity(entries.len() + 1);
+    for e in entries.drain(..) {
+        let write = match &e.op {
+            Op::Value { key, .. } | Op::Delete { key } => st
+                .versions
+                .ttls
+                .get(e.db, key)
+                .filter(|(s, _)| *s > Stamp::new(e.clock, e.origin))
+                .map(|(s, expiry_ms)| {
+                    let key = key.clone();
+                    entry(e.db, s, Op::Expire { key, expiry_ms })
+                }),
+            _ => None,
+        };
+        out.push(e);
+        out.extend(write);
+    }
+    *entries = out;
+}
