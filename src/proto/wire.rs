@@ -10,7 +10,8 @@
 //!   5  1   kind (1 value, 2 delete, 3 flushdb, 4 flushall, 5 swapdb,
 //!            6 ack, 7 sync request, 8 function library, 9 sweep start,
 //!            10 sweep end, 11 counter state, 12 merge bound, 13 hash
-//!            merge state, 14 function library deleted)
+//!            merge state, 14 function library deleted, 15 expire: a key's
+//!            TTL alone)
 //!   6  2   flags (1 batch end, 2 more chunks follow, 4 continuation chunk,
 //!            8 raw string: the value is a string's bytes, not a DUMP payload,
 //!            16 answer: sync requests, 32 in step: acks)
