@@ -18,7 +18,7 @@ fails=0
 #    ship crosses the link as the batches, syncs, reconnects and restarts
 #    of replication, fullsync and lifecycle, which run here over rdma
 #    (stop 23's CI: 154 s and 67 s a pass in the guest);
-#  - merges, set_merges and hash_merges: what a merge writes is decided on
+#  - merges, set_merges, hash_merges and ttl_merges: what a merge writes is decided on
 #    the main thread from the states a batch carries, the same for every
 #    transport; their states cross the link as the batches, catch-ups and
 #    full syncs of replication, convergence and fullsync do here (stop
@@ -30,7 +30,7 @@ fails=0
 #  - architecture: reads the sources, starts no server.
 #  - mixed: pairs of different servers (what crosses is decided by their
 #    RDB formats, not by the transport).
-HOST_ONLY=" hotkeys faults durability fidelity merges set_merges hash_merges big_values architecture mixed "
+HOST_ONLY=" hotkeys faults durability fidelity merges set_merges hash_merges ttl_merges big_values architecture mixed "
 # The pair topology (one node per address, two rxe devices) runs the suites
 # that set up, lose and restore links; the single one (rxe0) runs the others.
 # Each suite runs over rdma once (stop 23's CI ran the pair suites in both

@@ -496,3 +496,30 @@ fn a_bitfield_whose_writes_all_fail_still_ships_the_key_it_created() {
     wait_exists(&pair.b, "bits");
     pair.wait_converged(SETTLE);
 }
+
+/// A TTL write and then, in the same event-loop iteration, a change no
+/// keyspace event reports (a consumer group's read): the key's change is
+/// not one of its TTL alone, and the read reaches the peer (found by a
+/// review: the key shipped only its TTL).
+#[test]
+fn a_silent_change_after_a_ttl_write_in_one_iteration_reaches_the_peer() {
+    let pair = Pair::start();
+    let mut a = stream_with_group(&pair, 0);
+    cmd(&mut a, &["XGROUP", "CREATECONSUMER", "s", "g", "c"]);
+    wait_same_dump(&pair, 0, "s");
+    let mut p = redis::pipe();
+    p.cmd("PEXPIRE").arg("s").arg(100_000_000);
+    p.cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg("g")
+        .arg("c")
+        .arg("COUNT")
+        .arg(1)
+        .arg("STREAMS")
+        .arg("s")
+        .arg(">");
+    let _: Vec<Value> = p.query(&mut a).unwrap();
+    wait_same_dump(&pair, 0, "s");
+    assert_eq!(group_info(&pair.b, 0, "s")["pending"], "1");
+    pair.wait_converged(SETTLE);
+}

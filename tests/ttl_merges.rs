@@ -171,3 +171,49 @@ fn expire_on_one_node_against_set_on_the_other_keeps_every_value_write() {
 fn okay_or_integer(v: &redis::Value) -> bool {
     okay(v) || integer(v)
 }
+
+/// A TTL write of a string on one node, while the other deleted it and
+/// wrote a hash (merged per field) in its place: the pair converges (the
+/// hash, whole, with one TTL on both; found by a review: the hash kept
+/// A's TTL on B only).
+#[test]
+fn a_ttl_write_of_a_string_against_a_hash_written_in_its_place_converges() {
+    let pair = started();
+    let (mut a, mut b) = (pair.a.conn(), pair.b.conn());
+    run(&mut a, &["SET", "k", "old"]);
+    pair.wait_converged(SETTLE);
+    cut(&pair);
+    run(&mut b, &["DEL", "k"]);
+    run(&mut b, &["HSET", "k", "f", "v"]);
+    std::thread::sleep(Duration::from_millis(5));
+    run(&mut a, &["EXPIRE", "k", "1000"]);
+    heal(&pair);
+    pair.wait_converged(SETTLE);
+    for c in [&mut a, &mut b] {
+        let kind: String = redis::cmd("TYPE").arg("k").query(c).unwrap();
+        assert_eq!(kind, "hash", "B's newer value write of k");
+    }
+    assert_eq!(expire_time(&mut a, "k"), expire_time(&mut b, "k"));
+}
+
+/// A DEL and a write of another type (a hash, merged per field) made
+/// while the link is cut, against the peer's older string left alone:
+/// the hash wins on both. The state that ships it names no whole write,
+/// but its removal had seen the string (found by the test above: the
+/// peer's string shipped again at a new stamp and won).
+#[test]
+fn a_key_deleted_and_written_as_a_hash_while_cut_replaces_the_peer_s_older_string() {
+    let pair = started();
+    let (mut a, mut b) = (pair.a.conn(), pair.b.conn());
+    run(&mut a, &["SET", "k", "old"]);
+    pair.wait_converged(SETTLE);
+    cut(&pair);
+    run(&mut b, &["DEL", "k"]);
+    run(&mut b, &["HSET", "k", "f", "v"]);
+    heal(&pair);
+    pair.wait_converged(SETTLE);
+    for c in [&mut a, &mut b] {
+        let kind: String = redis::cmd("TYPE").arg("k").query(c).unwrap();
+        assert_eq!(kind, "hash", "B's newer value write of k");
+    }
+}

@@ -368,6 +368,15 @@ impl FieldWindow {
         Some(changes)
     }
 
+    /// Forgets `key`: it changed in a way no event says (a command the
+    /// module marks itself, `capture::silent`), so its change is not one
+    /// of elements or of its TTL alone.
+    pub fn forget(&mut self, db: u32, key: &[u8]) {
+        if !self.keys.is_empty() {
+            self.keys.remove(&(db, key.to_vec()));
+        }
+    }
+
     /// Forgets every key (a flush of the data, a swap of databases).
     pub fn clear(&mut self) {
         self.keys.clear();

@@ -362,7 +362,12 @@ pub fn on_command(command: &server::FilteredCommand<'_>) {
         .filter_map(|i| args.get(i))
     {
         match client {
-            Some(c) if !c.queuing => dirty.mark(c.db, key),
+            Some(c) if !c.queuing => {
+                // An EXPIRE before it in this iteration left the key noted
+                // as changed in its TTL alone: no more.
+                forget_fields(&main, c.db, key);
+                dirty.mark(c.db, key);
+            }
             Some(c) => silent.queue(key, kind, Some(c)),
             None => {
                 silent.unresolved.push((key.to_vec(), kind));
@@ -560,11 +565,20 @@ pub fn resolve_silent(ctx: &Context) {
                 SilentType::String => info.is_string(),
             };
             if holds {
+                forget_fields(&main, db, key);
                 dirty.mark(db, key);
             }
         }
     }
     server::select_db(ctx, original);
+}
+
+/// A change no event reports (a silent command's): the key's changes are
+/// no longer those of elements or of its TTL alone.
+fn forget_fields(main: &crate::capture::state::MainState, db: u32, key: &[u8]) {
+    if let Some(mut window) = main.fields.get() {
+        window.forget(db, key);
+    }
 }
 
 /// Whether silent changes wait for [`resolve_silent`].

@@ -58,7 +58,7 @@ pub fn own_ttl_write(st: &Replication, (db, key): (u32, Vec<u8>), me: u64) -> Op
     Some(entry(db, stamp, Op::Expire { key, expiry_ms }))
 }
 
-/// Puts after each value or delete in `entries` the TTL write of its key
+/// Puts after each value, state or delete in `entries` the TTL write of its key
 /// held here when newer than it: the peer takes the value (or delete) and
 /// the TTL each by its own stamp.
 pub fn with_ttl_writes(st: &Replication, entries: &mut Vec<Entry>) {
@@ -68,7 +68,13 @@ pub fn with_ttl_writes(st: &Replication, entries: &mut Vec<Entry>) {
     let mut out = Vec::with_capacity(entries.len() + 1);
     for e in entries.drain(..) {
         let write = match &e.op {
-            Op::Value { key, .. } | Op::Delete { key } => st
+            // A merged key's state too (the backlog and syncs ship it in
+            // place of its value): the peer that holds the key merged
+            // ships it again whole, one that does not takes the TTL.
+            Op::Value { key, .. }
+            | Op::Delete { key }
+            | Op::Fields { key, .. }
+            | Op::Counter { key, .. } => st
                 .versions
                 .ttls
                 .get(e.db, key)

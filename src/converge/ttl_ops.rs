@@ -77,13 +77,6 @@ impl TtlOps {
         }
     }
 
-    /// Forgets `key`'s TTL write.
-    pub fn forget(&mut self, db: u32, key: &[u8]) {
-        if !self.ops.is_empty() {
-            self.ops.remove(&(db, Box::from(key)));
-        }
-    }
-
     /// A flush of `db` (`None`: all) stamped `stamp`: older TTL writes go.
     pub fn flushed(&mut self, db: Option<u32>, stamp: Stamp) {
         self.ops

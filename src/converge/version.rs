@@ -310,7 +310,6 @@ impl VersionStore {
             Some(v) => self.set(db, key, v),
             None => {
                 self.journal_record(crate::converge::journal::TAG_FORGET, db, Stamp::ZERO, key);
-                self.ttls.forget(db, key);
                 if let Some(pending) = self.unstamped.get_mut(&db) {
                     pending.remove(key);
                 }
@@ -787,7 +786,9 @@ impl VersionStore {
                 .chain([d.floor.clock])
         });
         let libraries = self.libraries.iter().map(|(_, v)| v.stamp().clock);
+        let ttls = self.ttls.iter().map(|(_, _, (s, _))| s.clock);
         keys.chain([self.floor_all.clock])
+            .chain(ttls)
             .chain(libraries)
             .max()
             .unwrap_or(0)
@@ -1020,6 +1021,17 @@ mod tests {
 
     const A: u64 = 10;
     const B: u64 = 20;
+
+    #[test]
+    fn a_held_ttl_write_counts_in_the_newest_clock() {
+        let mut s = VersionStore::new();
+        s.record_write(0, b"k", Stamp::new(100, 1));
+        s.record_ttl(0, b"k", (Stamp::new(200, 1), Some(5)));
+        assert_eq!(s.newest_clock(), 200, "a load dates unstamped keys past it");
+        assert_eq!(s.newest_of(1), 200);
+        s.record_write(0, b"k", Stamp::new(300, 2));
+        assert!(s.ttls.is_empty(), "a newer value write supersedes it");
+    }
 
     #[test]
     fn newer_wins_older_is_stale_equal_is_duplicate() {

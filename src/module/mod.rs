@@ -333,7 +333,11 @@ fn version_line(versions: &crate::converge::version::VersionStore, db: u32, key:
         }
         None => "none".to_owned(),
     };
-    format!("{version}; floor {} {}", floor.clock, floor.node)
+    let ttl = match versions.ttls.get(db, key) {
+        Some((s, at)) => format!("; ttl write {} {} expiry {at:?}", s.clock, s.node),
+        None => String::new(),
+    };
+    format!("{version}{ttl}; floor {} {}", floor.clock, floor.node)
 }
 
 /// The counter state of `key` for `RDMASYNC.DEBUG VERSION`, if it holds

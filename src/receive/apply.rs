@@ -362,7 +362,9 @@ impl Applier<'_> {
                 }
                 other => Ok(Outcome::of(other)),
             },
-            Op::Expire { key, expiry_ms } => apply_expire(ctx, opts, st, e, (key, *expiry_ms)),
+            Op::Expire { key, expiry_ms } => {
+                apply_expire(ctx, (opts, self.shared), st, e, (key, *expiry_ms))
+            }
             Op::FlushDb => apply_flush(ctx, opts, st, Some(e.db), stamp),
             Op::FlushAll => apply_flush(ctx, opts, st, None, stamp),
             Op::SwapDb { other } => apply_swap(ctx, opts, st, e.db, *other, stamp),
@@ -560,11 +562,21 @@ pub(super) fn decide(ctx: &Context, st: &Replication, me: u64, e: &Entry, key: &
 /// held either way then (a deleted key keeps it for a value that comes).
 fn apply_expire(
     ctx: &Context,
-    opts: &CallOptions,
+    (opts, shared): (&CallOptions, &Shared),
     st: &mut Replication,
     e: &Entry,
     (key, expiry_ms): (&[u8], Option<u64>),
 ) -> std::result::Result<Outcome, String> {
+    if st.versions.counters.contains(e.db, key) || st.versions.hashes.contains(e.db, key) {
+        // Merged here, a plain key on the peer (a change of its type, or
+        // of its counter, made at once): its state carries its own TTL
+        // rule, so this node's ships again, newer, and wins whole there.
+        crate::capture::counters::fallback(shared, "a TTL write of a plain key over a merged one");
+        if let Some(mut dirty) = main_state().dirty.get() {
+            dirty.mark(e.db, key);
+        }
+        return Ok(Outcome::Discarded);
+    }
     let stamp = Stamp::new(e.clock, e.origin);
     let version = st
         .versions

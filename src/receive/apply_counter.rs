@@ -78,6 +78,9 @@ fn settle(
     else {
         return Ok(Outcome::Discarded);
     };
+    // A TTL write held here newer than the value keeps its expiry.
+    let held = st.versions.ttls.get(db, key);
+    let expiry_ms = crate::converge::ttl_ops::expiry_after_value(version, expiry_ms, held);
     // Never lower the key's version (collection folds increments away).
     let version = st
         .versions

@@ -12,6 +12,7 @@ use crate::catchup::replication::Replication;
 use crate::converge::merge::hash_codec;
 use crate::converge::merge::hashes::{score_of, Bytes, HashState, Kind, Writes};
 use crate::converge::merge::lists::ListEdit;
+use crate::converge::ttl_ops;
 use crate::converge::version::{KeyVersion, Stamp};
 use crate::proto::entry::{Encoding, Entry, Op};
 use crate::redis::server::{self, ElementKey};
@@ -175,23 +176,31 @@ pub(super) fn state(
         .hashes
         .remote((e.db, key), &incoming, &bound, &ElementKey::new(ctx, key));
     st.versions.journal_hashes();
+    count_undone(shared, &w);
+    let held = st.versions.ttls.get(e.db, key); // a newer TTL write here stays
+    let expiry = (!before.exists || w.expiry_from_incoming)
+        .then(|| ttl_ops::expiry_after_value(newest, *expiry_ms, held));
+    let at = (newest, shared.node_id);
+    settle(
+        ctx,
+        opts,
+        st,
+        (e.db, key, incoming.kind),
+        (&w, before),
+        expiry,
+        at,
+    )
+}
+
+/// A whole write of a list made here lost to one made at once elsewhere:
+/// counted.
+fn count_undone(shared: &Shared, w: &Writes) {
     if w.whole_undone {
         fallback(
             shared,
             "a list's pops or edits undone by a whole write of it made at once elsewhere",
         );
     }
-    let expiry = (!before.exists || w.expiry_from_incoming).then_some(*expiry_ms);
-    let key = (e.db, key.as_slice(), incoming.kind);
-    settle(
-        ctx,
-        opts,
-        st,
-        key,
-        (&w, before),
-        expiry,
-        (newest, shared.node_id),
-    )
 }
 
 /// What the key was before a merge wrote it.
@@ -224,9 +233,13 @@ fn note_own_delete(shared: &Shared, st: &mut Replication, (db, key): (u32, &[u8]
 
 /// The peer's state meets a value of another type here: a whole write
 /// newer than it replaces it (deleted here; `None`: go on), else the state
-/// is not applied (`Some`). A change of some elements cannot make the
-/// whole key here: this node's value ships again, newer, and the peer
-/// either takes it or (its key newer) ships its key whole.
+/// is not applied (`Some`). So does a change of some elements whose
+/// removal had seen this value (the peer deleted the key and wrote these
+/// elements: they are the whole key; found by a test, a DEL and HSET made
+/// while the link was cut lost to the peer's older string). Another change
+/// of some elements cannot make the whole key here: this node's value
+/// ships again, newer, and the peer either takes it or (its key newer)
+/// ships its key whole.
 fn over_other_type(
     ctx: &Context,
     opts: &CallOptions,
@@ -239,14 +252,16 @@ fn over_other_type(
     let Some(key) = e.key() else {
         return Ok(Some(Outcome::Discarded));
     };
-    if incoming.base.is_none() {
+    let here = version_of(st, e.db, key);
+    let replaced_here = here != Stamp::ZERO && incoming.removed.covers(here);
+    if incoming.base.is_none() && !replaced_here {
         fallback(shared, "an element change over a write of another type");
         if let Some(mut dirty) = main_state().dirty.get() {
             dirty.mark(e.db, key);
         }
         return Ok(Some(Outcome::Discarded));
     }
-    if newest <= version_of(st, e.db, key) {
+    if newest <= here {
         fallback(
             shared,
             "an element change older than a write of another type",
