@@ -21,6 +21,16 @@ fn started() -> Pair {
     pair
 }
 
+/// A writes `first` and the pair converges; then the link is cut. The
+/// connections to A and B.
+fn written_then_cut(pair: &Pair, first: &[&str]) -> (Connection, Connection) {
+    let (mut a, b) = (pair.a.conn(), pair.b.conn());
+    run(&mut a, first);
+    pair.wait_converged(SETTLE);
+    cut(pair);
+    (a, b)
+}
+
 fn run(c: &mut Connection, args: &[&str]) -> redis::Value {
     cmd(args)
         .query(c)
@@ -51,10 +61,7 @@ fn both_hold(pair: &Pair, key: &str, value: Option<&str>) -> i64 {
 #[test]
 fn a_set_and_a_newer_expire_made_while_cut_keep_the_set_s_value_and_the_ttl() {
     let pair = started();
-    let (mut a, mut b) = (pair.a.conn(), pair.b.conn());
-    run(&mut a, &["SET", "k", "old"]);
-    pair.wait_converged(SETTLE);
-    cut(&pair);
+    let (mut a, mut b) = written_then_cut(&pair, &["SET", "k", "old"]);
     run(&mut b, &["SET", "k", "new"]);
     std::thread::sleep(Duration::from_millis(5));
     run(&mut a, &["EXPIRE", "k", "1000"]);
@@ -66,10 +73,7 @@ fn a_set_and_a_newer_expire_made_while_cut_keep_the_set_s_value_and_the_ttl() {
 #[test]
 fn an_expire_older_than_a_set_made_elsewhere_loses_only_its_ttl() {
     let pair = started();
-    let (mut a, mut b) = (pair.a.conn(), pair.b.conn());
-    run(&mut a, &["SET", "k", "old"]);
-    pair.wait_converged(SETTLE);
-    cut(&pair);
+    let (mut a, mut b) = written_then_cut(&pair, &["SET", "k", "old"]);
     run(&mut a, &["EXPIRE", "k", "1000"]);
     std::thread::sleep(Duration::from_millis(5));
     run(&mut b, &["SET", "k", "new"]);
@@ -81,10 +85,7 @@ fn an_expire_older_than_a_set_made_elsewhere_loses_only_its_ttl() {
 #[test]
 fn a_persist_newer_than_a_set_with_a_ttl_keeps_the_value_without_it() {
     let pair = started();
-    let (mut a, mut b) = (pair.a.conn(), pair.b.conn());
-    run(&mut a, &["SET", "k", "old", "EX", "1000"]);
-    pair.wait_converged(SETTLE);
-    cut(&pair);
+    let (mut a, mut b) = written_then_cut(&pair, &["SET", "k", "old", "EX", "1000"]);
     run(&mut b, &["SET", "k", "new", "EX", "2000"]);
     std::thread::sleep(Duration::from_millis(5));
     run(&mut a, &["PERSIST", "k"]);
@@ -95,10 +96,7 @@ fn a_persist_newer_than_a_set_with_a_ttl_keeps_the_value_without_it() {
 #[test]
 fn a_delete_wins_over_a_newer_expire_of_the_value_it_removed() {
     let pair = started();
-    let (mut a, mut b) = (pair.a.conn(), pair.b.conn());
-    run(&mut a, &["SET", "k", "old"]);
-    pair.wait_converged(SETTLE);
-    cut(&pair);
+    let (mut a, mut b) = written_then_cut(&pair, &["SET", "k", "old"]);
     run(&mut b, &["DEL", "k"]);
     std::thread::sleep(Duration::from_millis(5));
     run(&mut a, &["EXPIRE", "k", "1000"]);
@@ -113,10 +111,7 @@ fn a_delete_wins_over_a_newer_expire_of_the_value_it_removed() {
 #[test]
 fn a_stream_appended_on_one_node_keeps_an_expire_made_on_the_other() {
     let pair = started();
-    let (mut a, mut b) = (pair.a.conn(), pair.b.conn());
-    run(&mut a, &["XADD", "s", "1-1", "f", "v"]);
-    pair.wait_converged(SETTLE);
-    cut(&pair);
+    let (mut a, mut b) = written_then_cut(&pair, &["XADD", "s", "1-1", "f", "v"]);
     run(&mut b, &["XADD", "s", "2-1", "f", "w"]);
     std::thread::sleep(Duration::from_millis(5));
     run(&mut a, &["PEXPIRE", "s", "1000000"]);
@@ -132,10 +127,7 @@ fn a_stream_appended_on_one_node_keeps_an_expire_made_on_the_other() {
 #[test]
 fn a_ttl_write_survives_a_kill_of_its_node_with_aof() {
     let pair = Pair::start_with_aof(&[]);
-    let (mut a, mut b) = (pair.a.conn(), pair.b.conn());
-    run(&mut a, &["SET", "k", "old"]);
-    pair.wait_converged(SETTLE);
-    cut(&pair);
+    let (mut a, mut b) = written_then_cut(&pair, &["SET", "k", "old"]);
     run(&mut b, &["SET", "k", "new"]);
     std::thread::sleep(Duration::from_millis(5));
     run(&mut a, &["EXPIRE", "k", "1000"]);
@@ -179,10 +171,7 @@ fn okay_or_integer(v: &redis::Value) -> bool {
 #[test]
 fn a_ttl_write_of_a_string_against_a_hash_written_in_its_place_converges() {
     let pair = started();
-    let (mut a, mut b) = (pair.a.conn(), pair.b.conn());
-    run(&mut a, &["SET", "k", "old"]);
-    pair.wait_converged(SETTLE);
-    cut(&pair);
+    let (mut a, mut b) = written_then_cut(&pair, &["SET", "k", "old"]);
     run(&mut b, &["DEL", "k"]);
     run(&mut b, &["HSET", "k", "f", "v"]);
     std::thread::sleep(Duration::from_millis(5));
@@ -204,10 +193,7 @@ fn a_ttl_write_of_a_string_against_a_hash_written_in_its_place_converges() {
 #[test]
 fn a_key_deleted_and_written_as_a_hash_while_cut_replaces_the_peer_s_older_string() {
     let pair = started();
-    let (mut a, mut b) = (pair.a.conn(), pair.b.conn());
-    run(&mut a, &["SET", "k", "old"]);
-    pair.wait_converged(SETTLE);
-    cut(&pair);
+    let (mut a, mut b) = written_then_cut(&pair, &["SET", "k", "old"]);
     run(&mut b, &["DEL", "k"]);
     run(&mut b, &["HSET", "k", "f", "v"]);
     heal(&pair);
