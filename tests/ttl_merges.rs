@@ -203,3 +203,31 @@ fn a_key_deleted_and_written_as_a_hash_while_cut_replaces_the_peer_s_older_strin
         assert_eq!(kind, "hash", "B's newer value write of k");
     }
 }
+
+/// A counter (merged increments) whose TTL B writes alone and then
+/// increments while the link is cut: A ends without the TTL B removed
+/// (found by CI's fault test: an increment's state carries no TTL write,
+/// and the PERSIST before it was dropped as superseded). A string that
+/// holds an integer writes its TTL as its value, as before.
+#[test]
+fn a_counter_s_ttl_written_alone_and_then_incremented_while_cut_converges() {
+    let pair = started();
+    let (mut a, mut b) = (pair.a.conn(), pair.b.conn());
+    run(&mut b, &["INCRBY", "n", "7"]);
+    pair.wait_converged(SETTLE);
+    common::wait_until(SETTLE, || {
+        pair.a.stat("merge_counters") == 0 && pair.b.stat("merge_counters") == 0
+    });
+    run(&mut b, &["EXPIRE", "n", "1000"]);
+    pair.wait_converged(SETTLE);
+    assert!(expire_time(&mut a, "n") > 0);
+    cut(&pair);
+    run(&mut b, &["PERSIST", "n"]);
+    run(&mut b, &["INCRBY", "n", "6"]);
+    heal(&pair);
+    pair.wait_converged(SETTLE);
+    for c in [&mut a, &mut b] {
+        assert_eq!(get(c, "n").as_deref(), Some("13"));
+        assert_eq!(expire_time(c, "n"), -1, "B's PERSIST lost");
+    }
+}

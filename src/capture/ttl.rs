@@ -9,9 +9,11 @@ use redis_module::Context;
 use crate::capture::fields::Changes;
 use crate::capture::flush::entry;
 use crate::catchup::replication::Replication;
+use crate::converge::merge::counters::integer_of;
 use crate::converge::version::{KeyVersion, Stamp};
-use crate::proto::entry::{Entry, Op};
+use crate::proto::entry::{Encoding, Entry, Op};
 use crate::redis::server;
+use crate::redis::snapshot::{Read, Reader};
 
 /// Whether a key's changes since the last flush wrote its TTL alone.
 pub fn ttl_only(changes: &Changes) -> bool {
@@ -40,6 +42,12 @@ pub fn ttl_change(
     if !info.exists() || server::kind_of_type(info.kind).is_some() {
         return None;
     }
+    if info.is_string() && crate::capture::increments::enabled() && may_count(ctx, key) {
+        // A counter's increments ship as its state, which carries no TTL
+        // write: its TTL writes ship whole, as its base (found by CI's
+        // fault test with merges: a PERSIST of a counter was lost).
+        return None;
+    }
     st.versions.record_ttl(db, key, (stamp, info.expiry_ms));
     Some(Op::Expire {
         key: key.to_vec(),
@@ -56,6 +64,17 @@ pub fn own_ttl_write(st: &Replication, (db, key): (u32, Vec<u8>), me: u64) -> Op
         .get(db, &key)
         .filter(|(s, _)| s.node == me)?;
     Some(entry(db, stamp, Op::Expire { key, expiry_ms }))
+}
+
+/// Whether the string `key` holds an integer (a counter that may merge
+/// increments), or could not be read.
+fn may_count(ctx: &Context, key: &[u8]) -> bool {
+    match Reader::new(ctx).read_one(key) {
+        Read::Value(snap) => {
+            snap.encoding != Encoding::RawString || integer_of(&snap.payload).is_some()
+        }
+        Read::Absent | Read::Failed => true,
+    }
 }
 
 /// Puts after each value, state or delete in `entries` the TTL write of its key
