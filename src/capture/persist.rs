@@ -80,12 +80,21 @@ pub fn encode(store: &VersionStore) -> Vec<Vec<u8>> {
             &to.to_le_bytes(),
         );
     }
-    for (db, key, (stamp, expiry)) in store.ttls.iter() {
-        let mut record = expiry.unwrap_or(0).to_le_bytes().to_vec();
-        record.extend_from_slice(key);
-        add(journal::TAG_TTL, db, stamp, &record);
-    }
+    add_ttl_records(store, &mut add);
     blobs
+}
+
+/// The TTL writes held above their keys' versions (last: a build that
+/// does not know the record stops at it).
+fn add_ttl_records(store: &VersionStore, add: &mut impl FnMut(u8, u32, Stamp, &[u8])) {
+    for (db, key, (stamp, expiry)) in store.ttls.iter() {
+        add(
+            journal::TAG_TTL,
+            db,
+            stamp,
+            &journal::ttl_record(key, expiry),
+        );
+    }
 }
 
 /// The merge metadata's records: the bound, the counters, the hashes.

@@ -89,6 +89,13 @@ pub const TAG_LOST_OWN_CLOSED: u8 = 24;
 /// bytes, little-endian, 0: none) then the key.
 pub const TAG_TTL: u8 = 25;
 
+/// The key bytes of a [`TAG_TTL`] record: the expiry, then the key.
+pub(crate) fn ttl_record(key: &[u8], expiry_ms: Option<u64>) -> Vec<u8> {
+    let mut record = expiry_ms.unwrap_or(0).to_le_bytes().to_vec();
+    record.extend_from_slice(key);
+    record
+}
+
 /// One decoded record, borrowing its key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Record<'a> {
@@ -233,6 +240,7 @@ pub(crate) fn apply_record(store: &mut VersionStore, r: &Record<'_>) -> bool {
         TAG_TOMBSTONE => store.record_delete(r.db, r.key, r.stamp, 0),
         TAG_FORGET => store.reset(r.db, r.key, None),
         TAG_TTL => {
+            // See `ttl_record`.
             if let Some((expiry, key)) = r.key.split_first_chunk::<8>() {
                 let at = u64::from_le_bytes(*expiry);
                 store.record_ttl(r.db, key, (r.stamp, (at != 0).then_some(at)));

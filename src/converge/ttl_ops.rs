@@ -35,102 +35,111 @@ pub type TtlWrite = (Stamp, Option<u64>);
 /// made it.
 #[derive(Debug, Default, Clone)]
 pub struct TtlOps {
-    ops: HashMap<(u32, Box<[u8]>), TtlWrite>,
+    /// Per database (a lookup borrows the key: `set` asks for every
+    /// version recorded while any is held).
+    dbs: HashMap<u32, HashMap<Box<[u8]>, TtlWrite>>,
+    len: usize,
 }
 
 impl TtlOps {
     /// Whether none is held.
     pub fn is_empty(&self) -> bool {
-        self.ops.is_empty()
+        self.len == 0
     }
 
     /// How many are held.
     pub fn len(&self) -> usize {
-        self.ops.len()
+        self.len
     }
 
     /// The newest TTL write of `key` above its version.
     pub fn get(&self, db: u32, key: &[u8]) -> Option<TtlWrite> {
-        if self.ops.is_empty() {
+        if self.len == 0 {
             return None;
         }
-        self.ops.get(&(db, Box::from(key))).copied()
+        self.dbs.get(&db)?.get(key).copied()
     }
 
     /// A TTL write of `key` (kept if newer than the one held).
     pub fn write(&mut self, db: u32, key: &[u8], write: TtlWrite) {
-        let held = self.ops.entry((db, Box::from(key))).or_insert(write);
-        if write.0 > held.0 {
-            *held = write;
+        let keys = self.dbs.entry(db).or_default();
+        match keys.get_mut(key) {
+            Some(held) if write.0 > held.0 => *held = write,
+            Some(_) => {}
+            None => {
+                keys.insert(Box::from(key), write);
+                self.len += 1;
+            }
         }
     }
 
     /// The key's version became `version`: a TTL write not newer than it
     /// is superseded (the write carried the TTL too).
     pub fn versioned(&mut self, db: u32, key: &[u8], version: Stamp) {
-        if self.ops.is_empty() {
+        if self.len == 0 {
             return;
         }
-        let k = (db, Box::from(key));
-        if self.ops.get(&k).is_some_and(|&(s, _)| s <= version) {
-            self.ops.remove(&k);
+        let Some(keys) = self.dbs.get_mut(&db) else {
+            return;
+        };
+        if keys.get(key).is_some_and(|&(s, _)| s <= version) {
+            keys.remove(key);
+            self.len -= 1;
         }
     }
 
     /// A flush of `db` (`None`: all) stamped `stamp`: older TTL writes go.
     pub fn flushed(&mut self, db: Option<u32>, stamp: Stamp) {
-        self.ops
-            .retain(|(d, _), (s, _)| db.is_some_and(|f| f != *d) || *s > stamp);
+        self.retain(|d, _, (s, _)| db.is_some_and(|f| f != d) || *s > stamp);
     }
 
     /// `SWAPDB a b`: the TTL writes move with the data.
     pub fn swap_dbs(&mut self, a: u32, b: u32) {
-        if self.ops.is_empty() {
-            return;
-        }
-        self.ops = std::mem::take(&mut self.ops)
-            .into_iter()
-            .map(|((d, k), s)| {
-                let d = match d {
-                    _ if d == a => b,
-                    _ if d == b => a,
-                    _ => d,
-                };
-                ((d, k), s)
-            })
-            .collect();
+        let (ka, kb) = (self.dbs.remove(&a), self.dbs.remove(&b));
+        self.dbs
+            .extend(ka.map(|k| (b, k)).into_iter().chain(kb.map(|k| (a, k))));
     }
 
     /// The keys whose TTL write `wanted` picks (a catch-up since a
     /// watermark ships them too).
     pub fn changed(&self, wanted: impl Fn(Stamp) -> bool) -> Vec<(u32, Box<[u8]>)> {
-        self.ops
-            .iter()
-            .filter(|(_, &(s, _))| wanted(s))
-            .map(|((d, k), _)| (*d, k.clone()))
+        self.iter()
+            .filter(|(_, _, (s, _))| wanted(*s))
+            .map(|(d, k, _)| (d, Box::from(k)))
             .collect()
     }
 
     /// Takes out the TTL writes every node has applied (`bound` covers
     /// them): each becomes its key's version.
     pub fn take_at_rest(&mut self, bound: &Seen) -> Vec<(u32, Box<[u8]>, TtlWrite)> {
-        if self.ops.is_empty() {
-            return Vec::new();
-        }
         let mut rest = Vec::new();
-        self.ops.retain(|(d, k), w| {
+        self.retain(|d, k, w| {
             let keep = !bound.covers(w.0);
             if !keep {
-                rest.push((*d, k.clone(), *w));
+                rest.push((d, Box::from(k), *w));
             }
             keep
         });
         rest
     }
 
+    /// Keeps the TTL writes `keep` says to.
+    fn retain(&mut self, mut keep: impl FnMut(u32, &[u8], &TtlWrite) -> bool) {
+        if self.len == 0 {
+            return;
+        }
+        for (&d, keys) in self.dbs.iter_mut() {
+            keys.retain(|k, w| keep(d, k, w));
+        }
+        self.dbs.retain(|_, keys| !keys.is_empty());
+        self.len = self.dbs.values().map(HashMap::len).sum();
+    }
+
     /// Every TTL write held, for persistence.
     pub fn iter(&self) -> impl Iterator<Item = (u32, &[u8], TtlWrite)> {
-        self.ops.iter().map(|((d, k), w)| (*d, &k[..], *w))
+        self.dbs
+            .iter()
+            .flat_map(|(&d, keys)| keys.iter().map(move |(k, w)| (d, &k[..], *w)))
     }
 }
 

@@ -331,8 +331,7 @@ impl VersionStore {
         if self.get(db, key).is_some_and(|v| v.stamp() >= write.0) {
             return;
         }
-        let mut record = write.1.unwrap_or(0).to_le_bytes().to_vec();
-        record.extend_from_slice(key);
+        let record = crate::converge::journal::ttl_record(key, write.1);
         self.journal_record(crate::converge::journal::TAG_TTL, db, write.0, &record);
         self.ttls.write(db, key, write);
     }
