@@ -11,6 +11,7 @@ use crate::catchup::big_read::{BigRead, BigStep};
 use crate::catchup::fullsync::{FullSync, Shipment};
 use crate::catchup::replication::Replication;
 use crate::catchup::snapshot::SyncKind;
+use crate::catchup::state_slices::{StateSlices, StateStep};
 use crate::converge::changes::PendingOp;
 use crate::converge::version::{KeyVersion, Stamp};
 use crate::ops::status::Stats;
@@ -151,6 +152,10 @@ fn key_entry(
 /// the order of what ships is the backlog's.
 pub fn drain_backlog(reader: &Reader, shared: &Shared, st: &mut Replication, deadline: Instant) {
     while !st.peer.backlog.is_empty() && !shared.queue.is_full() && Instant::now() < deadline {
+        if st.peer.backlog_state.is_some() {
+            advance_backlog_state(reader, shared, st);
+            continue;
+        }
         if st.peer.backlog_read.is_some() {
             advance_backlog_read(reader, shared, st);
             continue;
@@ -158,6 +163,13 @@ pub fn drain_backlog(reader: &Reader, shared: &Shared, st: &mut Replication, dea
         let mut ops = st.peer.backlog.take_front(CATCH_UP_BATCH).into_iter();
         let mut entries = Vec::new();
         while let Some(op) = ops.next() {
+            if let Some(slices) = start_state_slices(reader, st, &op) {
+                st.peer.backlog_state = Some(slices);
+                st.peer
+                    .backlog
+                    .restore(std::iter::once(op).chain(ops).collect());
+                break;
+            }
             if let Some(big) = start_big_read(reader, shared, st, &op, 0) {
                 st.peer.backlog_read = Some(big);
                 st.peer
@@ -190,6 +202,61 @@ fn ship_backlog_entries(
     if st.peer.backlog.is_empty() {
         st.peer.report.done();
     }
+}
+
+/// Slices of the backlog op `op`'s state when it is a key with a big
+/// merge state that ships so (see `state_slices`).
+fn start_state_slices(reader: &Reader, st: &Replication, op: &PendingOp) -> Option<StateSlices> {
+    let PendingOp::Key { db, key } = op else {
+        return None;
+    };
+    let big = st.versions.hashes.get(*db, key).is_some_and(|h| h.is_big());
+    let live = matches!(st.versions.get(*db, key), Some(KeyVersion::Live(_)));
+    if !big || !live {
+        return None;
+    }
+    StateSlices::begin(reader, &st.versions, (*db, key.clone())).ok()
+}
+
+/// One slice of the big state at the front of the backlog; its op leaves
+/// the backlog with the last one. A state that no longer ships in slices
+/// ships as any other op.
+fn advance_backlog_state(reader: &Reader, shared: &Shared, st: &mut Replication) {
+    let Some(slices) = st.peer.backlog_state.take() else {
+        return;
+    };
+    let at_front = matches!(st.peer.backlog.front(),
+        Some(PendingOp::Key { db, key }) if *db == slices.db && *key == slices.key);
+    if !at_front {
+        // Its op moved (put back behind others): shipped again when reached.
+        return;
+    }
+    let (entries, more) = match slices.step(reader, &st.versions, shared.node_id) {
+        StateStep::More(slices, (db, stamp, op)) => (vec![entry(db, stamp, op)], Some(slices)),
+        StateStep::Last((db, stamp, op)) => {
+            Stats::add(&shared.stats.values_sliced, 1);
+            st.peer.backlog.take_front(1);
+            (vec![entry(db, stamp, op)], None)
+        }
+        StateStep::Whole(_) => {
+            let ops = st.peer.backlog.take_front(1);
+            let entries = ops
+                .into_iter()
+                .filter_map(|op| backlog_entry(reader, shared, st, op))
+                .collect();
+            (entries, None)
+        }
+    };
+    let n = entries.len() as u64;
+    if let Err(entries) = push(shared, st, entries, true) {
+        // Cannot happen after `is_full` said no (single producer): its op
+        // goes back (held once), the state ships again from its first slice.
+        let ops = entries.iter().filter_map(pending_of).collect();
+        st.peer.backlog.restore(ops);
+        return;
+    }
+    st.peer.backlog_state = more;
+    st.peer.report.entries += n;
 }
 
 /// A slice-at-a-time read of the backlog op `op` when it is a big value

@@ -12,6 +12,7 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use crate::catchup::big_read::{BigRead, BigStep};
+use crate::catchup::state_slices::{StateSlices, StateStep};
 use crate::converge::sweep::SweepFloors;
 use crate::converge::version::{KeyVersion, Stamp, VersionStore};
 use crate::proto::entry::Op;
@@ -123,6 +124,11 @@ pub struct FullSync {
     /// Big values shipped, and their reads started again, since the
     /// caller last took the counts.
     sliced: (u64, u64),
+    /// Keys of the current page whose big merge state may ship a slice
+    /// per step (see `state_slices`).
+    states: VecDeque<(u32, Vec<u8>)>,
+    /// The state being shipped.
+    slicing: Option<StateSlices>,
 }
 
 impl FullSync {
@@ -144,6 +150,8 @@ impl FullSync {
             big: VecDeque::new(),
             reading: None,
             sliced: (0, 0),
+            states: VecDeque::new(),
+            slicing: None,
         }
     }
 
@@ -198,7 +206,11 @@ impl FullSync {
 
     /// Whether everything has been handed out.
     pub fn is_done(&self) -> bool {
-        matches!(self.phase, Phase::Done) && self.big.is_empty() && self.reading.is_none()
+        matches!(self.phase, Phase::Done)
+            && self.big.is_empty()
+            && self.reading.is_none()
+            && self.states.is_empty()
+            && self.slicing.is_none()
     }
 
     /// Big values shipped and reads of them started again since the last
@@ -223,7 +235,10 @@ impl FullSync {
         max: usize,
     ) -> Vec<Shipment> {
         let mut out = Vec::new();
-        if !self.big.is_empty() || self.reading.is_some() {
+        if !self.states.is_empty() || self.slicing.is_some() {
+            // Big merge states found by the last steps: a slice per step.
+            self.ship_state_slice(reader, versions, me, &mut out);
+        } else if !self.big.is_empty() || self.reading.is_some() {
             // Big values found by the last steps go before anything else.
             self.ship_big_slice(reader, versions, me, &mut out);
         } else {
@@ -366,7 +381,12 @@ impl FullSync {
     ) -> Vec<(Vec<u8>, Stamp)> {
         let mut small = Vec::with_capacity(keys.len());
         for (key, stamp) in keys {
-            // The merge tables' keys ship their states, read whole.
+            // The merge tables' keys ship their states: a big one a slice
+            // at a time, if it can (else, and the others, read whole).
+            if versions.hashes.get(db, &key).is_some_and(|h| h.is_big()) {
+                self.states.push_back((db, key));
+                continue;
+            }
             let held = versions.hashes.contains(db, &key) || versions.counters.contains(db, &key);
             match !held && reader.start_sliced(&key).is_some() {
                 true => self.big.push_back((db, key)),
@@ -447,6 +467,40 @@ impl FullSync {
                 }
             }
             BigStep::Whole(big) => self.read_whole(reader, versions, me, (big.db, big.key), out),
+        }
+    }
+
+    /// One slice of the big merge state being shipped, or of the first
+    /// one found; a state that does not ship in slices (any more) is read
+    /// whole (the caller ships its state in place of the value).
+    fn ship_state_slice(
+        &mut self,
+        reader: &Reader,
+        versions: &VersionStore,
+        me: u64,
+        out: &mut Vec<Shipment>,
+    ) {
+        let started = match self.slicing.take() {
+            Some(slices) => Ok(slices),
+            None => match self.states.pop_front() {
+                Some(found) => StateSlices::begin(reader, versions, found),
+                None => return,
+            },
+        };
+        let slices = match started {
+            Ok(slices) => slices,
+            Err(found) => return self.read_whole(reader, versions, me, found, out),
+        };
+        match slices.step(reader, versions, me) {
+            StateStep::More(slices, shipment) => {
+                out.push(shipment);
+                self.slicing = Some(slices);
+            }
+            StateStep::Last(shipment) => {
+                self.sliced.0 += 1;
+                out.push(shipment);
+            }
+            StateStep::Whole(found) => self.read_whole(reader, versions, me, found, out),
         }
     }
 

@@ -129,6 +129,9 @@ pub struct Peer {
     /// The big value at the front of the backlog, being read a slice at a
     /// time (its op stays in the backlog until it ships).
     pub backlog_read: Option<crate::catchup::big_read::BigRead>,
+    /// The big merge state at the front of the backlog, shipping a slice
+    /// at a time (its op stays in the backlog until the last one ships).
+    pub backlog_state: Option<crate::catchup::state_slices::StateSlices>,
     pub(super) backlog_limit: usize,
     /// Shipped and not acknowledged, in sequence order.
     pub(super) inflight: InFlight,
@@ -197,6 +200,7 @@ impl Peer {
         Self {
             backlog: DirtySet::default(),
             backlog_read: None,
+            backlog_state: None,
             backlog_limit: backlog_limit.max(1),
             inflight: InFlight::default(),
             // The peer asks for what it misses (this node's request
@@ -379,10 +383,11 @@ impl Peer {
     }
 
     /// Forgets the backlog (a full sync covers it) and the read of its
-    /// first value.
+    /// first value or state.
     pub fn drop_backlog(&mut self) {
         let _ = self.backlog.take();
         self.backlog_read = None;
+        self.backlog_state = None;
     }
 
     /// Whether shipping is still catching up (backlog or full sync).

@@ -238,7 +238,12 @@ impl Replication {
         self.peer.snapshot.link_up();
         self.check_overflow();
         match self.peer.snapshot.owed() {
-            Some(SyncKind::Full) => CatchUp::Full,
+            Some(SyncKind::Full) => {
+                // It covers the backlog, as after an overflow: a big key
+                // changed while away is not read and merged twice.
+                self.peer.drop_backlog();
+                CatchUp::Full
+            }
             Some(SyncKind::Since { .. }) => CatchUp::Since,
             None => {
                 self.peer.partial_syncs += 1;

@@ -26,6 +26,7 @@
 use hashbrown::HashMap;
 
 use crate::converge::merge::counter::{Base, Counter};
+use crate::converge::merge::db_key::DbKey;
 use crate::converge::merge::seen::Seen;
 use crate::converge::version::{KeyVersion, Stamp};
 
@@ -162,9 +163,11 @@ impl Counters {
 
     /// Forgets `key` (it expired or was evicted: gone here by itself).
     pub fn forget(&mut self, db: u32, key: &[u8]) -> bool {
-        let k: Key = (db, Box::from(key));
+        let k = DbKey(db, key);
         let held = self.table.contains_key(&k);
-        self.drop_key(&k);
+        if held || self.sent.contains_key(&k) {
+            self.drop_key(&(db, Box::from(key)));
+        }
         held
     }
 
@@ -187,7 +190,7 @@ impl Counters {
 
     /// The state of `key`, if it is held.
     pub fn get(&self, db: u32, key: &[u8]) -> Option<&Counter> {
-        self.table.get(&(db, Box::from(key)))
+        self.table.get(&DbKey(db, key))
     }
 
     /// Whether `key`'s state holds a change (its base or an increment)

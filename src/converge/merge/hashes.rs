@@ -35,6 +35,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use hashbrown::HashMap;
 
 use crate::converge::merge::counters::integer_of as integer_field;
+use crate::converge::merge::db_key::{entry_or_default, DbKey};
 use crate::converge::merge::element::{Collected, Element};
 use crate::converge::merge::lists::{self, ListEdit, ListRest, Runs, REST};
 use crate::converge::merge::seen::Seen;
@@ -174,6 +175,11 @@ pub trait LocalHash {
     fn fields(&self) -> Vec<(Bytes, Bytes)>;
     /// How many fields.
     fn field_count(&self) -> usize;
+    /// The values of fields `names`, in order (`None`: absent): one read
+    /// of the server for them all where it can.
+    fn fields_of(&self, names: &[&[u8]]) -> Vec<Option<Bytes>> {
+        names.iter().map(|n| self.field(n)).collect()
+    }
 }
 
 /// What the server must do to hold the merged value.
@@ -307,16 +313,15 @@ impl Held {
         local: &impl LocalHash,
         cleared: bool,
     ) -> &mut Element<Bytes> {
-        if !self.fields.contains_key(name) {
+        let base = self.base;
+        self.fields.entry(name.to_vec()).or_insert_with(|| {
             let held = if cleared { None } else { local.field(name) };
-            let element = match (held, self.base) {
+            match (held, base) {
                 (None, _) => Element::default(),
                 (Some(v), Some(base)) => Element::from_parts(vec![(base, v)], Seen::new()),
                 (Some(v), None) => Element::at_rest(v),
-            };
-            self.fields.insert(name.to_vec(), element);
-        }
-        self.fields.entry(name.to_vec()).or_default()
+            }
+        })
     }
 
     /// Every field without metadata becomes an element (before a second
@@ -552,6 +557,11 @@ impl Held {
                 w.expiry_from_incoming = true;
             }
         }
+        if !w.clear {
+            // Each is read from the server (by `element` when it has no
+            // metadata here, by `settle` to compare): all at once.
+            local.prefetch(incoming.elements.iter().map(|(n, _)| n.as_slice()));
+        }
         for (name, theirs) in &incoming.elements {
             self.element(name, local, w.clear).merge(theirs, bound);
             touched.insert(name.clone());
@@ -640,7 +650,10 @@ impl Held {
 
     /// Writes the merged value of each touched field that differs from what
     /// the server holds.
-    fn settle(&mut self, touched: BTreeSet<Bytes>, local: &impl LocalHash, w: &mut Writes) {
+    fn settle(&mut self, touched: BTreeSet<Bytes>, local: &Cached<impl LocalHash>, w: &mut Writes) {
+        if !w.clear {
+            local.prefetch(touched.iter().map(Vec::as_slice));
+        }
         for name in touched {
             let Some(element) = self.fields.get(&name) else {
                 continue;
@@ -797,6 +810,66 @@ impl Held {
     }
 }
 
+/// Elements per slice of a big key's state (see [`Held::slice`]).
+pub const STATE_SLICE: usize = 4096;
+
+impl Held {
+    /// Whether it holds more than [`STATE_SLICE`] elements.
+    pub fn is_big(&self) -> bool {
+        self.fields.len() > STATE_SLICE
+    }
+
+    /// Whether the state ships in slices ([`Held::slice`]): it
+    /// [`is_big`](Held::is_big), is not a list's, holds no whole write,
+    /// and the server's `present` elements are exactly the ones written
+    /// with a stamp here (none at rest: a sync ships those apart, for a
+    /// peer that lost its data).
+    pub fn ships_in_slices(&self, present: usize) -> bool {
+        let stamped =
+            |e: &&Element<Bytes>| e.value(&self.removed).is_some_and(|(at, _)| at.is_some());
+        self.kind != Kind::List
+            && self.base.is_none()
+            && self.is_big()
+            && self.fields.values().filter(stamped).count() == present
+    }
+
+    /// Up to `max` elements named after `after` (from the first: `None`)
+    /// as a state, and the last name when more follow. The first slice
+    /// carries the key's parts (its TTL write, its removals); the others
+    /// only elements. Merged one after the other they are the state
+    /// [`Held::whole`] ships (elements merge one by one, the parts once),
+    /// and each is a state by itself, as a change of some elements is.
+    pub fn slice(&self, after: Option<&[u8]>, max: usize) -> (HashState, Option<Bytes>) {
+        use std::ops::Bound;
+        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let mut range = self.fields.range::<[u8], _>((from, Bound::Unbounded));
+        let elements: Vec<(Bytes, Element<Bytes>)> = range
+            .by_ref()
+            .take(max.max(1))
+            .map(|(n, e)| (n.clone(), e.clone()))
+            .collect();
+        let next = match range.next() {
+            Some(_) => elements.last().map(|(n, _)| n.clone()),
+            None => None,
+        };
+        let first = after.is_none();
+        let state = HashState {
+            kind: self.kind,
+            ttl: self.expiry_of.filter(|_| first),
+            base: None,
+            removed: if first {
+                self.removed.clone()
+            } else {
+                Seen::new()
+            },
+            base_fields: Vec::new(),
+            elements,
+            rest: Vec::new(),
+        };
+        (state, next)
+    }
+}
+
 /// A server's hash with each field read at most once.
 struct Cached<'a, L> {
     local: &'a L,
@@ -808,6 +881,23 @@ impl<'a, L: LocalHash> Cached<'a, L> {
         Self {
             local,
             read: std::cell::RefCell::new(HashMap::new()),
+        }
+    }
+
+    /// Reads the fields of `names` not read yet, together (a state of
+    /// many elements costs one read of the server, not one each).
+    fn prefetch<'n>(&self, names: impl Iterator<Item = &'n [u8]>) {
+        let wanted: Vec<&[u8]> = {
+            let read = self.read.borrow();
+            names.filter(|n| !read.contains_key(*n)).collect()
+        };
+        if wanted.len() < 2 {
+            return;
+        }
+        let values = self.local.fields_of(&wanted);
+        let mut read = self.read.borrow_mut();
+        for (name, value) in wanted.into_iter().zip(values) {
+            read.insert(name.to_vec(), value);
         }
     }
 }
@@ -898,17 +988,17 @@ impl Hashes {
 
     /// Whether `key` of `db` has metadata.
     pub fn contains(&self, db: u32, key: &[u8]) -> bool {
-        !self.keys.is_empty() && self.keys.contains_key(&(db, key.to_vec()))
+        !self.keys.is_empty() && self.keys.contains_key(&DbKey(db, key))
     }
 
     /// The metadata of `key`, if any.
     pub fn get(&self, db: u32, key: &[u8]) -> Option<&Held> {
-        self.keys.get(&(db, key.to_vec()))
+        self.keys.get(&DbKey(db, key))
     }
 
     /// Forgets `key` (a write of another type won); whether it was held.
     pub fn forget(&mut self, db: u32, key: &[u8]) -> bool {
-        let held = self.keys.remove(&(db, key.to_vec())).is_some();
+        let held = self.keys.remove(&DbKey(db, key)).is_some();
         if held {
             self.note((db, key), true, Vec::new());
         }
@@ -984,7 +1074,7 @@ impl Hashes {
         element: Option<Element<Bytes>>,
     ) {
         self.queue((db, key));
-        let held = self.keys.entry((db, key.to_vec())).or_default();
+        let held = entry_or_default(&mut self.keys, (db, key));
         match element {
             Some(e) => {
                 held.fields.insert(name.to_vec(), e);
@@ -1037,13 +1127,13 @@ impl Hashes {
         created: bool,
     ) -> (HashState, usize) {
         let names = changes.iter().map(|(n, _)| n.clone()).collect();
-        let held = self.keys.get(&(db, key.to_vec()));
+        let held = self.keys.get(&DbKey(db, key));
         let created = created || held.is_some_and(|h| h.kind != kind);
         self.touch((db, key), created, names);
         if ttl || created {
             self.note_parts((db, key));
         }
-        let held = self.keys.entry((db, key.to_vec())).or_default();
+        let held = entry_or_default(&mut self.keys, (db, key));
         if created {
             held.removed.join(applied);
             held.fields.clear();
@@ -1142,10 +1232,10 @@ impl Hashes {
         let whole =
             incoming.base.is_some() || !incoming.removed.is_empty() || incoming.ttl.is_some();
         let names = incoming.elements.iter().map(|(n, _)| n.clone()).collect();
-        let held = self.keys.get(&(db, key.to_vec()));
+        let held = self.keys.get(&DbKey(db, key));
         let whole = whole || held.is_some_and(|h| h.kind != incoming.kind);
         self.touch((db, key), whole, names);
-        let held = self.keys.entry((db, key.to_vec())).or_default();
+        let held = entry_or_default(&mut self.keys, (db, key));
         held.retype(incoming.kind);
         held.merge(incoming, bound, local)
     }
@@ -1155,7 +1245,7 @@ impl Hashes {
     /// of the key shipped later still carries it.
     pub fn note_delete(&mut self, (db, key): (u32, &[u8]), seen: &Seen) {
         self.touch((db, key), true, Vec::new());
-        if let Some(held) = self.keys.get_mut(&(db, key.to_vec())) {
+        if let Some(held) = self.keys.get_mut(&DbKey(db, key)) {
             held.removed.join(seen);
         }
     }
@@ -1171,11 +1261,11 @@ impl Hashes {
         bound: &Seen,
         local: &impl LocalHash,
     ) -> Option<Writes> {
-        if !self.keys.contains_key(&(db, key.to_vec())) {
+        if !self.keys.contains_key(&DbKey(db, key)) {
             return None;
         }
         self.touch((db, key), true, Vec::new());
-        let held = self.keys.get_mut(&(db, key.to_vec()))?;
+        let held = self.keys.get_mut(&DbKey(db, key))?;
         let removal = HashState {
             kind: held.kind,
             ttl: None,

@@ -427,3 +427,99 @@ fn a_removal_stays_while_a_write_it_came_with_is_unsettled() {
         "all settled: it goes"
     );
 }
+
+/// The server map after `w`.
+fn written(mut here: Map, w: &Writes) -> Map {
+    if w.clear {
+        here.0.clear();
+    }
+    for name in &w.del {
+        here.0.remove(name);
+    }
+    here.0.extend(w.set.iter().cloned());
+    here
+}
+
+/// A's big state: the key deleted, then `n` fields written a slice at
+/// a time (the first write recreates it: a removal of what A had
+/// applied), a TTL write with the second; and its server.
+fn big_held(n: usize) -> (Hashes, Map) {
+    let mut a = Hashes::default();
+    let names: Vec<Bytes> = (0..n).map(|i| format!("f{i:06}").into_bytes()).collect();
+    let mut server = Map(Default::default());
+    for (round, chunk) in names.chunks(STATE_SLICE).enumerate() {
+        let value = format!("a{round}").into_bytes();
+        let change: Vec<(Bytes, Option<Bytes>)> = chunk
+            .iter()
+            .map(|f| (f.clone(), Some(value.clone())))
+            .collect();
+        server
+            .0
+            .extend(chunk.iter().map(|f| (f.clone(), value.clone())));
+        let stamp = Stamp::new(20 + round as u64, 1);
+        let applied = seen(&[(1, 19), (2, 7)]);
+        a.local_fields(KH, stamp, (change, round == 1), &applied, round == 0);
+    }
+    (a, server)
+}
+
+/// `held`'s slices merged one after the other into `b` over `here`:
+/// the server after them, and how many there were.
+fn merge_in_slices(held: &Held, b: &mut Hashes, mut here: Map) -> (Map, usize) {
+    let (mut after, mut slices) = (None, 0);
+    loop {
+        let (state, next) = held.slice(after.as_deref(), STATE_SLICE);
+        assert!(state.elements.len() <= STATE_SLICE);
+        assert_eq!(
+            state.removed.is_empty(),
+            after.is_some(),
+            "parts once, first"
+        );
+        let w = b.remote(K, &state, &Seen::new(), &here);
+        here = written(here, &w);
+        slices += 1;
+        match next {
+            Some(n) => after = Some(n),
+            None => return (here, slices),
+        }
+    }
+}
+
+#[test]
+fn a_big_state_merged_a_slice_at_a_time_is_the_whole_state_merged() {
+    let n = 3 * STATE_SLICE + 5;
+    let (a, server_a) = big_held(n);
+    let held = a.get(0, b"h").expect("held");
+    assert!(held.ships_in_slices(n), "{n} stamped fields, none at rest");
+    assert!(
+        !held.ships_in_slices(n + 1),
+        "a field at rest on the server"
+    );
+    // B: a field at rest that A's removal had seen, one B wrote after it
+    // (unseen), and a newer write of one of A's fields.
+    let mut b = Hashes::default();
+    let mine = vec![
+        (b"f000003".to_vec(), Some(b"b-newer".to_vec())),
+        (b"own".to_vec(), Some(b"b".to_vec())),
+    ];
+    let applied = seen(&[(2, 39)]);
+    b.local_fields(KH, Stamp::new(40, 2), (mine, false), &applied, false);
+    let server_b = map(&[("old", "o"), ("f000003", "b-newer"), ("own", "b")]);
+
+    let mut whole_b = b.clone();
+    let whole = held.whole(&server_a, false);
+    let w = whole_b.remote(K, &whole, &Seen::new(), &server_b);
+    let after_whole = written(server_b.clone(), &w);
+    let (here, slices) = merge_in_slices(held, &mut b, server_b);
+    assert_eq!(slices, 4);
+    assert_eq!(here.0, after_whole.0, "the server holds the same");
+    assert!(
+        !here.0.contains_key(b"old".as_slice()),
+        "the removal took it"
+    );
+    assert_eq!(
+        here.0.get(b"f000003".as_slice()),
+        Some(&b"b-newer".to_vec())
+    );
+    assert_eq!(b.get(0, b"h"), whole_b.get(0, b"h"), "the same metadata");
+}

@@ -24,6 +24,7 @@ pub mod counter;
 pub mod counters;
 #[cfg(test)]
 mod counters_sim;
+pub mod db_key;
 pub mod element;
 pub mod hash_codec;
 pub mod hash_journal;

@@ -207,6 +207,22 @@ impl LocalHash for ElementKey<'_> {
         self.all().map(|(_, e)| e).unwrap_or_default()
     }
 
+    fn fields_of(&self, names: &[&[u8]]) -> Vec<Option<Bytes>> {
+        let one_by_one = || names.iter().map(|n| self.field(n)).collect();
+        match self.kind() {
+            // Absent, or of another type: `field` finds none either.
+            None => vec![None; names.len()],
+            Some(Kind::Hash | Kind::SortedSet) => {
+                let owned: Vec<Bytes> = names.iter().map(|n| n.to_vec()).collect();
+                match self.kind_values_and_expiry(&owned) {
+                    Some((_, (values, _))) if values.len() == names.len() => values,
+                    _ => one_by_one(),
+                }
+            }
+            Some(Kind::Set | Kind::List) => one_by_one(),
+        }
+    }
+
     fn field_count(&self) -> usize {
         // SAFETY: reading the API table's pointer, then calling it on the
         // live key `with_open` opened.
