@@ -231,7 +231,14 @@ fn advance_backlog_state(reader: &Reader, shared: &Shared, st: &mut Replication)
         // Its op moved (put back behind others): shipped again when reached.
         return;
     }
-    let (entries, more) = match slices.step(reader, &st.versions, shared.node_id) {
+    // A change of the key since the first slice is held in the same op:
+    // the whole state ships, which has it (the slices before add nothing
+    // it lacks).
+    let step = match slices.changed() {
+        true => StateStep::Whole((slices.db, slices.key)),
+        false => slices.step(reader, &st.versions),
+    };
+    let (entries, more) = match step {
         StateStep::More(slices, (db, stamp, op)) => (vec![entry(db, stamp, op)], Some(slices)),
         StateStep::Last((db, stamp, op)) => {
             Stats::add(&shared.stats.values_sliced, 1);
@@ -244,7 +251,7 @@ fn advance_backlog_state(reader: &Reader, shared: &Shared, st: &mut Replication)
                 .into_iter()
                 .filter_map(|op| backlog_entry(reader, shared, st, op))
                 .collect();
-            (entries, None)
+            return ship_backlog_entries(reader, shared, st, entries);
         }
     };
     let n = entries.len() as u64;
@@ -257,6 +264,9 @@ fn advance_backlog_state(reader: &Reader, shared: &Shared, st: &mut Replication)
     }
     st.peer.backlog_state = more;
     st.peer.report.entries += n;
+    if st.peer.backlog.is_empty() {
+        st.peer.report.done();
+    }
 }
 
 /// A slice-at-a-time read of the backlog op `op` when it is a big value

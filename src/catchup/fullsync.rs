@@ -491,7 +491,7 @@ impl FullSync {
             Ok(slices) => slices,
             Err(found) => return self.read_whole(reader, versions, me, found, out),
         };
-        match slices.step(reader, versions, me) {
+        match slices.step(reader, versions) {
             StateStep::More(slices, shipment) => {
                 out.push(shipment);
                 self.slicing = Some(slices);

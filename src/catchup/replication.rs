@@ -227,6 +227,9 @@ impl Replication {
     /// been lost too: the next ack says them again.
     pub fn link_up(&mut self, epoch: u64) -> CatchUp {
         self.peer.link_epoch = epoch;
+        // Slices of a state at the backlog's front may be lost with the
+        // link: the state ships again from its first.
+        self.peer.backlog_state = None;
         self.own_bound.link_up();
         self.peer.probe.link_up();
         self.peer.incoming_sweep = None;
@@ -238,12 +241,7 @@ impl Replication {
         self.peer.snapshot.link_up();
         self.check_overflow();
         match self.peer.snapshot.owed() {
-            Some(SyncKind::Full) => {
-                // It covers the backlog, as after an overflow: a big key
-                // changed while away is not read and merged twice.
-                self.peer.drop_backlog();
-                CatchUp::Full
-            }
+            Some(SyncKind::Full) => CatchUp::Full,
             Some(SyncKind::Since { .. }) => CatchUp::Since,
             None => {
                 self.peer.partial_syncs += 1;
@@ -402,6 +400,12 @@ impl Replication {
 
     /// Appends local changes that cannot ship now.
     pub fn defer(&mut self, ops: Vec<PendingOp>) {
+        if let Some(slices) = &mut self.peer.backlog_state {
+            // Held in the op being sliced, it would not ship by itself.
+            if ops.iter().any(|op| slices.is_changed_by(op)) {
+                slices.key_changed();
+            }
+        }
         self.peer.backlog.extend(ops);
         self.check_overflow();
     }

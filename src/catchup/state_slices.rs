@@ -7,6 +7,7 @@
 //! (`Held::slice`), merged as it comes, so neither node holds its main
 //! thread longer than a slice takes.
 
+use crate::converge::changes::PendingOp;
 use crate::converge::merge::hash_codec;
 use crate::converge::merge::hashes::{Bytes, Kind, LocalHash, STATE_SLICE};
 use crate::converge::version::{KeyVersion, Stamp, VersionStore};
@@ -23,6 +24,8 @@ pub struct StateSlices {
     pub key: Vec<u8>,
     /// The last element shipped (`None`: none yet).
     after: Option<Bytes>,
+    /// A local change of the key was recorded since the first slice.
+    changed: bool,
 }
 
 /// What one step of it came to.
@@ -62,6 +65,7 @@ impl StateSlices {
         });
         match present {
             Some(present) if held.ships_in_slices(present) => Ok(Self {
+                changed: false,
                 db,
                 key,
                 after: None,
@@ -70,17 +74,37 @@ impl StateSlices {
         }
     }
 
-    /// The next slice, at the key's version now (this node's clock 0 when
-    /// it has none).
-    pub fn step(self, reader: &Reader, versions: &VersionStore, me: u64) -> StateStep {
-        let stamp = match versions.get(self.db, &self.key) {
-            Some(KeyVersion::Live(s)) => s,
-            _ => Stamp::new(0, me),
+    /// Whether the local change `op` may change the key: a change of it,
+    /// a flush, a swap.
+    pub fn is_changed_by(&self, op: &PendingOp) -> bool {
+        match op {
+            PendingOp::Key { db, key } => *db == self.db && *key == self.key,
+            other => other.is_flush_or_swap(),
+        }
+    }
+
+    /// A local change of the key was recorded since the first slice (held
+    /// in the backlog's op being sliced, it would not ship by itself).
+    pub fn key_changed(&mut self) {
+        self.changed = true;
+    }
+
+    /// Whether a local change of the key was recorded since the first
+    /// slice.
+    pub fn changed(&self) -> bool {
+        self.changed
+    }
+
+    /// The next slice, at the key's version now.
+    pub fn step(self, reader: &Reader, versions: &VersionStore) -> StateStep {
+        let Some(KeyVersion::Live(stamp)) = versions.get(self.db, &self.key) else {
+            // Deleted since: its delete ships (or is read) as any other.
+            return StateStep::Whole((self.db, self.key));
         };
         let held = versions
             .hashes
             .get(self.db, &self.key)
-            .filter(|h| h.key_parts().0.is_none() && h.kind() != Kind::List);
+            .filter(|h| h.key_parts().0.is_none() && h.kind() != Kind::List && h.is_big());
         let Some(held) = held else {
             return StateStep::Whole((self.db, self.key));
         };

@@ -40,7 +40,7 @@ pub const FRAME_MAGIC: u32 = u32::from_le_bytes(*b"RSYN");
 /// Magic of a padding marker.
 pub const PAD_MAGIC: u32 = u32::from_le_bytes(*b"RSPD");
 /// Protocol version written in every frame.
-pub const VERSION: u8 = 12;
+pub const VERSION: u8 = 13;
 /// Bytes of the fixed header.
 pub const HEADER_LEN: usize = 64;
 /// Bytes of the CRC trailer.

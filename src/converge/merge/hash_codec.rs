@@ -12,6 +12,8 @@
 //!            u32 count, then count x (bytes field, Element),
 //!            [if flag bit 4: u32 count, then count x (bytes field, bytes
 //!              value): the sender's fields at rest, in a full sync]
+//!            (flag bit 5: more slices of this state follow, see
+//!              `Held::slice`)
 //! Element:   u16 count (bit 15: increments follow; count below it), then
 //!            count x (u64 clock, u64 node, bytes value), Seen removed,
 //!            [if bit 15: u32 n, then n x (u64 clock, u64 node, i128 delta):
@@ -34,6 +36,8 @@ use crate::converge::merge::seen::Seen;
 const TTL_SHIFT: u8 = 3;
 /// The flag bit that says the sender's fields at rest follow.
 const REST_SHIFT: u8 = 4;
+/// The flag bit that says more slices of the state follow.
+const MORE_SHIFT: u8 = 5;
 
 fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
@@ -80,7 +84,8 @@ pub fn encode_hash(state: &HashState) -> Vec<u8> {
     let mut out = Vec::with_capacity(64 + payload + 64 * state.elements.len());
     let ttl = u8::from(state.ttl.is_some()) << TTL_SHIFT;
     let rest = u8::from(!state.rest.is_empty()) << REST_SHIFT;
-    out.push(u8::from(state.base.is_some()) | (state.kind as u8) << 1 | ttl | rest);
+    let more = u8::from(state.more) << MORE_SHIFT;
+    out.push(u8::from(state.base.is_some()) | (state.kind as u8) << 1 | ttl | rest | more);
     if let Some(base) = state.base {
         put_stamp(&mut out, base);
     }
@@ -155,7 +160,7 @@ pub fn decode_hash(bytes: &[u8]) -> Result<HashState, DecodeError> {
     let at = c.at;
     let [flags] = c.array()?;
     let kind = Kind::from_u8((flags >> 1) & 3);
-    let (Some(kind), 0) = (kind, flags >> (REST_SHIFT + 1)) else {
+    let (Some(kind), 0) = (kind, flags >> (MORE_SHIFT + 1)) else {
         return Err(DecodeError::BadTag { tag: flags, at });
     };
     let base = match flags & 1 {
@@ -197,6 +202,7 @@ pub fn decode_hash(bytes: &[u8]) -> Result<HashState, DecodeError> {
         base_fields,
         elements,
         rest,
+        more: (flags >> MORE_SHIFT) & 1 == 1,
     })
 }
 
@@ -281,11 +287,13 @@ mod tests {
         let kind = (0u8..4).prop_map(|k| Kind::from_u8(k).unwrap_or_default());
         let ttl = proptest::option::of((1u64..100, 1u64..4).prop_map(|(c, n)| Stamp::new(c, n)));
         let rest = proptest::collection::vec((bytes(), bytes()), 0..3);
-        ((kind, ttl, rest), base, seen(), fields, elements).prop_map(
-            |((kind, ttl, rest), base, removed, base_fields, elements)| HashState {
+        let more = proptest::bool::ANY;
+        ((kind, ttl, rest, more), base, seen(), fields, elements).prop_map(
+            |((kind, ttl, rest, more), base, removed, base_fields, elements)| HashState {
                 kind,
                 ttl,
                 rest,
+                more,
                 base,
                 removed,
                 base_fields,
@@ -321,6 +329,8 @@ mod tests {
         let list = decode_hash(&bytes).map(|s| s.kind);
         assert!(matches!(list, Ok(Kind::List)), "{list:?}");
         bytes[0] = 1 << 5;
+        assert!(decode_hash(&bytes).is_ok_and(|s| s.more), "more slices");
+        bytes[0] = 1 << 6;
         assert!(decode_hash(&bytes).is_err(), "an unknown flag");
     }
 

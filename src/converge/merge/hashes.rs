@@ -150,6 +150,10 @@ pub struct HashState {
     /// shipped by a full sync: a receiver without metadata of the key
     /// lacks them only if it lost its data, and takes them.
     pub rest: Vec<(Bytes, Bytes)>,
+    /// More slices of the state follow ([`Held::slice`]): until the last
+    /// arrives, the receiver has not seen every write the slices it took
+    /// name (see [`Hashes::local_whole`]).
+    pub more: bool,
 }
 
 impl HashState {
@@ -806,6 +810,7 @@ impl Held {
                 .map(|(n, e)| (n.clone(), e.clone()))
                 .collect(),
             rest,
+            more: false,
         }
     }
 }
@@ -865,6 +870,7 @@ impl Held {
             base_fields: Vec::new(),
             elements,
             rest: Vec::new(),
+            more: next.is_some(),
         };
         (state, next)
     }
@@ -934,6 +940,10 @@ pub struct Hashes {
     /// The bound of the last collection, and whether a key changed since:
     /// a collection with neither new changes its nothing.
     collected_at: Option<Seen>,
+    /// Keys whose state is arriving from the peer in slices: a slice said
+    /// more follow, and no state of the key without more has come since
+    /// (not journaled: see `hashes_arriving`).
+    arriving: hashbrown::HashSet<(u32, Bytes)>,
 }
 
 /// Keys collection keeps in a row before it stops: the rest, changed
@@ -1168,6 +1178,7 @@ impl Hashes {
             base_fields: Vec::new(),
             elements,
             rest: Vec::new(),
+            more: false,
         };
         (state, written_instead)
     }
@@ -1193,7 +1204,15 @@ impl Hashes {
             _ => {}
         }
         self.touch((db, key), true, Vec::new());
+        let arriving = self.arriving.contains(&DbKey(db, key));
         let held = self.keys.entry(k).or_default();
+        if arriving && held.kind != Kind::List {
+            let now = match now {
+                Whole::Elements(kind, fields) => Some((kind, fields)),
+                _ => None,
+            };
+            return Some(held.whole_element_by_element(stamp, now, applied));
+        }
         let mut seen = held.observed();
         seen.join(applied);
         held.removed.join(&seen);
@@ -1218,6 +1237,7 @@ impl Hashes {
             base_fields,
             elements: Vec::new(),
             rest: Vec::new(),
+            more: false,
         })
     }
 
@@ -1235,6 +1255,11 @@ impl Hashes {
         let held = self.keys.get(&DbKey(db, key));
         let whole = whole || held.is_some_and(|h| h.kind != incoming.kind);
         self.touch((db, key), whole, names);
+        if incoming.more {
+            self.arriving.insert((db, key.to_vec()));
+        } else if !self.arriving.is_empty() {
+            self.arriving.remove(&DbKey(db, key));
+        }
         let held = entry_or_default(&mut self.keys, (db, key));
         held.retype(incoming.kind);
         held.merge(incoming, bound, local)
@@ -1355,6 +1380,7 @@ impl Hashes {
     /// Forgets every key of `db` (every database: `None`), flushed.
     pub fn flushed(&mut self, db: Option<u32>) {
         self.keys.retain(|(d, _), _| db.is_some_and(|f| f != *d));
+        self.arriving.retain(|(d, _)| db.is_some_and(|f| f != *d));
     }
 
     /// Swaps databases `a` and `b`.
@@ -1374,20 +1400,16 @@ impl Hashes {
         let keys = std::mem::take(&mut self.keys);
         self.keys = keys
             .into_iter()
-            .map(|((d, k), h)| {
-                let d = if d == a {
-                    b
-                } else if d == b {
-                    a
-                } else {
-                    d
-                };
-                ((d, k), h)
-            })
+            .map(|((d, k), h)| ((swap(d), k), h))
             .collect();
+        let arriving = std::mem::take(&mut self.arriving);
+        self.arriving = arriving.into_iter().map(|(d, k)| (swap(d), k)).collect();
     }
 }
 
 #[cfg(test)]
 #[path = "hashes_tests.rs"]
 mod tests;
+
+#[path = "hashes_arriving.rs"]
+mod arriving;

@@ -523,3 +523,68 @@ fn a_big_state_merged_a_slice_at_a_time_is_the_whole_state_merged() {
     );
     assert_eq!(b.get(0, b"h"), whole_b.get(0, b"h"), "the same metadata");
 }
+
+/// A's big state written in four rounds of interleaved names (round `r`
+/// the names `i` with `i % 4 == r`): every slice holds writes of every
+/// round, so the first names A's newest clock.
+fn big_held_interleaved(n: usize) -> (Hashes, Map) {
+    let mut a = Hashes::default();
+    let mut server = Map(Default::default());
+    for round in 0..4u64 {
+        let value = format!("a{round}").into_bytes();
+        let change: Vec<(Bytes, Option<Bytes>)> = (0..n)
+            .filter(|i| *i as u64 % 4 == round)
+            .map(|i| (format!("f{i:06}").into_bytes(), Some(value.clone())))
+            .collect();
+        server
+            .0
+            .extend(change.iter().map(|(f, _)| (f.clone(), value.clone())));
+        let applied = seen(&[(1, 19 + round), (2, 7)]);
+        a.local_fields(
+            KH,
+            Stamp::new(20 + round, 1),
+            (change, false),
+            &applied,
+            false,
+        );
+    }
+    (a, server)
+}
+
+#[test]
+fn a_delete_made_while_slices_arrive_removes_only_what_they_brought() {
+    let n = 3 * STATE_SLICE + 5;
+    let (mut a, server_a) = big_held_interleaved(n);
+    let held = a.get(0, b"h").expect("held").clone();
+    let mut b = Hashes::default();
+    let (first, next) = held.slice(None, STATE_SLICE);
+    assert!(first.more && next.is_some());
+    let w = b.remote(K, &first, &Seen::new(), &Map(Default::default()));
+    let had = written(Map(Default::default()), &w);
+    assert_eq!(had.0.len(), STATE_SLICE);
+    // B deletes the key before the other slices arrive.
+    let applied = seen(&[(2, 49), (1, 5)]);
+    let delete = b
+        .local_whole(K, Stamp::new(50, 2), Whole::Absent, &applied)
+        .expect("a held key's delete ships its state");
+    let w = a.remote(K, &delete, &Seen::new(), &server_a);
+    let on_a = written(server_a, &w);
+    let mut on_b = Map(Default::default());
+    let mut after = next;
+    while let Some(name) = after {
+        let (state, next) = held.slice(Some(&name), STATE_SLICE);
+        let w = b.remote(K, &state, &Seen::new(), &on_b);
+        on_b = written(on_b, &w);
+        after = next;
+    }
+    assert_eq!(
+        on_b.0.len(),
+        n - STATE_SLICE,
+        "the slices B had not got stay"
+    );
+    assert!(
+        had.0.keys().all(|f| !on_b.0.contains_key(f)),
+        "what B deleted went"
+    );
+    assert_eq!(on_a.0, on_b.0, "both nodes hold the same");
+}
