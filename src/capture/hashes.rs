@@ -167,7 +167,9 @@ pub fn whole_change(
         .filter(|k| *k != Kind::Hash || !has_field_ttls(ctx, db, key));
     let now = match kind {
         _ if !info.exists() => Whole::Absent,
-        Some(_) if ship => {
+        // A key arriving in slices records its elements (see
+        // `hashes_arriving`): they are read now either way.
+        Some(_) if ship || st.versions.hashes.is_arriving(db, key) => {
             let (read, elements) = ElementKey::new(ctx, key).all().ok_or(())?;
             Whole::Elements(read, elements)
         }

@@ -13,7 +13,8 @@
 //!            [if flag bit 4: u32 count, then count x (bytes field, bytes
 //!              value): the sender's fields at rest, in a full sync]
 //!            (flag bit 5: more slices of this state follow, see
-//!              `Held::slice`)
+//!              `Held::slice`; bit 6: the key's whole state, not a change
+//!              of some elements)
 //! Element:   u16 count (bit 15: increments follow; count below it), then
 //!            count x (u64 clock, u64 node, bytes value), Seen removed,
 //!            [if bit 15: u32 n, then n x (u64 clock, u64 node, i128 delta):
@@ -38,6 +39,8 @@ const TTL_SHIFT: u8 = 3;
 const REST_SHIFT: u8 = 4;
 /// The flag bit that says more slices of the state follow.
 const MORE_SHIFT: u8 = 5;
+/// The flag bit that says the state is the key's whole state.
+const COMPLETE_SHIFT: u8 = 6;
 
 fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
@@ -85,7 +88,9 @@ pub fn encode_hash(state: &HashState) -> Vec<u8> {
     let ttl = u8::from(state.ttl.is_some()) << TTL_SHIFT;
     let rest = u8::from(!state.rest.is_empty()) << REST_SHIFT;
     let more = u8::from(state.more) << MORE_SHIFT;
-    out.push(u8::from(state.base.is_some()) | (state.kind as u8) << 1 | ttl | rest | more);
+    let complete = u8::from(state.complete) << COMPLETE_SHIFT;
+    let parts = ttl | rest | more | complete;
+    out.push(u8::from(state.base.is_some()) | (state.kind as u8) << 1 | parts);
     if let Some(base) = state.base {
         put_stamp(&mut out, base);
     }
@@ -160,7 +165,7 @@ pub fn decode_hash(bytes: &[u8]) -> Result<HashState, DecodeError> {
     let at = c.at;
     let [flags] = c.array()?;
     let kind = Kind::from_u8((flags >> 1) & 3);
-    let (Some(kind), 0) = (kind, flags >> (MORE_SHIFT + 1)) else {
+    let (Some(kind), 0) = (kind, flags >> (COMPLETE_SHIFT + 1)) else {
         return Err(DecodeError::BadTag { tag: flags, at });
     };
     let base = match flags & 1 {
@@ -203,6 +208,7 @@ pub fn decode_hash(bytes: &[u8]) -> Result<HashState, DecodeError> {
         elements,
         rest,
         more: (flags >> MORE_SHIFT) & 1 == 1,
+        complete: (flags >> COMPLETE_SHIFT) & 1 == 1,
     })
 }
 
@@ -287,17 +293,20 @@ mod tests {
         let kind = (0u8..4).prop_map(|k| Kind::from_u8(k).unwrap_or_default());
         let ttl = proptest::option::of((1u64..100, 1u64..4).prop_map(|(c, n)| Stamp::new(c, n)));
         let rest = proptest::collection::vec((bytes(), bytes()), 0..3);
-        let more = proptest::bool::ANY;
-        ((kind, ttl, rest, more), base, seen(), fields, elements).prop_map(
-            |((kind, ttl, rest, more), base, removed, base_fields, elements)| HashState {
-                kind,
-                ttl,
-                rest,
-                more,
-                base,
-                removed,
-                base_fields,
-                elements,
+        let flags = (proptest::bool::ANY, proptest::bool::ANY);
+        ((kind, ttl, rest, flags), base, seen(), fields, elements).prop_map(
+            |((kind, ttl, rest, (more, complete)), base, removed, base_fields, elements)| {
+                HashState {
+                    kind,
+                    ttl,
+                    rest,
+                    more,
+                    complete,
+                    base,
+                    removed,
+                    base_fields,
+                    elements,
+                }
             },
         )
     }
@@ -331,6 +340,11 @@ mod tests {
         bytes[0] = 1 << 5;
         assert!(decode_hash(&bytes).is_ok_and(|s| s.more), "more slices");
         bytes[0] = 1 << 6;
+        assert!(
+            decode_hash(&bytes).is_ok_and(|s| s.complete),
+            "a whole state"
+        );
+        bytes[0] = 1 << 7;
         assert!(decode_hash(&bytes).is_err(), "an unknown flag");
     }
 

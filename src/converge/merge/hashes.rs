@@ -154,6 +154,10 @@ pub struct HashState {
     /// arrives, the receiver has not seen every write the slices it took
     /// name (see [`Hashes::local_whole`]).
     pub more: bool,
+    /// It is the key's whole state as its sender holds it (a whole write,
+    /// a delete, a state read whole, the last slice), not a change of some
+    /// elements: a key whose state was arriving in slices has arrived.
+    pub complete: bool,
 }
 
 impl HashState {
@@ -253,6 +257,9 @@ pub struct Held {
     /// The number of its place in the collection order (see
     /// `Hashes::order`): older places of the key there are stale.
     place: u64,
+    /// Where the pass of a collection over a big key's elements goes on
+    /// (see `hashes_collect`).
+    collect_from: Option<Bytes>,
 }
 
 /// Equal metadata (the place in the collection order aside).
@@ -811,6 +818,7 @@ impl Held {
                 .collect(),
             rest,
             more: false,
+            complete: true,
         }
     }
 }
@@ -871,6 +879,7 @@ impl Held {
             elements,
             rest: Vec::new(),
             more: next.is_some(),
+            complete: next.is_none(),
         };
         (state, next)
     }
@@ -1006,8 +1015,22 @@ impl Hashes {
         self.keys.get(&DbKey(db, key))
     }
 
+    /// Whether `key`'s state is arriving in slices (see
+    /// `hashes_arriving`): a whole write of it reads the key's elements.
+    pub fn is_arriving(&self, db: u32, key: &[u8]) -> bool {
+        !self.arriving.is_empty() && self.arriving.contains(&DbKey(db, key))
+    }
+
+    /// `key`'s state is no longer arriving in slices.
+    fn arrived(&mut self, db: u32, key: &[u8]) {
+        if !self.arriving.is_empty() {
+            self.arriving.remove(&DbKey(db, key));
+        }
+    }
+
     /// Forgets `key` (a write of another type won); whether it was held.
     pub fn forget(&mut self, db: u32, key: &[u8]) -> bool {
+        self.arrived(db, key);
         let held = self.keys.remove(&DbKey(db, key)).is_some();
         if held {
             self.note((db, key), true, Vec::new());
@@ -1179,6 +1202,7 @@ impl Hashes {
             elements,
             rest: Vec::new(),
             more: false,
+            complete: false,
         };
         (state, written_instead)
     }
@@ -1206,7 +1230,11 @@ impl Hashes {
         self.touch((db, key), true, Vec::new());
         let arriving = self.arriving.contains(&DbKey(db, key));
         let held = self.keys.entry(k).or_default();
-        if arriving && held.kind != Kind::List {
+        let same_kind = match &now {
+            Whole::Elements(kind, _) => *kind == held.kind,
+            _ => true,
+        };
+        if arriving && same_kind && held.kind != Kind::List {
             let now = match now {
                 Whole::Elements(kind, fields) => Some((kind, fields)),
                 _ => None,
@@ -1238,6 +1266,7 @@ impl Hashes {
             elements: Vec::new(),
             rest: Vec::new(),
             more: false,
+            complete: true,
         })
     }
 
@@ -1257,8 +1286,8 @@ impl Hashes {
         self.touch((db, key), whole, names);
         if incoming.more {
             self.arriving.insert((db, key.to_vec()));
-        } else if !self.arriving.is_empty() {
-            self.arriving.remove(&DbKey(db, key));
+        } else if incoming.complete {
+            self.arrived(db, key);
         }
         let held = entry_or_default(&mut self.keys, (db, key));
         held.retype(incoming.kind);
@@ -1286,6 +1315,8 @@ impl Hashes {
         bound: &Seen,
         local: &impl LocalHash,
     ) -> Option<Writes> {
+        // The peer's delete is its whole state of the key.
+        self.arrived(db, key);
         if !self.keys.contains_key(&DbKey(db, key)) {
             return None;
         }
@@ -1363,15 +1394,27 @@ impl Hashes {
                 // Forgotten, or changed since: a later place holds it.
                 continue;
             };
-            if held.collect(bound) {
-                self.order.push_back((place, k));
-                kept += 1;
-                if kept == KEPT_RUN {
+            match held.collect_some(bound, collect_slices::COLLECT_BUDGET) {
+                None => {
+                    // A big key's pass goes on at the next collection, first.
+                    self.order.push_front((place, k));
+                    self.collected_at = None;
                     break;
                 }
-            } else {
-                self.keys.remove(&k);
-                gone.push(k);
+                Some(true) => {
+                    self.order.push_back((place, k));
+                    kept += 1;
+                    if kept == KEPT_RUN {
+                        break;
+                    }
+                }
+                Some(false) => {
+                    self.keys.remove(&k);
+                    if !self.arriving.is_empty() {
+                        self.arriving.remove(&k);
+                    }
+                    gone.push(k);
+                }
             }
         }
         gone
@@ -1413,3 +1456,6 @@ mod tests;
 
 #[path = "hashes_arriving.rs"]
 mod arriving;
+
+#[path = "hashes_collect.rs"]
+mod collect_slices;

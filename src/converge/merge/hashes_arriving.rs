@@ -61,6 +61,7 @@ impl Held {
                 .iter()
                 .map(|(n, e)| (n.clone(), e.clone()))
                 .collect(),
+            complete: true,
             ..HashState::default()
         }
     }

@@ -560,8 +560,18 @@ fn a_delete_made_while_slices_arrive_removes_only_what_they_brought() {
     let (first, next) = held.slice(None, STATE_SLICE);
     assert!(first.more && next.is_some());
     let w = b.remote(K, &first, &Seen::new(), &Map(Default::default()));
-    let had = written(Map(Default::default()), &w);
+    let mut had = written(Map(Default::default()), &w);
     assert_eq!(had.0.len(), STATE_SLICE);
+    // A change A made since arrives before the other slices (it ships by
+    // itself during a sync): it is no whole state, they still arrive.
+    let change = vec![(b"live".to_vec(), Some(b"x".to_vec()))];
+    let applied_a = seen(&[(1, 29), (2, 7)]);
+    let delta = a.local_fields(KH, Stamp::new(30, 1), (change, false), &applied_a, false);
+    assert!(!delta.complete && !delta.more);
+    let w = b.remote(K, &delta, &Seen::new(), &had);
+    had = written(had, &w);
+    let mut server_a = server_a;
+    server_a.0.insert(b"live".to_vec(), b"x".to_vec());
     // B deletes the key before the other slices arrive.
     let applied = seen(&[(2, 49), (1, 5)]);
     let delete = b
@@ -582,9 +592,56 @@ fn a_delete_made_while_slices_arrive_removes_only_what_they_brought() {
         n - STATE_SLICE,
         "the slices B had not got stay"
     );
+    assert!(!b.is_arriving(0, b"h"), "the last slice arrived");
     assert!(
         had.0.keys().all(|f| !on_b.0.contains_key(f)),
         "what B deleted went"
     );
     assert_eq!(on_a.0, on_b.0, "both nodes hold the same");
+}
+
+#[test]
+fn a_big_key_is_collected_a_slice_of_elements_at_a_time() {
+    let (a, _) = big_held(3 * STATE_SLICE + 5);
+    let mut whole = a.get(0, b"h").expect("held").clone();
+    let mut sliced = whole.clone();
+    let bound = seen(&[(1, 100), (2, 100)]);
+    let mut calls = 0;
+    let left = loop {
+        calls += 1;
+        if let Some(left) = sliced.collect_some(&bound, STATE_SLICE) {
+            break left;
+        }
+    };
+    assert_eq!(calls, 4, "a pass of four slices");
+    assert_eq!(left, whole.collect(&bound));
+    assert!(!left, "every element passed the bound: the key rests");
+    // The table goes on where it stopped at the next collection, though
+    // the bound is the same.
+    let (mut big, _) = big_held(collect_slices::COLLECT_BUDGET + 10);
+    assert!(big.collect(&bound).is_empty(), "one slice, the key stays");
+    assert!(big.contains(0, b"h"));
+    assert_eq!(big.collect(&bound), vec![(0, b"h".to_vec())], "the rest");
+}
+
+#[test]
+fn a_write_of_another_type_made_while_slices_arrive_is_a_whole_write() {
+    let (a, _) = big_held_interleaved(2 * STATE_SLICE);
+    let held = a.get(0, b"h").expect("held").clone();
+    let mut b = Hashes::default();
+    let (first, _) = held.slice(None, STATE_SLICE);
+    b.remote(K, &first, &Seen::new(), &Map(Default::default()));
+    assert!(b.is_arriving(0, b"h"));
+    let members = vec![(b"m".to_vec(), Vec::new())];
+    let now = Whole::Elements(Kind::Set, members);
+    let applied = seen(&[(2, 49), (1, 5)]);
+    let state = b
+        .local_whole(K, Stamp::new(50, 2), now, &applied)
+        .expect("a state");
+    assert_eq!(
+        state.base,
+        Some(Stamp::new(50, 2)),
+        "the newest type wins whole"
+    );
+    assert_eq!(state.kind, Kind::Set);
 }
