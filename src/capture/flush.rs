@@ -656,7 +656,8 @@ fn record_hash_change(
     }
     let merges = server::kind_of_type(server::key_info(ctx, key).kind).is_some();
     if merges || st.versions.hashes.contains(db, key) {
-        // Nothing read now: the backlog reads the whole key when it ships.
+        // Nothing read now (but a key arriving in slices: see
+        // `hashes_arriving`): the backlog reads the whole key when it ships.
         let _ = crate::capture::hashes::whole_change(ctx, shared, st, (db, key), stamp, false);
     }
 }

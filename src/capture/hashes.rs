@@ -167,11 +167,21 @@ pub fn whole_change(
         .filter(|k| *k != Kind::Hash || !has_field_ttls(ctx, db, key));
     let now = match kind {
         _ if !info.exists() => Whole::Absent,
-        // A key arriving in slices records its elements (see
-        // `hashes_arriving`): they are read now either way.
-        Some(_) if ship || st.versions.hashes.is_arriving(db, key) => {
+        Some(_) if ship => {
             let (read, elements) = ElementKey::new(ctx, key).all().ok_or(())?;
             Whole::Elements(read, elements)
+        }
+        // A key arriving in slices records its elements (see
+        // `hashes_arriving`): they are read now; if they cannot be, the
+        // write is recorded as any other (its value read when it ships).
+        Some(kind) if st.versions.hashes.is_arriving(db, key) => {
+            match ElementKey::new(ctx, key).all() {
+                Some((read, elements)) => Whole::Elements(read, elements),
+                None => {
+                    st.versions.hashes.end_arrival(db, key);
+                    Whole::Elements(kind, Vec::new())
+                }
+            }
         }
         Some(kind) => Whole::Elements(kind, Vec::new()),
         None => {

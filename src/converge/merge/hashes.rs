@@ -950,8 +950,8 @@ pub struct Hashes {
     /// a collection with neither new changes its nothing.
     collected_at: Option<Seen>,
     /// Keys whose state is arriving from the peer in slices: a slice said
-    /// more follow, and no state of the key without more has come since
-    /// (not journaled: see `hashes_arriving`).
+    /// more follow, and no whole state of the key (`complete`) has come
+    /// since (not journaled: see `hashes_arriving`).
     arriving: hashbrown::HashSet<(u32, Bytes)>,
 }
 
@@ -1019,6 +1019,12 @@ impl Hashes {
     /// `hashes_arriving`): a whole write of it reads the key's elements.
     pub fn is_arriving(&self, db: u32, key: &[u8]) -> bool {
         !self.arriving.is_empty() && self.arriving.contains(&DbKey(db, key))
+    }
+
+    /// `key`'s state is no longer taken for arriving in slices (a whole
+    /// write of it whose elements could not be read).
+    pub fn end_arrival(&mut self, db: u32, key: &[u8]) {
+        self.arrived(db, key);
     }
 
     /// `key`'s state is no longer arriving in slices.

@@ -19,6 +19,14 @@ impl Held {
             self.collect_from = None;
             return Some(self.collect(bound));
         }
+        // As a whole collection does first: a base or TTL write every
+        // site has is dropped, so the elements it kept rest as they pass.
+        if self.base.is_some_and(|b| bound.covers(b)) {
+            self.base = None;
+        }
+        if self.expiry_of.is_some_and(|e| bound.covers(e)) {
+            self.expiry_of = None;
+        }
         use std::ops::Bound;
         let from = self
             .collect_from

@@ -645,3 +645,23 @@ fn a_write_of_another_type_made_while_slices_arrive_is_a_whole_write() {
     );
     assert_eq!(state.kind, Kind::Set);
 }
+
+#[test]
+fn a_big_key_s_covered_whole_write_rests_its_elements_slice_by_slice() {
+    // A whole write made explicit by a merge: its base and every field an
+    // element written at it, all of it covered by the bound.
+    let at = Stamp::new(5, 2);
+    let mut held = Held {
+        kind: Kind::Hash,
+        base: Some(at),
+        ..Held::default()
+    };
+    for i in 0..3 * STATE_SLICE {
+        let element = Element::from_parts(vec![(at, b"v".to_vec())], Seen::new());
+        held.fields.insert(format!("f{i:06}").into_bytes(), element);
+    }
+    let bound = seen(&[(2, 9)]);
+    assert_eq!(held.collect_some(&bound, STATE_SLICE), None);
+    assert_eq!(held.base, None, "the covered base went first");
+    assert_eq!(held.fields.len(), 2 * STATE_SLICE, "the first slice rested");
+}
