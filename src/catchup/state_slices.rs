@@ -1,11 +1,13 @@
-//! A big key's merge state shipped by a sync a slice of elements per step
-//! (issue 26, point 3, with `merge-elements`): a hash, set or sorted set
-//! whose elements were written while the peer was away holds each with
-//! its metadata, and its whole state, built and merged at once, held the
-//! main threads of both nodes for seconds (2,000,000 fields: 8.9 s on the
-//! writer, 18.4 s on the peer). Each slice is a state by itself
-//! (`Held::slice`), merged as it comes, so neither node holds its main
-//! thread longer than a slice takes.
+//! A big key's merge state shipped by a sync, or from the backlog, a slice
+//! of elements per step (issue 26, point 3, with `merge-elements`): a
+//! hash, set or sorted set whose elements were written while the peer was
+//! away holds each with its metadata, and its whole state, built and
+//! merged at once, held the main threads of both nodes for seconds
+//! (2,000,000 fields: 8.9 s on the writer, 18.4 s on the peer). Each slice
+//! is a state by itself (`Held::slice`), merged as it comes, so neither
+//! node holds its main thread longer than a slice takes; the receiver
+//! makes its own whole writes of the key element by element until the
+//! last slice arrives (`merge::hashes_arriving`).
 
 use crate::converge::changes::PendingOp;
 use crate::converge::merge::hash_codec;
