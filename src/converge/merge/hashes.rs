@@ -695,27 +695,11 @@ impl Held {
             // All of it is at rest: the server holds every value.
             return false;
         }
-        if self.base.is_some_and(|b| bound.covers(b)) {
-            self.base = None;
-        }
-        if self.expiry_of.is_some_and(|e| bound.covers(e)) {
-            self.expiry_of = None;
-        }
+        self.drop_settled_parts(bound);
         let frozen = self.runs_kept_in_place(bound);
-        let removed = &self.removed;
-        let base = self.base;
-        let kind = self.kind;
-        let add = |v: Option<&Bytes>, sum| add_increments(kind, v, sum);
+        let (removed, base, kind) = (&self.removed, self.base, self.kind);
         self.fields.retain(|name, element| {
-            if frozen.contains(name) {
-                return true;
-            }
-            match element.collect(removed, bound, &add) {
-                Collected::Kept => true,
-                // At rest only once no base says otherwise.
-                Collected::Rest => base.is_some(),
-                Collected::Gone => false,
-            }
+            frozen.contains(name) || keeps_metadata(element, (removed, base, kind), bound)
         });
         let still_covers = self
             .fields
@@ -737,6 +721,17 @@ impl Held {
             || self.expiry_of.is_some()
             || !self.fields.is_empty()
             || !self.removed.is_empty()
+    }
+
+    /// Drops the base and the TTL write every site has (collection does
+    /// it first: the elements the base kept then rest as they pass).
+    fn drop_settled_parts(&mut self, bound: &Seen) {
+        if self.base.is_some_and(|b| bound.covers(b)) {
+            self.base = None;
+        }
+        if self.expiry_of.is_some_and(|e| bound.covers(e)) {
+            self.expiry_of = None;
+        }
     }
 
     /// A list's present runs that collection must leave as they are: a run
@@ -820,6 +815,22 @@ impl Held {
             more: false,
             complete: true,
         }
+    }
+}
+
+/// Collects `element` of a key of `kind` whose removals are `removed` and
+/// whose base is `base`; whether it keeps metadata (at rest, only while a
+/// base says otherwise).
+fn keeps_metadata(
+    element: &mut Element<Bytes>,
+    (removed, base, kind): (&Seen, Option<Stamp>, Kind),
+    bound: &Seen,
+) -> bool {
+    let add = |v: Option<&Bytes>, sum| add_increments(kind, v, sum);
+    match element.collect(removed, bound, &add) {
+        Collected::Kept => true,
+        Collected::Rest => base.is_some(),
+        Collected::Gone => false,
     }
 }
 

@@ -19,14 +19,7 @@ impl Held {
             self.collect_from = None;
             return Some(self.collect(bound));
         }
-        // As a whole collection does first: a base or TTL write every
-        // site has is dropped, so the elements it kept rest as they pass.
-        if self.base.is_some_and(|b| bound.covers(b)) {
-            self.base = None;
-        }
-        if self.expiry_of.is_some_and(|e| bound.covers(e)) {
-            self.expiry_of = None;
-        }
+        self.drop_settled_parts(bound);
         use std::ops::Bound;
         let from = self
             .collect_from
@@ -39,19 +32,12 @@ impl Held {
             .map(|(n, _)| n.clone())
             .collect();
         let more = names.next().is_some();
-        let (removed, base, kind) = (&self.removed, self.base, self.kind);
-        let add = |v: Option<&Bytes>, sum| add_increments(kind, v, sum);
+        let parts = (&self.removed, self.base, self.kind);
         for name in &slice {
             let Some(element) = self.fields.get_mut(name) else {
                 continue;
             };
-            let keep = match element.collect(removed, bound, &add) {
-                Collected::Kept => true,
-                // At rest only once no base says otherwise.
-                Collected::Rest => base.is_some(),
-                Collected::Gone => false,
-            };
-            if !keep {
+            if !keeps_metadata(element, parts, bound) {
                 self.fields.remove(name);
             }
         }
