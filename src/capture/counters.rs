@@ -104,7 +104,7 @@ pub fn as_states(st: &mut Replication, entries: &mut [Entry]) {
             _ => continue,
         };
         if let Some(c) = st.versions.counters.get(e.db, key) {
-            let state = codec::encode_counter(c);
+            let state = codec::encode_counter(&c);
             st.versions.counters.sent(e.db, key);
             let key = std::mem::take(key);
             e.op = Op::Counter {

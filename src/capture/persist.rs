@@ -104,7 +104,7 @@ fn add_merge_records(store: &VersionStore, add: &mut impl FnMut(u8, u32, Stamp, 
         add(journal::TAG_MERGE_BOUND, 0, Stamp::new(clock, node), &[]);
     }
     for (db, key, state) in store.counters.states() {
-        let bytes = crate::converge::merge::journaled::record_key(key, Some(state));
+        let bytes = crate::converge::merge::journaled::record_key(key, Some(&state));
         add(journal::TAG_COUNTER, db, Stamp::ZERO, &bytes);
     }
     for (db, key, held) in store.hashes.entries() {

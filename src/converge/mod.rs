@@ -6,8 +6,10 @@
 pub mod changes;
 pub mod clock;
 pub mod journal;
+pub mod key_table;
 pub mod libraries;
 pub mod merge;
+pub mod shrink;
 pub mod sweep;
 pub mod ttl_ops;
 pub mod version;

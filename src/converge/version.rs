@@ -7,8 +7,9 @@
 //! Deletes leave tombstones until the peer has acknowledged them, so a late
 //! older write cannot bring a key back. Pure: no Redis calls here.
 
-use hashbrown::hash_map::EntryRef;
 use hashbrown::HashMap;
+
+use crate::converge::key_table::{KeyBytes, KeyTable};
 
 /// Identifies one write: ordered by clock, then by node id (the tie-break).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -69,14 +70,51 @@ pub enum Decision {
     Duplicate,
 }
 
-/// A key as the version map holds it: up to 24 bytes inside the table
-/// entry itself, longer ones on the heap. Hashes and compares as `[u8]`.
-type KeyBytes = smallvec::SmallVec<[u8; 24]>;
+/// A [`KeyVersion`] as the version map holds it, in 24 bytes instead of
+/// 32 (a million keys each hold one): a live key's `gc_after` is [`LIVE`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PackedVersion {
+    stamp: Stamp,
+    gc_after: u64,
+}
+
+/// `gc_after` of a live key's [`PackedVersion`]: no sequence number gets
+/// there, and a tombstone's is one, 0 or [`GC_AT_NEXT_ACK`].
+const LIVE: u64 = u64::MAX - 1;
+
+impl PackedVersion {
+    fn pack(v: KeyVersion) -> Self {
+        match v {
+            KeyVersion::Live(stamp) => Self {
+                stamp,
+                gc_after: LIVE,
+            },
+            KeyVersion::Deleted { stamp, gc_after } => {
+                debug_assert_ne!(gc_after, LIVE, "no sequence number gets there");
+                Self { stamp, gc_after }
+            }
+        }
+    }
+
+    fn unpack(self) -> KeyVersion {
+        match self.gc_after {
+            LIVE => KeyVersion::Live(self.stamp),
+            gc_after => KeyVersion::Deleted {
+                stamp: self.stamp,
+                gc_after,
+            },
+        }
+    }
+
+    fn is_tombstone(self) -> bool {
+        self.gc_after != LIVE
+    }
+}
 
 /// Versions of one database.
 #[derive(Debug, Default, Clone)]
 struct DbVersions {
-    keys: HashMap<KeyBytes, KeyVersion>,
+    keys: KeyTable<PackedVersion>,
     /// Stamp of the newest FLUSHDB of this database.
     floor: Stamp,
 }
@@ -202,7 +240,7 @@ impl VersionStore {
 
     /// The version of `key`, if any is known.
     pub fn get(&self, db: u32, key: &[u8]) -> Option<KeyVersion> {
-        self.dbs.get(&db)?.keys.get(key).copied()
+        self.dbs.get(&db)?.keys.get(key).map(|p| p.unpack())
     }
 
     /// Looks up every key once, results unused: independent lookups in a
@@ -275,18 +313,8 @@ impl VersionStore {
             }
         }
         let keys = &mut self.dbs.entry(db).or_default().keys;
-        // One lookup; the key is copied only when it is new.
-        let was_tombstone = match keys.entry_ref(key) {
-            EntryRef::Occupied(mut o) => {
-                let was = matches!(o.get(), KeyVersion::Deleted { .. });
-                *o.get_mut() = version;
-                was
-            }
-            EntryRef::Vacant(v) => {
-                v.insert_with_key(key.into(), version);
-                false
-            }
-        };
+        let was_tombstone = (keys.insert(key, PackedVersion::pack(version)))
+            .is_some_and(PackedVersion::is_tombstone);
         let is_tombstone = matches!(version, KeyVersion::Deleted { .. });
         match (was_tombstone, is_tombstone) {
             (false, true) => {
@@ -314,7 +342,7 @@ impl VersionStore {
                     pending.remove(key);
                 }
                 let removed = self.dbs.get_mut(&db).and_then(|d| d.keys.remove(key));
-                if let Some(KeyVersion::Deleted { .. }) = removed {
+                if removed.is_some_and(PackedVersion::is_tombstone) {
                     self.tombstones -= 1;
                 }
             }
@@ -381,11 +409,9 @@ impl VersionStore {
     /// The tombstone of `key` was shipped after `acked` and may be lost: it
     /// must not be collected before it is shipped again.
     pub fn unship(&mut self, db: u32, key: &[u8], acked: u64) {
-        if let Some(KeyVersion::Deleted { gc_after, .. }) =
-            self.dbs.get_mut(&db).and_then(|d| d.keys.get_mut(key))
-        {
-            if *gc_after > acked && *gc_after != GC_AT_NEXT_ACK {
-                *gc_after = 0;
+        if let Some(p) = self.dbs.get_mut(&db).and_then(|d| d.keys.get_mut(key)) {
+            if p.is_tombstone() && p.gc_after > acked && p.gc_after != GC_AT_NEXT_ACK {
+                p.gc_after = 0;
             }
         }
     }
@@ -407,13 +433,9 @@ impl VersionStore {
 
     /// The tombstone of `key` stamped `stamp` went out with sequence number `seq`.
     pub fn mark_shipped(&mut self, db: u32, key: &[u8], stamp: Stamp, seq: u64) {
-        if let Some(KeyVersion::Deleted {
-            gc_after,
-            stamp: current,
-        }) = self.dbs.get_mut(&db).and_then(|d| d.keys.get_mut(key))
-        {
-            if *current == stamp {
-                *gc_after = seq;
+        if let Some(p) = self.dbs.get_mut(&db).and_then(|d| d.keys.get_mut(key)) {
+            if p.is_tombstone() && p.stamp == stamp {
+                p.gc_after = seq;
             }
         }
     }
@@ -493,21 +515,18 @@ impl VersionStore {
             if db.is_some_and(|f| f != d) {
                 continue;
             }
+            // Gives the memory back as it goes (`KeyTable::retain`).
             dbv.keys.retain(|key, v| {
-                let keep = v.stamp() > stamp;
+                let keep = v.stamp > stamp;
                 if keep {
-                    if let KeyVersion::Live(_) = v {
-                        survivors.push((d, Box::from(key.as_slice())));
+                    if !v.is_tombstone() {
+                        survivors.push((d, Box::from(key)));
                     }
-                } else if matches!(v, KeyVersion::Deleted { .. }) {
+                } else if v.is_tombstone() {
                     removed_tombstones += 1;
                 }
                 keep
             });
-            // Give the memory back (the table keeps its size through retain).
-            if dbv.keys.len() < dbv.keys.capacity() / 4 {
-                dbv.keys.shrink_to_fit();
-            }
         }
         self.tombstones -= removed_tombstones;
         survivors
@@ -563,8 +582,8 @@ impl VersionStore {
             let Some(keys) = dbs.get_mut(db).map(|d| &mut d.keys) else {
                 return false;
             };
-            match keys.get(&key[..]) {
-                Some(&KeyVersion::Deleted { gc_after, stamp }) => {
+            match keys.get(&key[..]).map(|p| p.unpack()) {
+                Some(KeyVersion::Deleted { gc_after, stamp }) => {
                     let ours = gc_after != GC_AT_NEXT_ACK && gc_after <= acked;
                     let theirs = gc_after == GC_AT_NEXT_ACK && acked_remote;
                     if gc_after != 0 && (ours || theirs) {
@@ -625,8 +644,8 @@ impl VersionStore {
             let Some(keys) = dbs.get_mut(db).map(|d| &mut d.keys) else {
                 return false;
             };
-            match keys.get(&key[..]) {
-                Some(&KeyVersion::Deleted { stamp, .. }) if stamp.node == me => {
+            match keys.get(&key[..]).map(|p| p.unpack()) {
+                Some(KeyVersion::Deleted { stamp, .. }) if stamp.node == me => {
                     keys.remove(&key[..]);
                     if let Some(out) = journal.as_mut() {
                         let tag = crate::converge::journal::TAG_FORGET;
@@ -780,8 +799,8 @@ impl VersionStore {
     pub fn newest_clock(&self) -> u64 {
         let keys = self.dbs.values().flat_map(|d| {
             d.keys
-                .values()
-                .map(|v| v.stamp().clock)
+                .iter()
+                .map(|(_, v)| v.stamp.clock)
                 .chain([d.floor.clock])
         });
         let libraries = self.libraries.iter().map(|(_, v)| v.stamp().clock);
@@ -996,7 +1015,7 @@ impl VersionStore {
     pub(crate) fn records(&self) -> impl Iterator<Item = (u32, &[u8], KeyVersion)> {
         self.dbs
             .iter()
-            .flat_map(|(&db, d)| d.keys.iter().map(move |(k, v)| (db, k.as_slice(), *v)))
+            .flat_map(|(&db, d)| d.keys.iter().map(move |(k, v)| (db, k, v.unpack())))
     }
 
     /// Raises the floor of `db` (`None`: FLUSHALL's) to `stamp`; also how

@@ -23,7 +23,11 @@
 //! with the peer's bound when it was read, which is everything it had seen
 //! of a key it held at rest.
 
+use std::borrow::Cow;
+
 use hashbrown::HashMap;
+
+use crate::converge::shrink::ShrinkWhenSparse;
 
 use crate::converge::merge::counter::{Base, Counter};
 use crate::converge::merge::db_key::DbKey;
@@ -95,16 +99,59 @@ type Key = (u32, Box<[u8]>);
 /// not yet sent fold into one instead ([`Counter::coalesce`]).
 pub const MAX_LISTED: usize = 1024;
 
+/// A counter at rest as the table keeps it: its base's stamp and value
+/// (no metadata, no increments), in 40 bytes where a [`Counter`] takes
+/// 112: a node keeps every counter it ever merged (stop 46,
+/// `scripts/memory.sh`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Resting {
+    stamp: Stamp,
+    /// The value's two halves (8-byte aligned, unlike an `i128`).
+    value: [u64; 2],
+    present: bool,
+}
+
+impl Resting {
+    /// `c` if it is at rest.
+    fn of(c: &Counter) -> Option<Self> {
+        if c.metadata_len() != 0 {
+            return None;
+        }
+        let base = c.base();
+        let v = base.value.unwrap_or(0) as u128;
+        Some(Self {
+            stamp: base.stamp,
+            value: [v as u64, (v >> 64) as u64],
+            present: base.value.is_some(),
+        })
+    }
+
+    fn counter(self) -> Counter {
+        let v = (u128::from(self.value[1]) << 64 | u128::from(self.value[0])) as i128;
+        let value = self.present.then_some(v);
+        Counter::from_parts(
+            Base {
+                stamp: self.stamp,
+                value,
+                seen: Seen::new(),
+            },
+            [],
+        )
+    }
+}
+
 /// The counters, and the bound.
 #[derive(Debug, Default, Clone)]
 pub struct Counters {
-    table: HashMap<Key, Counter>,
-    /// Per key, the newest of its stamps a state this node pushed held
-    /// (none: nothing since the key entered the table here; a state a load
-    /// restored counts as sent whole).
+    /// Counters with metadata (what collection visits).
+    live: HashMap<Key, Counter>,
+    /// Counters at rest.
+    resting: HashMap<Key, Resting>,
+    /// Per key with metadata, the newest of its stamps a state this node
+    /// pushed held (none: nothing since the key entered the table here; a
+    /// state a load restored counts as sent whole). A key at rest has no
+    /// increments to fold with a later one: it needs none.
     sent: HashMap<Key, Stamp>,
-    /// The keys whose state holds metadata (what collection visits).
-    live: hashbrown::HashSet<Key>,
     /// Keys a flush trimmed whose value must be written again.
     trimmed: Vec<Key>,
     bound: Seen,
@@ -118,31 +165,37 @@ impl Counters {
 
     /// No key is held (at rest or not).
     pub fn is_empty(&self) -> bool {
-        self.table.is_empty()
+        self.live.is_empty() && self.resting.is_empty()
     }
 
     /// Keys held, at rest or not.
     pub fn held(&self) -> usize {
-        self.table.len()
+        self.live.len() + self.resting.len()
     }
 
     /// Holds `c` for `k`.
     fn put(&mut self, k: Key, c: Counter) {
-        if c.metadata_len() == 0 {
-            self.live.remove(&k);
-        } else {
-            self.live.insert(k.clone());
+        match Resting::of(&c) {
+            Some(r) => {
+                self.sent.remove(&k);
+                self.live.remove(&k);
+                self.resting.insert(k, r);
+            }
+            None => {
+                self.resting.remove(&k);
+                self.live.insert(k, c);
+            }
         }
-        self.table.insert(k, c);
     }
 
     /// Takes `k`'s state out.
     fn take(&mut self, k: &Key) -> Option<Counter> {
-        if self.table.is_empty() {
+        if self.is_empty() {
             return None;
         }
-        self.live.remove(k);
-        self.table.remove(k)
+        self.live
+            .remove(k)
+            .or_else(|| self.resting.remove(k).map(Resting::counter))
     }
 
     /// Forgets `k` for good (not put back).
@@ -155,7 +208,7 @@ impl Counters {
     /// left this node.
     pub fn sent(&mut self, db: u32, key: &[u8]) {
         let k: Key = (db, Box::from(key));
-        if let Some(c) = self.table.get(&k) {
+        if let Some(c) = self.live.get(&k) {
             let newest = c.newest();
             self.sent.insert(k, newest);
         }
@@ -163,9 +216,8 @@ impl Counters {
 
     /// Forgets `key` (it expired or was evicted: gone here by itself).
     pub fn forget(&mut self, db: u32, key: &[u8]) -> bool {
-        let k = DbKey(db, key);
-        let held = self.table.contains_key(&k);
-        if held || self.sent.contains_key(&k) {
+        let held = self.contains(db, key);
+        if held || self.sent.contains_key(&DbKey(db, key)) {
             self.drop_key(&(db, Box::from(key)));
         }
         held
@@ -189,8 +241,15 @@ impl Counters {
     }
 
     /// The state of `key`, if it is held.
-    pub fn get(&self, db: u32, key: &[u8]) -> Option<&Counter> {
-        self.table.get(&DbKey(db, key))
+    pub fn get(&self, db: u32, key: &[u8]) -> Option<Cow<'_, Counter>> {
+        if self.is_empty() {
+            return None;
+        }
+        let k = DbKey(db, key);
+        match self.live.get(&k) {
+            Some(c) => Some(Cow::Borrowed(c)),
+            None => self.resting.get(&k).map(|r| Cow::Owned(r.counter())),
+        }
     }
 
     /// Whether `key`'s state holds a change (its base or an increment)
@@ -205,7 +264,8 @@ impl Counters {
 
     /// Whether `key` is held (as a counter, at rest or not).
     pub fn contains(&self, db: u32, key: &[u8]) -> bool {
-        !self.table.is_empty() && self.get(db, key).is_some()
+        let k = DbKey(db, key);
+        !self.is_empty() && (self.live.contains_key(&k) || self.resting.contains_key(&k))
     }
 
     /// What a write made here now has seen of `key`: its increments held
@@ -270,7 +330,7 @@ impl Counters {
         stamp: Stamp,
         value: Result<Option<i128>, ()>,
     ) -> bool {
-        if self.table.is_empty() {
+        if self.is_empty() {
             return false;
         }
         let k: Key = (db, Box::from(key));
@@ -327,13 +387,10 @@ impl Counters {
         plain: Plain,
         seen: Option<&Seen>,
     ) -> PlainOutcome {
-        if self.table.is_empty() {
+        if !self.contains(db, key) {
             return PlainOutcome::NotHeld;
         }
         let k: Key = (db, Box::from(key));
-        if !self.table.contains_key(&k) {
-            return PlainOutcome::NotHeld;
-        }
         let value = match (plain, seen) {
             (Plain::Integer(x), Some(_)) => Some(x),
             (Plain::Deleted, Some(_)) => None,
@@ -358,29 +415,30 @@ impl Counters {
     /// Collects every state with metadata at the bound; returns the keys
     /// that came to rest.
     pub fn collect(&mut self) -> Vec<(u32, Box<[u8]>)> {
-        let (table, bound) = (&mut self.table, &self.bound);
+        let bound = &self.bound;
         let mut rested = Vec::new();
-        self.live.retain(|k| {
-            let Some(c) = table.get_mut(k) else {
-                return false;
-            };
+        self.live.retain(|k, c| {
             c.collect(bound);
             let live = c.metadata_len() != 0;
             if !live {
-                rested.push(k.clone());
+                rested.push((k.clone(), c.clone()));
             }
             live
         });
         // A deleted counter at rest is a plain absent key: its tombstone
         // holds the delete's stamp (nothing came after it), the same on
         // every site.
-        for k in &rested {
-            if self.table.get(k).is_some_and(|c| c.value().is_none()) {
-                self.table.remove(k);
-                self.sent.remove(k);
+        let mut keys = Vec::with_capacity(rested.len());
+        for (k, c) in rested {
+            self.sent.remove(&k);
+            if c.value().is_some() {
+                self.put(k.clone(), c);
             }
+            keys.push(k);
         }
-        rested
+        self.live.shrink_when_sparse();
+        self.sent.shrink_when_sparse();
+        keys
     }
 
     /// Puts back a key's state as a load found it (`None`: not held).
@@ -396,8 +454,11 @@ impl Counters {
     }
 
     /// Every key's state, for persistence.
-    pub fn states(&self) -> impl Iterator<Item = (u32, &[u8], &Counter)> {
-        self.table.iter().map(|((db, k), c)| (*db, &k[..], c))
+    pub fn states(&self) -> impl Iterator<Item = (u32, &[u8], Cow<'_, Counter>)> {
+        let live = (self.live.iter()).map(|((db, k), c)| (*db, &k[..], Cow::Borrowed(c)));
+        let resting =
+            (self.resting.iter()).map(|((db, k), r)| (*db, &k[..], Cow::Owned(r.counter())));
+        live.chain(resting)
     }
 
     /// Collects `c` and holds it; its value and newest stamp (taken
@@ -416,14 +477,14 @@ impl Counters {
 
     /// Forgets every key (the dataset was replaced or flushed).
     pub fn clear(&mut self) {
-        self.table.clear();
         self.live.clear();
+        self.resting.clear();
         self.sent.clear();
     }
 
     /// `SWAPDB a b`: the keys move with their databases.
     pub fn swap_dbs(&mut self, a: u32, b: u32) {
-        if self.table.is_empty() {
+        if self.is_empty() {
             return;
         }
         let moved = |(db, key): Key| {
@@ -436,13 +497,13 @@ impl Counters {
             };
             (db, key)
         };
-        self.table = std::mem::take(&mut self.table)
+        self.live = std::mem::take(&mut self.live)
             .into_iter()
             .map(|(k, c)| (moved(k), c))
             .collect();
-        self.live = std::mem::take(&mut self.live)
+        self.resting = std::mem::take(&mut self.resting)
             .into_iter()
-            .map(moved)
+            .map(|(k, r)| (moved(k), r))
             .collect();
         self.sent = std::mem::take(&mut self.sent)
             .into_iter()
@@ -455,18 +516,22 @@ impl Counters {
     /// flush removed (their values must be written again: see
     /// [`Self::trimmed`]).
     pub fn flushed(&mut self, db: Option<u32>, stamp: Stamp) {
-        self.table
-            .retain(|(d, _), c| db.is_some_and(|f| f != *d) || c.newest() > stamp);
+        let flushed = |d: u32| db.is_none_or(|f| f == d);
+        self.live
+            .retain(|(d, _), c| !flushed(*d) || c.newest() > stamp);
+        // A counter at rest is its base: newer than the flush, nothing of
+        // it to trim.
+        self.resting
+            .retain(|(d, _), r| !flushed(*d) || r.stamp > stamp);
         let mut trimmed = Vec::new();
-        for (k, c) in self.table.iter_mut() {
-            if db.is_none_or(|f| f == k.0) && c.trim(stamp) {
+        for (k, c) in self.live.iter_mut() {
+            if flushed(k.0) && c.trim(stamp) {
                 trimmed.push(k.clone());
             }
         }
         self.trimmed.extend(trimmed);
-        let table = &self.table;
-        self.live.retain(|k| table.contains_key(k));
-        self.sent.retain(|k, _| table.contains_key(k));
+        let live = &self.live;
+        self.sent.retain(|k, _| live.contains_key(k));
     }
 }
 
@@ -535,8 +600,8 @@ mod tests {
         let v0 = Some(KeyVersion::Live(s(1, A)));
         assert!(a.local_increment(0, b"k", s(5, A), 1, 11, v0));
         assert!(b.local_increment(0, b"k", s(5, B), 2, 12, v0));
-        let from_a = a.get(0, b"k").cloned().unwrap();
-        let from_b = b.get(0, b"k").cloned().unwrap();
+        let from_a = a.get(0, b"k").unwrap().into_owned();
+        let from_b = b.get(0, b"k").unwrap().into_owned();
         let on_b = b.remote_state(0, b"k", &from_a, || unreachable!());
         let on_a = a.remote_state(0, b"k", &from_b, || unreachable!());
         assert_eq!(value(on_a), Some(13));
@@ -548,7 +613,7 @@ mod tests {
         let mut a = Counters::default();
         let mut b = Counters::default();
         assert!(b.local_increment(0, b"k", s(5, B), 3, 13, Some(KeyVersion::Live(s(1, A)))));
-        let state = b.get(0, b"k").cloned().unwrap();
+        let state = b.get(0, b"k").unwrap().into_owned();
         let m = a.remote_state(0, b"k", &state, || Local::Integer(10, s(1, A)));
         assert_eq!(value(m), Some(13));
         // A duplicate changes nothing.
@@ -591,7 +656,7 @@ mod tests {
         let mut a = Counters::default();
         let mut c = Counters::default();
         assert!(c.local_increment(0, b"k", s(5, B), 3, 13, None));
-        let state = c.get(0, b"k").cloned().unwrap();
+        let state = c.get(0, b"k").unwrap().into_owned();
         assert_eq!(
             a.remote_state(0, b"k", &state, || Local::Other(s(6, A))),
             Merged::Discarded
@@ -613,7 +678,7 @@ mod tests {
         let (mut a, mut b) = (Counters::default(), Counters::default());
         let v0 = Some(KeyVersion::Live(s(1, A)));
         assert!(b.local_increment(0, b"k", s(5, B), 3, 13, v0));
-        let from_b = b.get(0, b"k").cloned().unwrap();
+        let from_b = b.get(0, b"k").unwrap().into_owned();
         let on_a = a.remote_state(0, b"k", &from_b, || Local::Integer(10, s(1, A)));
         assert_eq!(value(on_a), Some(13));
         a.raise_bound(B, 5);
@@ -622,7 +687,7 @@ mod tests {
         assert_eq!(a.live_len(), 0, "at rest on A");
         // A increments again: its state is rebuilt at its version (5, B).
         assert!(a.local_increment(0, b"k", s(7, A), 1, 14, Some(KeyVersion::Live(s(5, B)))));
-        let from_a = a.get(0, b"k").cloned().unwrap();
+        let from_a = a.get(0, b"k").unwrap().into_owned();
         let on_b = b.remote_state(0, b"k", &from_a, || unreachable!());
         assert_eq!(value(on_b), Some(14), "B's increment counted once");
     }
@@ -639,10 +704,42 @@ mod tests {
     }
 
     #[test]
+    fn a_counter_at_rest_is_kept_small_and_whole() {
+        assert!(std::mem::size_of::<Resting>() <= 40);
+        for value in [Some(0), Some(-1), Some(i128::MAX), Some(i128::MIN), None] {
+            let c = Counter::from_parts(
+                Base {
+                    stamp: s(9, A),
+                    value,
+                    seen: Seen::new(),
+                },
+                [],
+            );
+            let r = Resting::of(&c).expect("no metadata");
+            assert_eq!(r.counter(), c, "{value:?}");
+        }
+        let mut listed = Counter::at_rest(Some(1));
+        listed.increment(s(3, B), 1, &Seen::new());
+        assert_eq!(Resting::of(&listed), None, "an increment is metadata");
+        let mut a = Counters::default();
+        assert!(a.local_increment(0, b"k", s(5, A), 1, 11, Some(KeyVersion::Live(s(1, A)))));
+        a.sent(0, b"k");
+        let before = a.get(0, b"k").unwrap().into_owned();
+        a.raise_bound(A, 5);
+        assert_eq!(a.collect(), vec![(0, Box::from(&b"k"[..]))]);
+        assert_eq!((a.live.len(), a.resting.len(), a.sent.len()), (0, 1, 0));
+        let rested = a.get(0, b"k").unwrap().into_owned();
+        assert_eq!(rested.value(), before.value());
+        assert!(a.contains(0, b"k"));
+        assert!(a.local_increment(0, b"k", s(7, A), 2, 13, Some(KeyVersion::Live(s(5, A)))));
+        assert_eq!((a.live.len(), a.resting.len()), (1, 0), "live again");
+    }
+
+    #[test]
     fn a_state_that_disagrees_with_the_value_read_is_taken_as_a_set() {
         let mut a = Counters::default();
         assert!(a.local_increment(0, b"k", s(5, A), 1, 11, Some(KeyVersion::Live(s(1, A)))));
         assert!(!a.local_increment(0, b"k", s(6, A), 1, 50, None));
-        assert_eq!(a.get(0, b"k").and_then(Counter::value), Some(50));
+        assert_eq!(a.get(0, b"k").and_then(|c| c.value()), Some(50));
     }
 }

@@ -118,7 +118,7 @@ impl World {
     fn shipment(&self, i: usize) -> Message {
         let s = &self.sites[i];
         match s.counters.get(0, KEY) {
-            Some(c) => Message::State(c.clone(), s.known.clone()),
+            Some(c) => Message::State(c.into_owned(), s.known.clone()),
             None => {
                 let stamp = s.version.map_or(Stamp::ZERO, KeyVersion::stamp);
                 let bound = s.counters.bound().clone();

@@ -34,6 +34,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use hashbrown::HashMap;
 
+use crate::converge::shrink::ShrinkWhenSparse;
+
 use crate::converge::merge::counters::integer_of as integer_field;
 use crate::converge::merge::db_key::{entry_or_default, DbKey};
 use crate::converge::merge::element::{Collected, Element};
@@ -1434,6 +1436,9 @@ impl Hashes {
                 }
             }
         }
+        self.keys.shrink_when_sparse();
+        self.order.shrink_when_sparse();
+        self.arriving.shrink_when_sparse();
         gone
     }
 

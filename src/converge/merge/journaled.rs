@@ -38,7 +38,7 @@ pub fn parse_record_key(bytes: &[u8]) -> Option<(&[u8], Option<Counter>)> {
 impl VersionStore {
     /// Journals the state `key` has now (after a change of it).
     pub fn journal_counter(&mut self, db: u32, key: &[u8]) {
-        let bytes = record_key(key, self.counters.get(db, key));
+        let bytes = record_key(key, self.counters.get(db, key).as_deref());
         self.journal_record(TAG_COUNTER, db, Stamp::ZERO, &bytes);
     }
 
