@@ -27,6 +27,7 @@ use std::borrow::Cow;
 
 use hashbrown::HashMap;
 
+use crate::converge::key_table::KeyTable;
 use crate::converge::shrink::ShrinkWhenSparse;
 
 use crate::converge::merge::counter::{Base, Counter};
@@ -145,8 +146,8 @@ impl Resting {
 pub struct Counters {
     /// Counters with metadata (what collection visits).
     live: HashMap<Key, Counter>,
-    /// Counters at rest.
-    resting: HashMap<Key, Resting>,
+    /// Counters at rest, per database (no table empty).
+    resting: HashMap<u32, KeyTable<Resting>>,
     /// Per key with metadata, the newest of its stamps a state this node
     /// pushed held (none: nothing since the key entered the table here; a
     /// state a load restored counts as sent whole). A key at rest has no
@@ -170,7 +171,7 @@ impl Counters {
 
     /// Keys held, at rest or not.
     pub fn held(&self) -> usize {
-        self.live.len() + self.resting.len()
+        self.live.len() + self.resting.values().map(KeyTable::len).sum::<usize>()
     }
 
     /// Holds `c` for `k`.
@@ -179,10 +180,10 @@ impl Counters {
             Some(r) => {
                 self.sent.remove(&k);
                 self.live.remove(&k);
-                self.resting.insert(k, r);
+                self.resting.entry(k.0).or_default().insert(&k.1, r);
             }
             None => {
-                self.resting.remove(&k);
+                self.remove_resting(&k);
                 self.live.insert(k, c);
             }
         }
@@ -195,7 +196,20 @@ impl Counters {
         }
         self.live
             .remove(k)
-            .or_else(|| self.resting.remove(k).map(Resting::counter))
+            .or_else(|| self.remove_resting(k).map(Resting::counter))
+    }
+
+    fn remove_resting(&mut self, (db, key): &Key) -> Option<Resting> {
+        let table = self.resting.get_mut(db)?;
+        let r = table.remove(key);
+        if table.is_empty() {
+            self.resting.remove(db);
+        }
+        r
+    }
+
+    fn get_resting(&self, db: u32, key: &[u8]) -> Option<Resting> {
+        self.resting.get(&db)?.get(key).copied()
     }
 
     /// Forgets `k` for good (not put back).
@@ -248,7 +262,7 @@ impl Counters {
         let k = DbKey(db, key);
         match self.live.get(&k) {
             Some(c) => Some(Cow::Borrowed(c)),
-            None => self.resting.get(&k).map(|r| Cow::Owned(r.counter())),
+            None => self.get_resting(db, key).map(|r| Cow::Owned(r.counter())),
         }
     }
 
@@ -265,7 +279,7 @@ impl Counters {
     /// Whether `key` is held (as a counter, at rest or not).
     pub fn contains(&self, db: u32, key: &[u8]) -> bool {
         let k = DbKey(db, key);
-        !self.is_empty() && (self.live.contains_key(&k) || self.resting.contains_key(&k))
+        !self.is_empty() && (self.live.contains_key(&k) || self.get_resting(db, key).is_some())
     }
 
     /// What a write made here now has seen of `key`: its increments held
@@ -456,8 +470,9 @@ impl Counters {
     /// Every key's state, for persistence.
     pub fn states(&self) -> impl Iterator<Item = (u32, &[u8], Cow<'_, Counter>)> {
         let live = (self.live.iter()).map(|((db, k), c)| (*db, &k[..], Cow::Borrowed(c)));
-        let resting =
-            (self.resting.iter()).map(|((db, k), r)| (*db, &k[..], Cow::Owned(r.counter())));
+        let resting = (self.resting.iter()).flat_map(|(&db, table)| {
+            (table.iter()).map(move |(k, r)| (db, k, Cow::Owned(r.counter())))
+        });
         live.chain(resting)
     }
 
@@ -501,10 +516,13 @@ impl Counters {
             .into_iter()
             .map(|(k, c)| (moved(k), c))
             .collect();
-        self.resting = std::mem::take(&mut self.resting)
-            .into_iter()
-            .map(|(k, r)| (moved(k), r))
-            .collect();
+        let (at_a, at_b) = (self.resting.remove(&a), self.resting.remove(&b));
+        if let Some(t) = at_a {
+            self.resting.insert(b, t);
+        }
+        if let Some(t) = at_b {
+            self.resting.insert(a, t);
+        }
         self.sent = std::mem::take(&mut self.sent)
             .into_iter()
             .map(|(k, s)| (moved(k), s))
@@ -521,8 +539,10 @@ impl Counters {
             .retain(|(d, _), c| !flushed(*d) || c.newest() > stamp);
         // A counter at rest is its base: newer than the flush, nothing of
         // it to trim.
-        self.resting
-            .retain(|(d, _), r| !flushed(*d) || r.stamp > stamp);
+        for (_, table) in self.resting.iter_mut().filter(|(d, _)| flushed(**d)) {
+            table.retain(|_, r| r.stamp > stamp);
+        }
+        self.resting.retain(|_, table| !table.is_empty());
         let mut trimmed = Vec::new();
         for (k, c) in self.live.iter_mut() {
             if flushed(k.0) && c.trim(stamp) {
@@ -727,12 +747,13 @@ mod tests {
         let before = a.get(0, b"k").unwrap().into_owned();
         a.raise_bound(A, 5);
         assert_eq!(a.collect(), vec![(0, Box::from(&b"k"[..]))]);
-        assert_eq!((a.live.len(), a.resting.len(), a.sent.len()), (0, 1, 0));
+        assert_eq!((a.live.len(), a.held(), a.sent.len()), (0, 1, 0));
         let rested = a.get(0, b"k").unwrap().into_owned();
         assert_eq!(rested.value(), before.value());
         assert!(a.contains(0, b"k"));
         assert!(a.local_increment(0, b"k", s(7, A), 2, 13, Some(KeyVersion::Live(s(5, A)))));
-        assert_eq!((a.live.len(), a.resting.len()), (1, 0), "live again");
+        assert_eq!((a.live.len(), a.held()), (1, 1), "live again");
+        assert!(a.resting.is_empty());
     }
 
     #[test]
