@@ -9,7 +9,8 @@
 
 use hashbrown::HashMap;
 
-use crate::converge::key_table::{KeyBytes, KeyTable};
+use crate::converge::db_versions::DbVersions;
+use crate::converge::key_table::KeyBytes;
 
 /// Identifies one write: ordered by clock, then by node id (the tie-break).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -68,55 +69,6 @@ pub enum Decision {
     Stale,
     /// Exactly this node's version (a resend): nothing to do.
     Duplicate,
-}
-
-/// A [`KeyVersion`] as the version map holds it, in 24 bytes instead of
-/// 32 (a million keys each hold one): a live key's `gc_after` is [`LIVE`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct PackedVersion {
-    stamp: Stamp,
-    gc_after: u64,
-}
-
-/// `gc_after` of a live key's [`PackedVersion`]: no sequence number gets
-/// there, and a tombstone's is one, 0 or [`GC_AT_NEXT_ACK`].
-const LIVE: u64 = u64::MAX - 1;
-
-impl PackedVersion {
-    fn pack(v: KeyVersion) -> Self {
-        match v {
-            KeyVersion::Live(stamp) => Self {
-                stamp,
-                gc_after: LIVE,
-            },
-            KeyVersion::Deleted { stamp, gc_after } => {
-                debug_assert_ne!(gc_after, LIVE, "no sequence number gets there");
-                Self { stamp, gc_after }
-            }
-        }
-    }
-
-    fn unpack(self) -> KeyVersion {
-        match self.gc_after {
-            LIVE => KeyVersion::Live(self.stamp),
-            gc_after => KeyVersion::Deleted {
-                stamp: self.stamp,
-                gc_after,
-            },
-        }
-    }
-
-    fn is_tombstone(self) -> bool {
-        self.gc_after != LIVE
-    }
-}
-
-/// Versions of one database.
-#[derive(Debug, Default, Clone)]
-struct DbVersions {
-    keys: KeyTable<PackedVersion>,
-    /// Stamp of the newest FLUSHDB of this database.
-    floor: Stamp,
 }
 
 /// Versions of every key this node has written or applied, per database.
@@ -240,7 +192,7 @@ impl VersionStore {
 
     /// The version of `key`, if any is known.
     pub fn get(&self, db: u32, key: &[u8]) -> Option<KeyVersion> {
-        self.dbs.get(&db)?.keys.get(key).map(|p| p.unpack())
+        self.dbs.get(&db)?.get(key)
     }
 
     /// Looks up every key once, results unused: independent lookups in a
@@ -254,7 +206,7 @@ impl VersionStore {
         for (db, key) in keys {
             if db_now != Some(db) {
                 db_now = Some(db);
-                map = self.dbs.get(&db).map(|d| &d.keys);
+                map = self.dbs.get(&db);
             }
             if let Some(m) = map {
                 found += usize::from(m.contains_key(key));
@@ -276,7 +228,7 @@ impl VersionStore {
 
     /// Keys with a version (live or deleted).
     pub fn len(&self) -> usize {
-        self.dbs.values().map(|d| d.keys.len()).sum()
+        self.dbs.values().map(DbVersions::len).sum()
     }
 
     /// Whether no key has a version.
@@ -312,9 +264,7 @@ impl VersionStore {
                 pending.remove(key);
             }
         }
-        let keys = &mut self.dbs.entry(db).or_default().keys;
-        let was_tombstone = (keys.insert(key, PackedVersion::pack(version)))
-            .is_some_and(PackedVersion::is_tombstone);
+        let was_tombstone = self.dbs.entry(db).or_default().set(key, version);
         let is_tombstone = matches!(version, KeyVersion::Deleted { .. });
         match (was_tombstone, is_tombstone) {
             (false, true) => {
@@ -341,8 +291,8 @@ impl VersionStore {
                 if let Some(pending) = self.unstamped.get_mut(&db) {
                     pending.remove(key);
                 }
-                let removed = self.dbs.get_mut(&db).and_then(|d| d.keys.remove(key));
-                if removed.is_some_and(PackedVersion::is_tombstone) {
+                let removed = self.dbs.get_mut(&db).and_then(|d| d.remove(key));
+                if let Some(KeyVersion::Deleted { .. }) = removed {
                     self.tombstones -= 1;
                 }
             }
@@ -409,10 +359,12 @@ impl VersionStore {
     /// The tombstone of `key` was shipped after `acked` and may be lost: it
     /// must not be collected before it is shipped again.
     pub fn unship(&mut self, db: u32, key: &[u8], acked: u64) {
-        if let Some(p) = self.dbs.get_mut(&db).and_then(|d| d.keys.get_mut(key)) {
-            if p.is_tombstone() && p.gc_after > acked && p.gc_after != GC_AT_NEXT_ACK {
-                p.gc_after = 0;
-            }
+        if let Some(d) = self.dbs.get_mut(&db) {
+            d.update_tombstone(key, |_, gc_after| {
+                if *gc_after > acked && *gc_after != GC_AT_NEXT_ACK {
+                    *gc_after = 0;
+                }
+            });
         }
     }
 
@@ -433,10 +385,12 @@ impl VersionStore {
 
     /// The tombstone of `key` stamped `stamp` went out with sequence number `seq`.
     pub fn mark_shipped(&mut self, db: u32, key: &[u8], stamp: Stamp, seq: u64) {
-        if let Some(p) = self.dbs.get_mut(&db).and_then(|d| d.keys.get_mut(key)) {
-            if p.is_tombstone() && p.stamp == stamp {
-                p.gc_after = seq;
-            }
+        if let Some(d) = self.dbs.get_mut(&db) {
+            d.update_tombstone(key, |current, gc_after| {
+                if current == stamp {
+                    *gc_after = seq;
+                }
+            });
         }
     }
 
@@ -516,13 +470,12 @@ impl VersionStore {
                 continue;
             }
             // Gives the memory back as it goes (`KeyTable::retain`).
-            dbv.keys.retain(|key, v| {
-                let keep = v.stamp > stamp;
-                if keep {
-                    if !v.is_tombstone() {
-                        survivors.push((d, Box::from(key)));
-                    }
-                } else if v.is_tombstone() {
+            dbv.retain(|key, v| {
+                let keep = v.stamp() > stamp;
+                let tombstone = matches!(v, KeyVersion::Deleted { .. });
+                if keep && !tombstone {
+                    survivors.push((d, Box::from(key)));
+                } else if !keep && tombstone {
                     removed_tombstones += 1;
                 }
                 keep
@@ -579,10 +532,10 @@ impl VersionStore {
         // Journaled, so that the AOF and replicas drop them too.
         let journal = &mut self.journal;
         self.tombstone_keys.retain(|(db, key)| {
-            let Some(keys) = dbs.get_mut(db).map(|d| &mut d.keys) else {
+            let Some(keys) = dbs.get_mut(db) else {
                 return false;
             };
-            match keys.get(&key[..]).map(|p| p.unpack()) {
+            match keys.get(&key[..]) {
                 Some(KeyVersion::Deleted { gc_after, stamp }) => {
                     let ours = gc_after != GC_AT_NEXT_ACK && gc_after <= acked;
                     let theirs = gc_after == GC_AT_NEXT_ACK && acked_remote;
@@ -641,10 +594,10 @@ impl VersionStore {
             if over == 0 {
                 return true;
             }
-            let Some(keys) = dbs.get_mut(db).map(|d| &mut d.keys) else {
+            let Some(keys) = dbs.get_mut(db) else {
                 return false;
             };
-            match keys.get(&key[..]).map(|p| p.unpack()) {
+            match keys.get(&key[..]) {
                 Some(KeyVersion::Deleted { stamp, .. }) if stamp.node == me => {
                     keys.remove(&key[..]);
                     if let Some(out) = journal.as_mut() {
@@ -798,9 +751,8 @@ impl VersionStore {
     /// The newest clock in the store (to restart the clock past it).
     pub fn newest_clock(&self) -> u64 {
         let keys = self.dbs.values().flat_map(|d| {
-            d.keys
-                .iter()
-                .map(|(_, v)| v.stamp.clock)
+            d.iter()
+                .map(|(_, v)| v.stamp().clock)
                 .chain([d.floor.clock])
         });
         let libraries = self.libraries.iter().map(|(_, v)| v.stamp().clock);
@@ -1015,7 +967,7 @@ impl VersionStore {
     pub(crate) fn records(&self) -> impl Iterator<Item = (u32, &[u8], KeyVersion)> {
         self.dbs
             .iter()
-            .flat_map(|(&db, d)| d.keys.iter().map(move |(k, v)| (db, k, v.unpack())))
+            .flat_map(|(&db, d)| d.iter().map(move |(k, v)| (db, k, v)))
     }
 
     /// Raises the floor of `db` (`None`: FLUSHALL's) to `stamp`; also how
@@ -1304,13 +1256,9 @@ mod tests {
         for i in 0..10_000u32 {
             s.record_write(0, &i.to_le_bytes(), Stamp::new(1, A));
         }
-        assert!(s.dbs[&0].keys.capacity() >= 10_000);
+        assert!(s.dbs[&0].capacity() >= 10_000);
         s.flush(Some(0), Stamp::new(2, A));
-        assert!(
-            s.dbs[&0].keys.capacity() < 100,
-            "{}",
-            s.dbs[&0].keys.capacity()
-        );
+        assert!(s.dbs[&0].capacity() < 100, "{}", s.dbs[&0].capacity());
     }
 
     #[test]
