@@ -523,3 +523,39 @@ fn a_silent_change_after_a_ttl_write_in_one_iteration_reaches_the_peer() {
     assert_eq!(group_info(&pair.b, 0, "s")["pending"], "1");
     pair.wait_converged(SETTLE);
 }
+
+#[test]
+fn strings_arrive_in_the_encoding_and_size_their_writer_holds() {
+    let pair = Pair::start();
+    let mut a = pair.a.conn();
+    // A small integer is a shared object on a client's SET, a larger one
+    // `int`; each kind of write the peer applies: a run of plain strings,
+    // one with a TTL, a merged counter, values that only look numeric.
+    cmd(
+        &mut a,
+        &["MSET", "small", "42", "big", "12345678901", "text", "hi"],
+    );
+    cmd(
+        &mut a,
+        &["MSET", "neg", "-7", "zeros", "007", "long", &"x".repeat(60)],
+    );
+    cmd(&mut a, &["SET", "ttl", "99999", "PX", "100000"]);
+    cmd(&mut a, &["INCRBY", "counter", "123456"]);
+    cmd(&mut a, &["SET", "plus", "+5"]);
+    let keys = [
+        "small", "big", "text", "neg", "zeros", "long", "ttl", "counter", "plus",
+    ];
+    pair.wait_converged(SETTLE);
+    let mut b = pair.b.conn();
+    for key in keys {
+        let encoding = ["OBJECT", "ENCODING", key];
+        assert_eq!(cmd(&mut a, &encoding), cmd(&mut b, &encoding), "{key}");
+        let usage = ["MEMORY", "USAGE", key];
+        assert_eq!(cmd(&mut a, &usage), cmd(&mut b, &usage), "{key}");
+        assert_eq!(
+            cmd(&mut a, &["GET", key]),
+            cmd(&mut b, &["GET", key]),
+            "{key}"
+        );
+    }
+}

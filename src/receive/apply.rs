@@ -24,7 +24,7 @@ use crate::converge::ttl_ops;
 use crate::converge::version::{Decision, KeyVersion, Stamp, GC_AT_NEXT_ACK};
 use crate::ops::status::{unix_ms, Stats};
 use crate::proto::entry::{Batch, Encoding, Entry, Op};
-use crate::redis::server;
+use crate::redis::server::{self, SetTail};
 use crate::redis::snapshot::{Read, Reader};
 use crate::shared::apply_queue::FromLink;
 use crate::shared::{self, Shared};
@@ -166,10 +166,11 @@ fn restore(
 ) -> std::result::Result<(), String> {
     match (encoding, expiry_ms) {
         // SET replaces any type and clears a TTL, like RESTORE REPLACE.
-        (Encoding::RawString, None) => run(ctx, opts, "SET", &[key, payload]),
+        // Fresh arguments: the server encodes the value as a client's.
+        (Encoding::RawString, None) => server::set_string(ctx, key, payload, SetTail::Plain),
         (Encoding::RawString, Some(at)) => {
             let at = at.to_string();
-            run(ctx, opts, "SET", &[key, payload, b"PXAT", at.as_bytes()])
+            server::set_string(ctx, key, payload, SetTail::PxAt(at.as_bytes()))
         }
         (Encoding::Dump, _) => {
             if payload.len() >= UNLINK_FIRST_BYTES {

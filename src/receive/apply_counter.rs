@@ -13,7 +13,7 @@ use crate::converge::merge::counters::{integer_of, Local, Merged, Plain, PlainOu
 use crate::converge::version::{KeyVersion, Stamp, GC_AT_NEXT_ACK};
 use crate::ops::status::unix_ms;
 use crate::proto::entry::{Encoding, Entry, Op};
-use crate::redis::server;
+use crate::redis::server::{self, SetTail};
 use crate::redis::snapshot::{Read, Reader};
 use crate::shared::Shared;
 
@@ -31,19 +31,13 @@ fn write(
         return call(ctx, opts, "DEL", &[key]);
     };
     let text = value.to_string();
-    match expiry {
-        None => call(ctx, opts, "SET", &[key, text.as_bytes(), b"KEEPTTL"]),
-        Some(None) => call(ctx, opts, "SET", &[key, text.as_bytes()]),
-        Some(Some(at)) => {
-            let at = at.to_string();
-            call(
-                ctx,
-                opts,
-                "SET",
-                &[key, text.as_bytes(), b"PXAT", at.as_bytes()],
-            )
-        }
-    }
+    let at = expiry.flatten().map(|at| at.to_string());
+    let tail = match (expiry, &at) {
+        (None, _) => SetTail::KeepTtl,
+        (Some(_), Some(at)) => SetTail::PxAt(at.as_bytes()),
+        (Some(_), None) => SetTail::Plain,
+    };
+    server::set_string(ctx, key, text.as_bytes(), tail)
 }
 
 /// What this node holds of `key` (the table does not hold it).

@@ -5,6 +5,7 @@
 
 use hashbrown::HashSet;
 
+use crate::converge::merge::counters::integer_of;
 use crate::converge::version::{Decision, KeyVersion, Stamp};
 use crate::proto::entry::{Encoding, Entry, Op};
 
@@ -48,14 +49,17 @@ impl<'a> MsetRun<'a> {
     }
 
     /// The key of a string value without expiry: what a run can carry.
+    /// Not an integer: MSET's values are the module's strings, which the
+    /// server does not encode as integers (`server::set_string` writes
+    /// those as a client's SET would).
     pub fn is_plain(e: &Entry) -> Option<&[u8]> {
         match &e.op {
             Op::Value {
                 key,
                 encoding: Encoding::RawString,
                 expiry_ms: None,
-                ..
-            } => Some(key),
+                payload,
+            } if integer_of(payload).is_none() => Some(key),
             _ => None,
         }
     }
@@ -180,6 +184,27 @@ mod tests {
             ..plain(0, "a")
         };
         assert!(!run.admits(&delete));
+        let with = |payload: &[u8]| {
+            let mut e = plain(0, "a");
+            if let Op::Value { payload: p, .. } = &mut e.op {
+                *p = payload.to_vec();
+            }
+            e
+        };
+        // The server would encode these as integers: written by a SET each.
+        for integer in [&b"0"[..], b"-7", b"12345678901", b"9223372036854775807"] {
+            assert!(!run.admits(&with(integer)), "{integer:?}");
+        }
+        for text in [
+            &b"007"[..],
+            b"+1",
+            b"-0",
+            b"1.5",
+            b"9223372036854775808",
+            b"",
+        ] {
+            assert!(run.admits(&with(text)), "{text:?}");
+        }
     }
 
     #[test]

@@ -10,6 +10,7 @@ mod element_reads;
 mod functions;
 mod keys;
 mod scan;
+mod set_string;
 mod sliced;
 
 pub use keys::{
@@ -25,6 +26,7 @@ pub use functions::{
 #[cfg(all(feature = "module", not(test)))]
 pub use keys::{probe_field_ttls, FieldTtls};
 pub use scan::KeyScan;
+pub use set_string::{set_string, SetTail};
 pub use sliced::{Slice, SlicedRead};
 
 use std::ffi::CStr;
