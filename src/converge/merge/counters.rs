@@ -100,45 +100,59 @@ type Key = (u32, Box<[u8]>);
 /// not yet sent fold into one instead ([`Counter::coalesce`]).
 pub const MAX_LISTED: usize = 1024;
 
-/// A counter at rest as the table keeps it: its base's stamp and value
-/// (no metadata, no increments), in 40 bytes where a [`Counter`] takes
-/// 112: a node keeps every counter it ever merged (stop 46,
-/// `scripts/memory.sh`).
+/// A counter at rest as the table keeps it: its base's stamp, with the
+/// node as its place in [`Counters::nodes`], and value (no metadata, no
+/// increments), in 24 bytes where a [`Counter`] takes 112: a node keeps
+/// every counter it ever merged (stop 46, `scripts/memory.sh`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Resting {
-    stamp: Stamp,
-    /// The value's two halves (8-byte aligned, unlike an `i128`).
-    value: [u64; 2],
+    clock: u64,
+    value: i64,
+    node: u32,
     present: bool,
 }
 
 impl Resting {
-    /// `c` if it is at rest.
-    fn of(c: &Counter) -> Option<Self> {
-        if c.metadata_len() != 0 {
+    /// `c` if it is at rest and its value fits 64 bits (a sum of
+    /// increments made on several sites at once may not: such a counter
+    /// stays with those with metadata).
+    fn of(c: &Counter, nodes: &mut Vec<u64>) -> Option<Self> {
+        if c.metadata_len() != 0 || !fits(c) {
             return None;
         }
         let base = c.base();
-        let v = base.value.unwrap_or(0) as u128;
+        let node = match nodes.iter().position(|&n| n == base.stamp.node) {
+            Some(p) => p,
+            None => {
+                nodes.push(base.stamp.node);
+                nodes.len() - 1
+            }
+        };
         Some(Self {
-            stamp: base.stamp,
-            value: [v as u64, (v >> 64) as u64],
+            clock: base.stamp.clock,
+            value: base.value.and_then(|v| i64::try_from(v).ok()).unwrap_or(0),
+            // A handful of sites: never near u32::MAX.
+            node: u32::try_from(node).unwrap_or(u32::MAX),
             present: base.value.is_some(),
         })
     }
 
-    fn counter(self) -> Counter {
-        let v = (u128::from(self.value[1]) << 64 | u128::from(self.value[0])) as i128;
-        let value = self.present.then_some(v);
+    fn counter(self, nodes: &[u64]) -> Counter {
+        let node = nodes.get(self.node as usize).copied().unwrap_or_default();
         Counter::from_parts(
             Base {
-                stamp: self.stamp,
-                value,
+                stamp: Stamp::new(self.clock, node),
+                value: self.present.then_some(i128::from(self.value)),
                 seen: Seen::new(),
             },
             [],
         )
     }
+}
+
+/// Whether `c`'s value fits a [`Resting`].
+fn fits(c: &Counter) -> bool {
+    c.base().value.is_none_or(|v| i64::try_from(v).is_ok())
 }
 
 /// The counters, and the bound.
@@ -148,6 +162,9 @@ pub struct Counters {
     live: HashMap<Key, Counter>,
     /// Counters at rest, per database (no table empty).
     resting: HashMap<u32, KeyTable<Resting>>,
+    /// The nodes the resting counters' stamps name, in the order first
+    /// seen (one of a handful of sites: never removed).
+    nodes: Vec<u64>,
     /// Per key with metadata, the newest of its stamps a state this node
     /// pushed held (none: nothing since the key entered the table here; a
     /// state a load restored counts as sent whole). A key at rest has no
@@ -176,7 +193,7 @@ impl Counters {
 
     /// Holds `c` for `k`.
     fn put(&mut self, k: Key, c: Counter) {
-        match Resting::of(&c) {
+        match Resting::of(&c, &mut self.nodes) {
             Some(r) => {
                 self.sent.remove(&k);
                 self.live.remove(&k);
@@ -196,7 +213,7 @@ impl Counters {
         }
         self.live
             .remove(k)
-            .or_else(|| self.remove_resting(k).map(Resting::counter))
+            .or_else(|| Some(self.remove_resting(k)?.counter(&self.nodes)))
     }
 
     fn remove_resting(&mut self, (db, key): &Key) -> Option<Resting> {
@@ -262,7 +279,7 @@ impl Counters {
         let k = DbKey(db, key);
         match self.live.get(&k) {
             Some(c) => Some(Cow::Borrowed(c)),
-            None => self.get_resting(db, key).map(|r| Cow::Owned(r.counter())),
+            None => (self.get_resting(db, key)).map(|r| Cow::Owned(r.counter(&self.nodes))),
         }
     }
 
@@ -433,7 +450,7 @@ impl Counters {
         let mut rested = Vec::new();
         self.live.retain(|k, c| {
             c.collect(bound);
-            let live = c.metadata_len() != 0;
+            let live = c.metadata_len() != 0 || !fits(c);
             if !live {
                 rested.push((k.clone(), c.clone()));
             }
@@ -470,8 +487,9 @@ impl Counters {
     /// Every key's state, for persistence.
     pub fn states(&self) -> impl Iterator<Item = (u32, &[u8], Cow<'_, Counter>)> {
         let live = (self.live.iter()).map(|((db, k), c)| (*db, &k[..], Cow::Borrowed(c)));
-        let resting = (self.resting.iter()).flat_map(|(&db, table)| {
-            (table.iter()).map(move |(k, r)| (db, k, Cow::Owned(r.counter())))
+        let nodes = &self.nodes;
+        let resting = (self.resting.iter()).flat_map(move |(&db, table)| {
+            (table.iter()).map(move |(k, r)| (db, k, Cow::Owned(r.counter(nodes))))
         });
         live.chain(resting)
     }
@@ -539,8 +557,9 @@ impl Counters {
             .retain(|(d, _), c| !flushed(*d) || c.newest() > stamp);
         // A counter at rest is its base: newer than the flush, nothing of
         // it to trim.
+        let nodes = &self.nodes;
         for (_, table) in self.resting.iter_mut().filter(|(d, _)| flushed(**d)) {
-            table.retain(|_, r| r.stamp > stamp);
+            table.retain(|_, r| r.counter(nodes).base().stamp > stamp);
         }
         self.resting.retain(|_, table| !table.is_empty());
         let mut trimmed = Vec::new();
@@ -725,8 +744,10 @@ mod tests {
 
     #[test]
     fn a_counter_at_rest_is_kept_small_and_whole() {
-        assert!(std::mem::size_of::<Resting>() <= 40);
-        for value in [Some(0), Some(-1), Some(i128::MAX), Some(i128::MIN), None] {
+        assert_eq!(std::mem::size_of::<Resting>(), 24);
+        let mut nodes = vec![B];
+        let max = Some(i128::from(i64::MAX));
+        for value in [Some(0), Some(-1), max, Some(i128::from(i64::MIN)), None] {
             let c = Counter::from_parts(
                 Base {
                     stamp: s(9, A),
@@ -735,12 +756,19 @@ mod tests {
                 },
                 [],
             );
-            let r = Resting::of(&c).expect("no metadata");
-            assert_eq!(r.counter(), c, "{value:?}");
+            let r = Resting::of(&c, &mut nodes).expect("no metadata");
+            assert_eq!(r.counter(&nodes), c, "{value:?}");
         }
+        assert_eq!(nodes, vec![B, A], "each node once");
         let mut listed = Counter::at_rest(Some(1));
         listed.increment(s(3, B), 1, &Seen::new());
-        assert_eq!(Resting::of(&listed), None, "an increment is metadata");
+        assert_eq!(
+            Resting::of(&listed, &mut nodes),
+            None,
+            "an increment is metadata"
+        );
+        let wide = Counter::at_rest(Some(i128::from(i64::MAX) + 1));
+        assert_eq!(Resting::of(&wide, &mut nodes), None, "past 64 bits");
         let mut a = Counters::default();
         assert!(a.local_increment(0, b"k", s(5, A), 1, 11, Some(KeyVersion::Live(s(1, A)))));
         a.sent(0, b"k");
@@ -754,6 +782,29 @@ mod tests {
         assert!(a.local_increment(0, b"k", s(7, A), 2, 13, Some(KeyVersion::Live(s(5, A)))));
         assert_eq!((a.live.len(), a.held()), (1, 1), "live again");
         assert!(a.resting.is_empty());
+        // Two sites' increments past 64 bits: kept whole, not rested again
+        // and again.
+        let near = Some(KeyVersion::Live(s(1, B)));
+        let big = i128::from(i64::MAX);
+        assert!(a.local_increment(0, b"w", s(8, A), big, big, near));
+        let from_b = Counter::from_parts(
+            Base {
+                stamp: s(1, B),
+                value: Some(0),
+                seen: Seen::new(),
+            },
+            [(s(8, B), big)],
+        );
+        a.remote_state(0, b"w", &from_b, || unreachable!());
+        a.raise_bound(A, 8);
+        a.raise_bound(B, 8);
+        let rested = a.collect();
+        assert_eq!(rested, vec![(0, Box::from(&b"k"[..]))], "not w");
+        assert_eq!(a.get(0, b"w").unwrap().value(), Some(2 * big));
+        assert!(
+            a.collect().is_empty(),
+            "w is not reported at each collection"
+        );
     }
 
     #[test]
