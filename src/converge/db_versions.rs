@@ -7,6 +7,7 @@
 //! Pure: what `converge::version` keeps per database, and nothing else.
 
 use crate::converge::key_table::KeyTable;
+use crate::converge::node_places::NodePlaces;
 use crate::converge::version::{KeyVersion, Stamp};
 
 /// A live key's stamp: the clock and the node's place in
@@ -30,32 +31,15 @@ struct Tombstone {
 pub struct DbVersions {
     live: KeyTable<LiveStamp>,
     tombstones: KeyTable<Tombstone>,
-    /// The node ids the live stamps name, in the order first seen (a node
-    /// is one of a handful of sites: never removed).
-    nodes: Vec<u64>,
+    /// The node ids the live stamps name.
+    nodes: NodePlaces,
     /// Stamp of the newest FLUSHDB of this database.
     pub floor: Stamp,
 }
 
 impl DbVersions {
-    fn node_at(&self, place: u32) -> u64 {
-        self.nodes.get(place as usize).copied().unwrap_or_default()
-    }
-
-    fn place_of(&mut self, node: u64) -> u32 {
-        let place = match self.nodes.iter().position(|&n| n == node) {
-            Some(p) => p,
-            None => {
-                self.nodes.push(node);
-                self.nodes.len() - 1
-            }
-        };
-        // A handful of sites: never near u32::MAX.
-        u32::try_from(place).unwrap_or(u32::MAX)
-    }
-
     fn unpack(&self, s: LiveStamp) -> KeyVersion {
-        KeyVersion::Live(Stamp::new(s.clock, self.node_at(s.node)))
+        KeyVersion::Live(Stamp::new(s.clock, self.nodes.node_at(s.node)))
     }
 
     /// Keys with a version (live or deleted).
@@ -99,7 +83,7 @@ impl DbVersions {
     pub fn set(&mut self, key: &[u8], version: KeyVersion) -> bool {
         match version {
             KeyVersion::Live(stamp) => {
-                let node = self.place_of(stamp.node);
+                let node = self.nodes.place_of(stamp.node);
                 let live = LiveStamp {
                     clock: stamp.clock,
                     node,
@@ -143,7 +127,7 @@ impl DbVersions {
     pub fn retain(&mut self, mut keep: impl FnMut(&[u8], KeyVersion) -> bool) {
         let nodes = &self.nodes;
         self.live.retain(|k, s| {
-            let node = nodes.get(s.node as usize).copied().unwrap_or_default();
+            let node = nodes.node_at(s.node);
             keep(k, KeyVersion::Live(Stamp::new(s.clock, node)))
         });
         self.tombstones.retain(|k, t| {
@@ -181,7 +165,7 @@ mod tests {
         assert!(!d.set(b"k", KeyVersion::Live(Stamp::new(5, a))));
         assert!(!d.set(b"j", KeyVersion::Live(Stamp::new(6, b))));
         assert!(!d.set(b"k", KeyVersion::Live(Stamp::new(7, b))));
-        assert_eq!(d.nodes, vec![a, b], "each node once");
+        assert_eq!(d.nodes.ids(), &[a, b], "each node once");
         assert_eq!(d.get(b"k"), Some(KeyVersion::Live(Stamp::new(7, b))));
         let deleted = KeyVersion::Deleted {
             stamp: Stamp::new(8, a),

@@ -17,8 +17,9 @@ use crate::converge::shrink::ShrinkWhenSparse;
 /// Key bytes: up to 16 inline (24 bytes in all), longer ones on the heap.
 pub type KeyBytes = smallvec::SmallVec<[u8; 16]>;
 
-/// Entries per chunk: each chunk is one allocation that never grows.
-pub const CHUNK: usize = 4096;
+/// Entries per chunk: each chunk is one allocation that never grows (a
+/// few in unit tests, so that they cross chunks).
+pub const CHUNK: usize = if cfg!(test) { 8 } else { 4096 };
 
 #[derive(Debug, Clone)]
 struct Entry<V> {
@@ -32,8 +33,11 @@ pub struct KeyTable<V> {
     /// Positions of the entries, hashed by their key. Invariant: exactly
     /// one position per entry, each below `len`.
     index: HashTable<u32>,
-    /// Entry `p` is `chunks[p / CHUNK][p % CHUNK]`; every chunk but the
-    /// last is full, the last is not empty.
+    /// Entry `p` is `chunks[p / CHUNK][p % CHUNK]`: every chunk before
+    /// the one holding the last entry is full, and at most one empty chunk
+    /// follows it (kept, so that a key written and removed again and
+    /// again at a chunk's edge does not allocate and free a chunk each
+    /// time).
     chunks: Vec<Vec<Entry<V>>>,
     len: usize,
     hasher: DefaultHashBuilder,
@@ -50,9 +54,14 @@ impl<V> Default for KeyTable<V> {
     }
 }
 
-fn entry_at<V>(chunks: &[Vec<Entry<V>>], pos: u32) -> &Entry<V> {
+fn entry_at<V>(chunks: &[Vec<Entry<V>>], pos: u32) -> Option<&Entry<V>> {
     let p = pos as usize;
-    &chunks[p / CHUNK][p % CHUNK]
+    chunks.get(p / CHUNK)?.get(p % CHUNK)
+}
+
+/// The key at `pos` (empty past the end, which the index never holds).
+fn key_at<V>(chunks: &[Vec<Entry<V>>], pos: u32) -> &[u8] {
+    entry_at(chunks, pos).map_or(&[], |e| &e.key[..])
 }
 
 impl<V> KeyTable<V> {
@@ -81,26 +90,23 @@ impl<V> KeyTable<V> {
 
     fn find_hashed(&self, hash: u64, key: &[u8]) -> Option<u32> {
         let chunks = &self.chunks;
-        (self
-            .index
-            .find(hash, |&p| entry_at(chunks, p).key[..] == *key))
-        .copied()
+        (self.index.find(hash, |&p| key_at(chunks, p) == key)).copied()
     }
 
-    fn entry_mut(&mut self, pos: u32) -> &mut Entry<V> {
+    fn entry_mut(&mut self, pos: u32) -> Option<&mut Entry<V>> {
         let p = pos as usize;
-        &mut self.chunks[p / CHUNK][p % CHUNK]
+        self.chunks.get_mut(p / CHUNK)?.get_mut(p % CHUNK)
     }
 
     /// The value of `key`.
     pub fn get(&self, key: &[u8]) -> Option<&V> {
-        self.find(key).map(|p| &entry_at(&self.chunks, p).value)
+        Some(&entry_at(&self.chunks, self.find(key)?)?.value)
     }
 
     /// The value of `key`, to change in place.
     pub fn get_mut(&mut self, key: &[u8]) -> Option<&mut V> {
         let p = self.find(key)?;
-        Some(&mut self.entry_mut(p).value)
+        Some(&mut self.entry_mut(p)?.value)
     }
 
     /// Whether `key` has a value.
@@ -112,25 +118,24 @@ impl<V> KeyTable<V> {
     /// value it replaced.
     pub fn insert(&mut self, key: &[u8], value: V) -> Option<V> {
         let hash = self.hash(key);
-        if let Some(p) = self.find_hashed(hash, key) {
-            return Some(std::mem::replace(&mut self.entry_mut(p).value, value));
+        if let Some(e) = self.find_hashed(hash, key).and_then(|p| self.entry_mut(p)) {
+            return Some(std::mem::replace(&mut e.value, value));
         }
-        let pos = u32::try_from(self.len).unwrap_or(u32::MAX);
-        debug_assert!(self.len < u32::MAX as usize, "positions fit in u32");
-        if self.chunks.last().is_none_or(|c| c.len() == CHUNK) {
+        // More than 2^32 keys in one table is beyond what a server holds;
+        // refused rather than given a position another entry has.
+        let pos = u32::try_from(self.len).ok()?;
+        let chunk = self.len / CHUNK;
+        if self.chunks.len() == chunk {
             self.chunks.push(Vec::with_capacity(CHUNK));
         }
-        if let Some(last) = self.chunks.last_mut() {
-            last.push(Entry {
-                key: KeyBytes::from_slice(key),
-                value,
-            });
-        }
+        self.chunks.get_mut(chunk)?.push(Entry {
+            key: KeyBytes::from_slice(key),
+            value,
+        });
         self.len += 1;
         let (chunks, hasher) = (&self.chunks, &self.hasher);
-        self.index.insert_unique(hash, pos, |&p| {
-            hasher.hash_one(&entry_at(chunks, p).key[..])
-        });
+        self.index
+            .insert_unique(hash, pos, |&p| hasher.hash_one(key_at(chunks, p)));
         None
     }
 
@@ -138,9 +143,8 @@ impl<V> KeyTable<V> {
     pub fn remove(&mut self, key: &[u8]) -> Option<V> {
         let hash = self.hash(key);
         let chunks = &self.chunks;
-        let found = self
-            .index
-            .find_entry(hash, |&p| entry_at(chunks, p).key[..] == *key)
+        let found = (self.index)
+            .find_entry(hash, |&p| key_at(chunks, p) == key)
             .ok()?;
         let (pos, _) = found.remove();
         self.take_out(pos)
@@ -151,32 +155,34 @@ impl<V> KeyTable<V> {
     fn take_out(&mut self, pos: u32) -> Option<V> {
         let last = u32::try_from(self.len.checked_sub(1)?).ok()?;
         if pos != last {
-            let hash = self.hash(&entry_at(&self.chunks, last).key[..]);
+            let hash = self.hash(key_at(&self.chunks, last));
             if let Some(p) = self.index.find_mut(hash, |&p| p == last) {
                 *p = pos;
             }
         }
-        let moved = self.chunks.last_mut()?.pop()?;
-        if self.chunks.last().is_some_and(Vec::is_empty) {
-            self.chunks.pop();
-        }
+        let chunk = last as usize / CHUNK;
+        let moved = self.chunks.get_mut(chunk)?.pop()?;
         self.len -= 1;
+        // At most one empty chunk after the last entry's.
+        self.chunks.truncate(chunk + 2);
         if pos == last {
             return Some(moved.value);
         }
-        Some(std::mem::replace(self.entry_mut(pos), moved).value)
+        Some(std::mem::replace(self.entry_mut(pos)?, moved).value)
     }
 
     /// Keeps the entries `keep` says to (it may change their values).
     pub fn retain(&mut self, mut keep: impl FnMut(&[u8], &mut V) -> bool) {
         let mut pos = 0u32;
         while (pos as usize) < self.len {
-            let entry = self.entry_mut(pos);
+            let Some(entry) = self.entry_mut(pos) else {
+                break;
+            };
             if keep(&entry.key, &mut entry.value) {
                 pos += 1;
                 continue;
             }
-            let hash = self.hash(&entry_at(&self.chunks, pos).key[..]);
+            let hash = self.hash(key_at(&self.chunks, pos));
             if let Ok(found) = self.index.find_entry(hash, |&p| p == pos) {
                 found.remove();
             }
@@ -199,14 +205,12 @@ impl<V> KeyTable<V> {
     }
 
     /// Gives the index's room back when it is mostly empty (the chunks go
-    /// as they empty).
+    /// as they empty, all but one spare).
     pub fn shrink_when_sparse(&mut self) {
         let room = self.index.capacity();
         if room > 64 && self.len <= room / 4 {
             let (chunks, hasher) = (&self.chunks, &self.hasher);
-            self.index.shrink_to(self.len * 2, |&p| {
-                hasher.hash_one(&entry_at(chunks, p).key[..])
-            });
+            (self.index).shrink_to(self.len * 2, |&p| hasher.hash_one(key_at(chunks, p)));
         }
         self.chunks.shrink_when_sparse();
     }
@@ -228,7 +232,7 @@ mod tests {
 
     fn key() -> impl Strategy<Value = Vec<u8>> {
         // Few distinct keys (hits and misses), some longer than inline.
-        (0u8..40, 0usize..3).prop_map(|(k, long)| {
+        (0u8..60, 0usize..3).prop_map(|(k, long)| {
             let mut v = vec![k];
             v.resize(1 + long * 12, b'x');
             v
@@ -289,7 +293,7 @@ mod tests {
             assert_eq!(table.insert(&i.to_le_bytes(), i), None);
         }
         assert_eq!(table.chunks.len(), 4);
-        assert!(table.chunks[..3].iter().all(|c| c.capacity() == CHUNK));
+        assert!(table.chunks.iter().all(|c| c.capacity() == CHUNK));
         for i in 0..N {
             assert_eq!(table.get(&i.to_le_bytes()), Some(&i));
         }
@@ -299,7 +303,25 @@ mod tests {
             assert_eq!(table.remove(&i.to_le_bytes()), Some(i));
         }
         assert_eq!(table.len(), (N as usize).div_ceil(8));
-        assert_eq!(table.chunks.len(), 1, "emptied chunks went");
+        let holding = table.len().div_ceil(CHUNK);
+        assert_eq!(
+            table.chunks.len(),
+            holding + 1,
+            "emptied chunks went, one kept"
+        );
+        // At a chunk's edge, a key written and removed again and again
+        // keeps the spare chunk rather than allocating one each time.
+        while table.len() % CHUNK != 0 {
+            let k = (N + table.len() as u32).to_le_bytes();
+            table.insert(&k, 0);
+        }
+        let spare = table.chunks.len();
+        for _ in 0..3 {
+            table.insert(b"edge", 1);
+            assert_eq!(table.chunks.len(), spare);
+            assert_eq!(table.remove(b"edge"), Some(1));
+            assert_eq!(table.chunks.len(), spare);
+        }
         table.retain(|_, _| false);
         assert!(table.is_empty());
         assert!(table.capacity() < 100, "the index shrank");

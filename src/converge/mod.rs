@@ -10,6 +10,7 @@ pub mod journal;
 pub mod key_table;
 pub mod libraries;
 pub mod merge;
+pub mod node_places;
 pub mod shrink;
 pub mod sweep;
 pub mod ttl_ops;

@@ -28,6 +28,7 @@ use std::borrow::Cow;
 use hashbrown::HashMap;
 
 use crate::converge::key_table::KeyTable;
+use crate::converge::node_places::NodePlaces;
 use crate::converge::shrink::ShrinkWhenSparse;
 
 use crate::converge::merge::counter::{Base, Counter};
@@ -114,31 +115,27 @@ struct Resting {
 
 impl Resting {
     /// `c` if it is at rest and its value fits 64 bits (a sum of
-    /// increments made on several sites at once may not: such a counter
-    /// stays with those with metadata).
-    fn of(c: &Counter, nodes: &mut Vec<u64>) -> Option<Self> {
-        if c.metadata_len() != 0 || !fits(c) {
+    /// increments made on several sites at once may not: see
+    /// [`Counters::wide`]).
+    fn of(c: &Counter, nodes: &mut NodePlaces) -> Option<Self> {
+        let base = c.base();
+        let value = match base.value {
+            Some(v) => Some(i64::try_from(v).ok()?),
+            None => None,
+        };
+        if c.metadata_len() != 0 {
             return None;
         }
-        let base = c.base();
-        let node = match nodes.iter().position(|&n| n == base.stamp.node) {
-            Some(p) => p,
-            None => {
-                nodes.push(base.stamp.node);
-                nodes.len() - 1
-            }
-        };
         Some(Self {
             clock: base.stamp.clock,
-            value: base.value.and_then(|v| i64::try_from(v).ok()).unwrap_or(0),
-            // A handful of sites: never near u32::MAX.
-            node: u32::try_from(node).unwrap_or(u32::MAX),
-            present: base.value.is_some(),
+            value: value.unwrap_or(0),
+            node: nodes.place_of(base.stamp.node),
+            present: value.is_some(),
         })
     }
 
-    fn counter(self, nodes: &[u64]) -> Counter {
-        let node = nodes.get(self.node as usize).copied().unwrap_or_default();
+    fn counter(self, nodes: &NodePlaces) -> Counter {
+        let node = nodes.node_at(self.node);
         Counter::from_parts(
             Base {
                 stamp: Stamp::new(self.clock, node),
@@ -150,11 +147,6 @@ impl Resting {
     }
 }
 
-/// Whether `c`'s value fits a [`Resting`].
-fn fits(c: &Counter) -> bool {
-    c.base().value.is_none_or(|v| i64::try_from(v).is_ok())
-}
-
 /// The counters, and the bound.
 #[derive(Debug, Default, Clone)]
 pub struct Counters {
@@ -162,9 +154,11 @@ pub struct Counters {
     live: HashMap<Key, Counter>,
     /// Counters at rest, per database (no table empty).
     resting: HashMap<u32, KeyTable<Resting>>,
-    /// The nodes the resting counters' stamps name, in the order first
-    /// seen (one of a handful of sites: never removed).
-    nodes: Vec<u64>,
+    /// The nodes the resting counters' stamps name.
+    nodes: NodePlaces,
+    /// Counters at rest whose value is past 64 bits (only increments made
+    /// on several sites at once get there), whole.
+    wide: HashMap<Key, Counter>,
     /// Per key with metadata, the newest of its stamps a state this node
     /// pushed held (none: nothing since the key entered the table here; a
     /// state a load restored counts as sent whole). A key at rest has no
@@ -183,25 +177,37 @@ impl Counters {
 
     /// No key is held (at rest or not).
     pub fn is_empty(&self) -> bool {
-        self.live.is_empty() && self.resting.is_empty()
+        self.live.is_empty()
+            && self.resting.values().all(KeyTable::is_empty)
+            && self.wide.is_empty()
     }
 
     /// Keys held, at rest or not.
     pub fn held(&self) -> usize {
-        self.live.len() + self.resting.values().map(KeyTable::len).sum::<usize>()
+        let resting: usize = self.resting.values().map(KeyTable::len).sum();
+        self.live.len() + resting + self.wide.len()
     }
 
     /// Holds `c` for `k`.
     fn put(&mut self, k: Key, c: Counter) {
+        let resting = self.resting.get_mut(&k.0);
+        if c.metadata_len() != 0 {
+            resting.map(|t| t.remove(&k.1));
+            self.wide.remove(&k);
+            self.live.insert(k, c);
+            return;
+        }
+        // At rest: nothing of it left to fold with a later increment.
+        self.live.remove(&k);
+        self.sent.remove(&k);
         match Resting::of(&c, &mut self.nodes) {
             Some(r) => {
-                self.sent.remove(&k);
-                self.live.remove(&k);
+                self.wide.remove(&k);
                 self.resting.entry(k.0).or_default().insert(&k.1, r);
             }
             None => {
-                self.remove_resting(&k);
-                self.live.insert(k, c);
+                resting.map(|t| t.remove(&k.1));
+                self.wide.insert(k, c);
             }
         }
     }
@@ -211,18 +217,15 @@ impl Counters {
         if self.is_empty() {
             return None;
         }
-        self.live
-            .remove(k)
-            .or_else(|| Some(self.remove_resting(k)?.counter(&self.nodes)))
-    }
-
-    fn remove_resting(&mut self, (db, key): &Key) -> Option<Resting> {
-        let table = self.resting.get_mut(db)?;
-        let r = table.remove(key);
-        if table.is_empty() {
-            self.resting.remove(db);
+        if let Some(c) = self.live.remove(k) {
+            return Some(c);
         }
-        r
+        // An emptied table stays: a key resting and waking again and again
+        // does not drop and build it each time.
+        if let Some(r) = self.resting.get_mut(&k.0).and_then(|t| t.remove(&k.1)) {
+            return Some(r.counter(&self.nodes));
+        }
+        self.wide.remove(k)
     }
 
     fn get_resting(&self, db: u32, key: &[u8]) -> Option<Resting> {
@@ -277,10 +280,10 @@ impl Counters {
             return None;
         }
         let k = DbKey(db, key);
-        match self.live.get(&k) {
-            Some(c) => Some(Cow::Borrowed(c)),
-            None => (self.get_resting(db, key)).map(|r| Cow::Owned(r.counter(&self.nodes))),
+        if let Some(c) = self.live.get(&k).or_else(|| self.wide.get(&k)) {
+            return Some(Cow::Borrowed(c));
         }
+        (self.get_resting(db, key)).map(|r| Cow::Owned(r.counter(&self.nodes)))
     }
 
     /// Whether `key`'s state holds a change (its base or an increment)
@@ -296,7 +299,10 @@ impl Counters {
     /// Whether `key` is held (as a counter, at rest or not).
     pub fn contains(&self, db: u32, key: &[u8]) -> bool {
         let k = DbKey(db, key);
-        !self.is_empty() && (self.live.contains_key(&k) || self.get_resting(db, key).is_some())
+        !self.is_empty()
+            && (self.live.contains_key(&k)
+                || self.get_resting(db, key).is_some()
+                || self.wide.contains_key(&k))
     }
 
     /// What a write made here now has seen of `key`: its increments held
@@ -450,7 +456,7 @@ impl Counters {
         let mut rested = Vec::new();
         self.live.retain(|k, c| {
             c.collect(bound);
-            let live = c.metadata_len() != 0 || !fits(c);
+            let live = c.metadata_len() != 0;
             if !live {
                 rested.push((k.clone(), c.clone()));
             }
@@ -486,7 +492,8 @@ impl Counters {
 
     /// Every key's state, for persistence.
     pub fn states(&self) -> impl Iterator<Item = (u32, &[u8], Cow<'_, Counter>)> {
-        let live = (self.live.iter()).map(|((db, k), c)| (*db, &k[..], Cow::Borrowed(c)));
+        let whole = self.live.iter().chain(self.wide.iter());
+        let live = whole.map(|((db, k), c)| (*db, &k[..], Cow::Borrowed(c)));
         let nodes = &self.nodes;
         let resting = (self.resting.iter()).flat_map(move |(&db, table)| {
             (table.iter()).map(move |(k, r)| (db, k, Cow::Owned(r.counter(nodes))))
@@ -512,6 +519,7 @@ impl Counters {
     pub fn clear(&mut self) {
         self.live.clear();
         self.resting.clear();
+        self.wide.clear();
         self.sent.clear();
     }
 
@@ -531,6 +539,10 @@ impl Counters {
             (db, key)
         };
         self.live = std::mem::take(&mut self.live)
+            .into_iter()
+            .map(|(k, c)| (moved(k), c))
+            .collect();
+        self.wide = std::mem::take(&mut self.wide)
             .into_iter()
             .map(|(k, c)| (moved(k), c))
             .collect();
@@ -557,11 +569,12 @@ impl Counters {
             .retain(|(d, _), c| !flushed(*d) || c.newest() > stamp);
         // A counter at rest is its base: newer than the flush, nothing of
         // it to trim.
+        self.wide
+            .retain(|(d, _), c| !flushed(*d) || c.newest() > stamp);
         let nodes = &self.nodes;
         for (_, table) in self.resting.iter_mut().filter(|(d, _)| flushed(**d)) {
             table.retain(|_, r| r.counter(nodes).base().stamp > stamp);
         }
-        self.resting.retain(|_, table| !table.is_empty());
         let mut trimmed = Vec::new();
         for (k, c) in self.live.iter_mut() {
             if flushed(k.0) && c.trim(stamp) {
@@ -745,7 +758,8 @@ mod tests {
     #[test]
     fn a_counter_at_rest_is_kept_small_and_whole() {
         assert_eq!(std::mem::size_of::<Resting>(), 24);
-        let mut nodes = vec![B];
+        let mut nodes = NodePlaces::default();
+        nodes.place_of(B);
         let max = Some(i128::from(i64::MAX));
         for value in [Some(0), Some(-1), max, Some(i128::from(i64::MIN)), None] {
             let c = Counter::from_parts(
@@ -759,7 +773,7 @@ mod tests {
             let r = Resting::of(&c, &mut nodes).expect("no metadata");
             assert_eq!(r.counter(&nodes), c, "{value:?}");
         }
-        assert_eq!(nodes, vec![B, A], "each node once");
+        assert_eq!(nodes.ids(), &[B, A], "each node once");
         let mut listed = Counter::at_rest(Some(1));
         listed.increment(s(3, B), 1, &Seen::new());
         assert_eq!(
@@ -781,9 +795,9 @@ mod tests {
         assert!(a.contains(0, b"k"));
         assert!(a.local_increment(0, b"k", s(7, A), 2, 13, Some(KeyVersion::Live(s(5, A)))));
         assert_eq!((a.live.len(), a.held()), (1, 1), "live again");
-        assert!(a.resting.is_empty());
-        // Two sites' increments past 64 bits: kept whole, not rested again
-        // and again.
+        assert!(a.resting.values().all(KeyTable::is_empty));
+        // Two sites' increments past 64 bits: at rest whole, not among the
+        // counters with metadata.
         let near = Some(KeyVersion::Live(s(1, B)));
         let big = i128::from(i64::MAX);
         assert!(a.local_increment(0, b"w", s(8, A), big, big, near));
@@ -798,13 +812,21 @@ mod tests {
         a.remote_state(0, b"w", &from_b, || unreachable!());
         a.raise_bound(A, 8);
         a.raise_bound(B, 8);
-        let rested = a.collect();
-        assert_eq!(rested, vec![(0, Box::from(&b"k"[..]))], "not w");
-        assert_eq!(a.get(0, b"w").unwrap().value(), Some(2 * big));
-        assert!(
-            a.collect().is_empty(),
-            "w is not reported at each collection"
+        let mut rested = a.collect();
+        rested.sort();
+        assert_eq!(
+            rested,
+            vec![(0, Box::from(&b"k"[..])), (0, Box::from(&b"w"[..]))]
         );
+        assert_eq!(a.get(0, b"w").unwrap().value(), Some(2 * big));
+        assert_eq!((a.live_len(), a.held(), a.wide.len()), (0, 2, 1));
+        assert!(a.contains(0, b"w"));
+        assert_eq!(a.states().count(), 2);
+        a.swap_dbs(0, 3);
+        assert!(a.contains(3, b"w") && a.contains(3, b"k"));
+        a.flushed(Some(3), s(100, A));
+        assert_eq!(a.held(), 0, "the flush took both");
+        assert!(a.is_empty());
     }
 
     #[test]

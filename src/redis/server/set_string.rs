@@ -24,7 +24,11 @@ pub enum SetTail<'a> {
 }
 
 /// `SET key value [KEEPTTL | PXAT at]`, propagated to the AOF and
-/// replicas (as the apply path's calls are), an error reply as the error.
+/// replicas (as the apply path's calls are).
+///
+/// # Errors
+/// The text of the server's error reply (or of the call's failure),
+/// naming the command, as the apply path's other calls give it.
 pub fn set_string(
     ctx: &Context,
     key: &[u8],
@@ -82,8 +86,9 @@ fn reply_result(reply: *mut raw::RedisModuleCallReply) -> Result<(), String> {
             raw::RedisModule_FreeCallReply,
         )
     };
+    // A reply whose type cannot be read is taken for an error.
     // SAFETY: `reply` is the live reply RM_Call just returned.
-    let is_error = kind.is_some_and(|f| unsafe { f(reply) } == raw::REDISMODULE_REPLY_ERROR as i32);
+    let is_error = kind.is_none_or(|f| unsafe { f(reply) } == raw::REDISMODULE_REPLY_ERROR as i32);
     let mut outcome = Ok(());
     if is_error {
         let mut len = 0usize;
