@@ -203,15 +203,18 @@ impl<V> KeyTable<V> {
         self.chunks = Vec::new();
         self.len = 0;
     }
+}
 
-    /// Gives the index's room back when it is mostly empty (the chunks go
-    /// as they empty, all but one spare).
-    pub fn shrink_when_sparse(&mut self) {
-        let room = self.index.capacity();
-        if room > 64 && self.len <= room / 4 {
-            let (chunks, hasher) = (&self.chunks, &self.hasher);
-            (self.index).shrink_to(self.len * 2, |&p| hasher.hash_one(key_at(chunks, p)));
-        }
+/// The index gives its room back by the common rule (the chunks go as
+/// they empty, all but one spare).
+impl<V> ShrinkWhenSparse for KeyTable<V> {
+    fn used_and_room(&self) -> (usize, usize) {
+        (self.len, self.index.capacity())
+    }
+
+    fn shrink_to_room(&mut self, room: usize) {
+        let (chunks, hasher) = (&self.chunks, &self.hasher);
+        (self.index).shrink_to(room, |&p| hasher.hash_one(key_at(chunks, p)));
         self.chunks.shrink_when_sparse();
     }
 }

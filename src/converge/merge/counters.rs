@@ -134,11 +134,15 @@ impl Resting {
         })
     }
 
+    /// Its base's stamp.
+    fn stamp(self, nodes: &NodePlaces) -> Stamp {
+        Stamp::new(self.clock, nodes.node_at(self.node))
+    }
+
     fn counter(self, nodes: &NodePlaces) -> Counter {
-        let node = nodes.node_at(self.node);
         Counter::from_parts(
             Base {
-                stamp: Stamp::new(self.clock, node),
+                stamp: self.stamp(nodes),
                 value: self.present.then_some(i128::from(self.value)),
                 seen: Seen::new(),
             },
@@ -152,7 +156,7 @@ impl Resting {
 pub struct Counters {
     /// Counters with metadata (what collection visits).
     live: HashMap<Key, Counter>,
-    /// Counters at rest, per database (no table empty).
+    /// Counters at rest, per database (a table emptied stays).
     resting: HashMap<u32, KeyTable<Resting>>,
     /// The nodes the resting counters' stamps name.
     nodes: NodePlaces,
@@ -453,15 +457,12 @@ impl Counters {
     /// that came to rest.
     pub fn collect(&mut self) -> Vec<(u32, Box<[u8]>)> {
         let bound = &self.bound;
-        let mut rested = Vec::new();
-        self.live.retain(|k, c| {
-            c.collect(bound);
-            let live = c.metadata_len() != 0;
-            if !live {
-                rested.push((k.clone(), c.clone()));
-            }
-            live
-        });
+        let rested: Vec<(Key, Counter)> = (self.live)
+            .extract_if(|_, c| {
+                c.collect(bound);
+                c.metadata_len() == 0
+            })
+            .collect();
         // A deleted counter at rest is a plain absent key: its tombstone
         // holds the delete's stamp (nothing came after it), the same on
         // every site.
@@ -573,7 +574,7 @@ impl Counters {
             .retain(|(d, _), c| !flushed(*d) || c.newest() > stamp);
         let nodes = &self.nodes;
         for (_, table) in self.resting.iter_mut().filter(|(d, _)| flushed(**d)) {
-            table.retain(|_, r| r.counter(nodes).base().stamp > stamp);
+            table.retain(|_, r| r.stamp(nodes) > stamp);
         }
         let mut trimmed = Vec::new();
         for (k, c) in self.live.iter_mut() {
