@@ -840,3 +840,70 @@ fn run(c: &mut Connection, args: &[&str]) {
     let reply: redis::RedisResult<redis::Value> = cmd(args).query(c);
     reply.unwrap_or_else(|e| panic!("{args:?}: {e}"));
 }
+
+/// The peer writes merged fields through the key API: its clients see the
+/// writes (keyspace events, an aborted `WATCH`, its replica's copy) but no
+/// command of the module's (INFO commandstats counts only theirs).
+#[test]
+fn merged_fields_reach_the_peer_as_writes_and_as_no_command() {
+    let pair = started_merging();
+    let mut args = common::module_args(common::free_port(), common::free_port(), &[]);
+    args.extend([
+        "--replicaof".into(),
+        "127.0.0.1".into(),
+        pair.b.port.to_string(),
+    ]);
+    let replica = common::Node::start("b-replica", args);
+    let (mut a, mut b) = (pair.a.conn(), pair.b.conn());
+    run(&mut b, &["CONFIG", "SET", "notify-keyspace-events", "Kgh"]);
+    run(&mut b, &["CONFIG", "RESETSTAT"]);
+    let mut watcher = pair.b.conn();
+    run(&mut watcher, &["WATCH", "h"]);
+    let mut listener = pair.b.conn();
+    let mut events = listener.as_pubsub();
+    events.subscribe("__keyspace@0__:h").unwrap();
+    events
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let has = |c: &mut Connection, n: usize| {
+        common::wait_until(Duration::from_secs(10), || fields_of(c, "h").len() == n)
+    };
+    run(&mut a, &["HSET", "h", "f1", "1", "f2", "2"]);
+    assert!(has(&mut b, 2), "B: {:?}", fields_of(&mut b, "h"));
+    run(&mut a, &["HDEL", "h", "f1"]);
+    assert!(has(&mut b, 1), "B: {:?}", fields_of(&mut b, "h"));
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        seen.push(
+            events
+                .get_message()
+                .unwrap()
+                .get_payload::<String>()
+                .unwrap(),
+        );
+    }
+    assert_eq!(seen, ["hset", "hdel"]);
+    let exec: redis::Value = redis::pipe()
+        .atomic()
+        .cmd("GET")
+        .arg("h")
+        .query(&mut watcher)
+        .unwrap();
+    assert_eq!(exec, redis::Value::Nil, "WATCH h saw no write on B");
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut b)
+        .unwrap();
+    for command in ["cmdstat_hset:", "cmdstat_hdel:"] {
+        assert!(!stats.contains(command), "{command} on B:\n{stats}");
+    }
+    let mut r = replica.conn();
+    assert!(
+        common::wait_until(Duration::from_secs(10), || {
+            fields_of(&mut r, "h") == fields_of(&mut b, "h")
+        }),
+        "B's replica: {:?}",
+        fields_of(&mut r, "h")
+    );
+    merged_and_collected(&pair);
+}

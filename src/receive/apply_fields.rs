@@ -68,6 +68,11 @@ fn write(
     if w.clear {
         call(ctx, opts, "DEL", &[key])?;
     }
+    if kind == Kind::Hash {
+        if let Some(done) = write_hash(ctx, key, w) {
+            return done;
+        }
+    }
     let (set, del) = commands(kind);
     for chunk in w.set.chunks(FIELDS_PER_CALL) {
         let mut owned = Vec::with_capacity(2 * chunk.len());
@@ -86,6 +91,30 @@ fn write(
         call(ctx, opts, del, &args)?;
     }
     Ok(())
+}
+
+/// A hash's merged fields written through the key API (`None`: the server
+/// cannot, nothing written). Removals alone are first narrowed to the
+/// fields the hash holds: a write that changes nothing leaves `WATCH` be,
+/// as an `HDEL` of absent fields does.
+fn write_hash(ctx: &Context, key: &[u8], w: &Writes) -> Option<Result<(), String>> {
+    if w.set.is_empty() {
+        let values = ElementKey::new(ctx, key)
+            .values_and_expiry(Kind::Hash, &w.del)
+            .map(|(values, _)| values)
+            .unwrap_or_default();
+        let held: Vec<Bytes> = w
+            .del
+            .iter()
+            .zip(values)
+            .filter_map(|(name, value)| value.map(|_| name.clone()))
+            .collect();
+        if held.is_empty() {
+            return Some(Ok(()));
+        }
+        return server::write_hash_fields(ctx, key, &[], &held);
+    }
+    server::write_hash_fields(ctx, key, &w.set, &w.del)
 }
 
 /// `command` of `key` with `values` as its arguments, 512 at a time.

@@ -188,18 +188,26 @@ impl<'a> ElementKey<'a> {
 
 impl LocalHash for ElementKey<'_> {
     fn field(&self, name: &[u8]) -> Option<Bytes> {
-        match self.kind()? {
-            Kind::Set => self.set_holds(name).then(Vec::new),
-            Kind::List if name == lists::REST => {
+        // A hash's field or a member's score with one open of the key.
+        let mut other = None;
+        let value = self.with_open(|handle, kind| match kind {
+            Kind::Hash | Kind::SortedSet => {
+                // SAFETY: `with_open` hands its reader a live key of `kind`,
+                // opened on `ctx` on the main thread.
+                let (mut values, _) = unsafe { self.read(handle, kind, &[name.to_vec()]) }?;
+                values.pop().flatten()
+            }
+            Kind::Set | Kind::List => {
+                other = Some(kind);
+                None
+            }
+        });
+        match other {
+            Some(Kind::Set) => self.set_holds(name).then(Vec::new),
+            Some(Kind::List) if name == lists::REST => {
                 self.all().and_then(|(_, mut e)| e.pop()).map(|(_, v)| v)
             }
-            Kind::List => None,
-            kind => self
-                .values_and_expiry(kind, &[name.to_vec()])
-                .ok()?
-                .0
-                .pop()
-                .flatten(),
+            _ => value,
         }
     }
 
