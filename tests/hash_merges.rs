@@ -841,11 +841,12 @@ fn run(c: &mut Connection, args: &[&str]) {
     reply.unwrap_or_else(|e| panic!("{args:?}: {e}"));
 }
 
-/// The peer writes merged fields through the key API: its clients see the
-/// writes (keyspace events, an aborted `WATCH`, its replica's copy) but no
-/// command of the module's (INFO commandstats counts only theirs).
+/// The peer writes merged fields and members through the key API: its
+/// clients see the writes (keyspace events, an aborted `WATCH`, its
+/// replica's copy, the scores exact) but no command of the module's (INFO
+/// commandstats counts only theirs).
 #[test]
-fn merged_fields_reach_the_peer_as_writes_and_as_no_command() {
+fn merged_elements_reach_the_peer_as_writes_and_as_no_command() {
     let pair = started_merging();
     let mut args = common::module_args(common::free_port(), common::free_port(), &[]);
     args.extend([
@@ -855,25 +856,39 @@ fn merged_fields_reach_the_peer_as_writes_and_as_no_command() {
     ]);
     let replica = common::Node::start("b-replica", args);
     let (mut a, mut b) = (pair.a.conn(), pair.b.conn());
-    run(&mut b, &["CONFIG", "SET", "notify-keyspace-events", "Kgh"]);
+    run(&mut b, &["CONFIG", "SET", "notify-keyspace-events", "Kghz"]);
     run(&mut b, &["CONFIG", "RESETSTAT"]);
     let mut watcher = pair.b.conn();
-    run(&mut watcher, &["WATCH", "h"]);
+    run(&mut watcher, &["WATCH", "h", "z"]);
     let mut listener = pair.b.conn();
     let mut events = listener.as_pubsub();
-    events.subscribe("__keyspace@0__:h").unwrap();
+    events.psubscribe("__keyspace@0__:[hz]").unwrap();
     events
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
-    let has = |c: &mut Connection, n: usize| {
-        common::wait_until(Duration::from_secs(10), || fields_of(c, "h").len() == n)
-    };
-    run(&mut a, &["HSET", "h", "f1", "1", "f2", "2"]);
-    assert!(has(&mut b, 2), "B: {:?}", fields_of(&mut b, "h"));
-    run(&mut a, &["HDEL", "h", "f1"]);
-    assert!(has(&mut b, 1), "B: {:?}", fields_of(&mut b, "h"));
+    let steps: [(&[&str], &str, usize); 4] = [
+        (&["HSET", "h", "f1", "1", "f2", "2"], "h", 2),
+        (&["HDEL", "h", "f1"], "h", 1),
+        (
+            &["ZADD", "z", "0.1", "m1", "1e300", "m2", "-inf", "m3"],
+            "z",
+            3,
+        ),
+        (&["ZREM", "z", "m1"], "z", 2),
+    ];
+    for (command, key, left) in steps {
+        run(&mut a, command);
+        let arrived = common::wait_until(Duration::from_secs(10), || {
+            redis::cmd(if key == "h" { "HLEN" } else { "ZCARD" })
+                .arg(key)
+                .query::<usize>(&mut b)
+                .unwrap()
+                == left
+        });
+        assert!(arrived, "{command:?} did not reach B");
+    }
     let mut seen = Vec::new();
-    while seen.len() < 2 {
+    while seen.len() < 4 {
         seen.push(
             events
                 .get_message()
@@ -882,28 +897,44 @@ fn merged_fields_reach_the_peer_as_writes_and_as_no_command() {
                 .unwrap(),
         );
     }
-    assert_eq!(seen, ["hset", "hdel"]);
+    assert_eq!(seen, ["hset", "hdel", "zadd", "zrem"]);
     let exec: redis::Value = redis::pipe()
         .atomic()
         .cmd("GET")
         .arg("h")
         .query(&mut watcher)
         .unwrap();
-    assert_eq!(exec, redis::Value::Nil, "WATCH h saw no write on B");
+    assert_eq!(exec, redis::Value::Nil, "WATCH h z saw no write on B");
     let stats: String = redis::cmd("INFO")
         .arg("commandstats")
         .query(&mut b)
         .unwrap();
-    for command in ["cmdstat_hset:", "cmdstat_hdel:"] {
+    for command in [
+        "cmdstat_hset:",
+        "cmdstat_hdel:",
+        "cmdstat_zadd:",
+        "cmdstat_zrem:",
+    ] {
         assert!(!stats.contains(command), "{command} on B:\n{stats}");
     }
+    let zset = |c: &mut Connection| -> Vec<(String, f64)> {
+        redis::cmd("ZRANGE")
+            .arg("z")
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query(c)
+            .unwrap()
+    };
+    assert_eq!(zset(&mut b), zset(&mut a));
     let mut r = replica.conn();
     assert!(
         common::wait_until(Duration::from_secs(10), || {
-            fields_of(&mut r, "h") == fields_of(&mut b, "h")
+            fields_of(&mut r, "h") == fields_of(&mut b, "h") && zset(&mut r) == zset(&mut b)
         }),
-        "B's replica: {:?}",
-        fields_of(&mut r, "h")
+        "B's replica: {:?} {:?}",
+        fields_of(&mut r, "h"),
+        zset(&mut r)
     );
     merged_and_collected(&pair);
 }

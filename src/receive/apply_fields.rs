@@ -68,8 +68,8 @@ fn write(
     if w.clear {
         call(ctx, opts, "DEL", &[key])?;
     }
-    if kind == Kind::Hash {
-        if let Some(done) = write_hash(ctx, key, w) {
+    if matches!(kind, Kind::Hash | Kind::SortedSet) {
+        if let Some(done) = write_elements(ctx, (key, kind), w) {
             return done;
         }
     }
@@ -93,28 +93,32 @@ fn write(
     Ok(())
 }
 
-/// A hash's merged fields written through the key API (`None`: the server
-/// cannot, nothing written). Removals alone are first narrowed to the
-/// fields the hash holds: a write that changes nothing leaves `WATCH` be,
-/// as an `HDEL` of absent fields does.
-fn write_hash(ctx: &Context, key: &[u8], w: &Writes) -> Option<Result<(), String>> {
-    if w.set.is_empty() {
-        let values = ElementKey::new(ctx, key)
-            .values_and_expiry(Kind::Hash, &w.del)
-            .map(|(values, _)| values)
-            .unwrap_or_default();
-        let held: Vec<Bytes> = w
-            .del
-            .iter()
-            .zip(values)
-            .filter_map(|(name, value)| value.map(|_| name.clone()))
-            .collect();
-        if held.is_empty() {
-            return Some(Ok(()));
-        }
-        return server::write_hash_fields(ctx, key, &[], &held);
+/// A hash's fields or a sorted set's members written through the key API
+/// (`None`: the server cannot, nothing written). Removals alone are first
+/// narrowed to the elements the key holds: a write that changes nothing
+/// leaves `WATCH` be, as an `HDEL` or `ZREM` of absent elements does.
+fn write_elements(
+    ctx: &Context,
+    (key, kind): (&[u8], Kind),
+    w: &Writes,
+) -> Option<Result<(), String>> {
+    if !w.set.is_empty() {
+        return server::write_elements(ctx, (key, kind), &w.set, &w.del);
     }
-    server::write_hash_fields(ctx, key, &w.set, &w.del)
+    let values = ElementKey::new(ctx, key)
+        .values_and_expiry(kind, &w.del)
+        .map(|(values, _)| values)
+        .unwrap_or_default();
+    let held: Vec<Bytes> = w
+        .del
+        .iter()
+        .zip(values)
+        .filter_map(|(name, value)| value.map(|_| name.clone()))
+        .collect();
+    if held.is_empty() {
+        return Some(Ok(()));
+    }
+    server::write_elements(ctx, (key, kind), &[], &held)
 }
 
 /// `command` of `key` with `values` as its arguments, 512 at a time.

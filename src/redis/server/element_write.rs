@@ -1,52 +1,99 @@
-//! The peer's merged hash fields written through the key API, as the
-//! `HSET` and `HDEL` a client would have sent: propagated to this node's
-//! AOF and replicas, notified (`hset`, `hdel`, `del`) and signalled to
-//! `WATCH` and client tracking, but run as no command: MONITOR, SLOWLOG and
-//! INFO commandstats show only what clients did, and the server's command
-//! dispatch (a quarter of a merged `HSET`'s cost on the peer) is skipped.
+//! The peer's merged hash fields and sorted-set members written through
+//! the key API, as the `HSET`/`HDEL` or `ZADD`/`ZREM` a client would have
+//! sent: propagated to this node's AOF and replicas, notified (`hset`,
+//! `hdel`, `zadd`, `zrem`, `del`) and signalled to `WATCH` and client
+//! tracking (the key's close does), but run as no command: MONITOR,
+//! SLOWLOG and INFO commandstats show only what clients did, and the
+//! server's command dispatch (a quarter of a merged `HSET`'s cost on the
+//! peer) is skipped. Sets have no such calls on the servers supported.
 
+use std::ffi::CStr;
 use std::ptr;
 
 use redis_module::{raw, Context, RedisString};
 
-use crate::converge::merge::hashes::Bytes;
+use crate::converge::merge::hashes::{score_of, Bytes, Kind};
 
-/// Fields per propagated command, as the apply path's calls chunk them.
-const FIELDS_PER_COMMAND: usize = 512;
+/// Elements per propagated command, as the apply path's calls chunk them.
+const ELEMENTS_PER_COMMAND: usize = 512;
 
-/// `REDISMODULE_HASH_DELETE` of redismodule.h, a marker address no
-/// binding carries (a cast in a macro), never dereferenced.
-fn hash_delete() -> *mut raw::RedisModuleString {
-    ptr::without_provenance_mut(1)
+/// The calls and names of one merged type's writes.
+struct Written {
+    key_type: isize,
+    class: i32,
+    commands: (&'static str, &'static str),
+    events: (&'static CStr, &'static CStr),
 }
 
-/// HashSet's flags, as its `int`.
-const HASH_NONE: i32 = raw::REDISMODULE_HASH_NONE as i32;
-const HASH_COUNT_ALL: i32 = raw::REDISMODULE_HASH_COUNT_ALL as i32;
+/// What a write of `kind` goes through; `None` for a set or a list, or
+/// when the server lacks a call it needs.
+fn written(kind: Kind) -> Option<Written> {
+    // SAFETY: the API table is filled by RedisModule_Init; reading pointers.
+    let calls = unsafe {
+        let (hash_set, zset_add, zset_rem) = (
+            raw::RedisModule_HashSet,
+            raw::RedisModule_ZsetAdd,
+            raw::RedisModule_ZsetRem,
+        );
+        match kind {
+            Kind::Hash => hash_set.is_some(),
+            _ => zset_add.is_some() && zset_rem.is_some(),
+        }
+    };
+    if !calls {
+        return None;
+    }
+    match kind {
+        Kind::Hash => Some(Written {
+            key_type: raw::REDISMODULE_KEYTYPE_HASH,
+            class: raw::REDISMODULE_NOTIFY_HASH,
+            commands: ("HSET", "HDEL"),
+            events: (c"hset", c"hdel"),
+        }),
+        Kind::SortedSet => Some(Written {
+            key_type: raw::REDISMODULE_KEYTYPE_ZSET,
+            class: raw::REDISMODULE_NOTIFY_ZSET,
+            commands: ("ZADD", "ZREM"),
+            events: (c"zadd", c"zrem"),
+        }),
+        Kind::Set | Kind::List => None,
+    }
+}
 
-/// Sets the fields `set` and removes the fields `del` of the hash `key` in
-/// the selected database. `None` when the server lacks a call it needs or
-/// the key holds another type, before anything was written (the caller
-/// runs the commands instead).
+/// What the writes did: the arguments of the elements set (field and
+/// value, or score and member), the elements removed, the first failure.
+#[derive(Default)]
+struct Done<'a> {
+    set_args: Vec<Vec<u8>>,
+    removed: Vec<&'a [u8]>,
+    failed: Option<String>,
+}
+
+/// Sets the elements `set` (a field and its value, or a member and its
+/// score as [`crate::converge::merge::hashes::score_bytes`] holds it) and
+/// removes the elements `del` of the `kind` key `key` in the selected
+/// database. `None` when `kind` has no key API, the server lacks a call
+/// it needs or the key holds another type, before anything was written
+/// (the caller runs the commands instead).
 ///
 /// # Errors
-/// A field the server did not set, naming it by its length.
-pub fn write_hash_fields(
+/// An element the server did not set, naming it by its length.
+pub fn write_elements(
     ctx: &Context,
-    key: &[u8],
+    (key, kind): (&[u8], Kind),
     set: &[(Bytes, Bytes)],
     del: &[Bytes],
 ) -> Option<Result<(), String>> {
+    let how = written(kind)?;
     // SAFETY: the API table is filled by RedisModule_Init; reading pointers.
     let api = unsafe {
         (
             raw::RedisModule_OpenKey,
             raw::RedisModule_KeyType,
-            raw::RedisModule_HashSet,
             raw::RedisModule_CloseKey,
         )
     };
-    let (Some(open), Some(key_type), Some(hash_set), Some(close)) = api else {
+    let (Some(open), Some(key_type), Some(close)) = api else {
         return None;
     };
     let name = string(key);
@@ -59,93 +106,163 @@ pub fn write_hash_fields(
     }
     // SAFETY: `handle` is the live key just opened.
     let held = unsafe { key_type(handle) } as isize;
-    if held != raw::REDISMODULE_KEYTYPE_EMPTY && held != raw::REDISMODULE_KEYTYPE_HASH {
-        // SAFETY: closing the key opened above, written to by nothing.
-        unsafe { close(handle) };
-        return None;
-    }
-    // SAFETY: `handle` is live, open for writing, a hash or empty.
-    let (failed, removed) = unsafe { write_open(hash_set, handle, set, del) };
+    let done = (held == raw::REDISMODULE_KEYTYPE_EMPTY || held == how.key_type)
+        // SAFETY: `handle` is live, open for writing, of `kind` or empty.
+        .then(|| unsafe { write_open(handle, kind, set, del) })
+        .flatten();
     // SAFETY: the key's type after the writes, then its close, which
-    // signals the key as modified (WATCH, client tracking) as HSET does.
+    // signals the key as modified (WATCH, client tracking) as the
+    // commands do.
     let gone = unsafe {
         let gone = key_type(handle) as isize == raw::REDISMODULE_KEYTYPE_EMPTY;
         close(handle);
         gone
     };
-    announce(ctx, (key, &name), set, (&removed, gone));
-    Some(failed.map_or(Ok(()), Err))
+    let done = done?;
+    announce(ctx, (key, &name), &how, (&done, gone));
+    Some(done.failed.map_or(Ok(()), Err))
 }
 
-/// Propagates and notifies what [`write_open`] did as the `HSET` and
-/// `HDEL` commands would (`gone`: the last field went).
+/// Propagates and notifies what [`write_open`] did as the commands would
+/// (`gone`: the last element went).
 fn announce(
     ctx: &Context,
     (key, name): (&[u8], &RedisString),
-    set: &[(Bytes, Bytes)],
-    (removed, gone): (&[&[u8]], bool),
+    how: &Written,
+    (done, gone): (&Done, bool),
 ) {
     // SAFETY: the API table is filled by RedisModule_Init; reading a pointer.
     let Some(notify) = (unsafe { raw::RedisModule_NotifyKeyspaceEvent }) else {
         return;
     };
-    let event = |class: i32, event: &std::ffi::CStr| {
+    let event = |class: i32, event: &CStr| {
         // SAFETY: the live context and key name; `event` is NUL-terminated.
         unsafe { notify(ctx.ctx, class, event.as_ptr(), name.inner) };
     };
-    let pairs = set.iter().flat_map(|(f, v)| [f.as_slice(), v.as_slice()]);
-    propagate(ctx, ("HSET", key), pairs, 2);
-    for _ in set.chunks(FIELDS_PER_COMMAND) {
-        event(raw::REDISMODULE_NOTIFY_HASH, c"hset");
+    let (set, del) = how.commands;
+    propagate(ctx, (set, key), done.set_args.iter().map(Vec::as_slice), 2);
+    for _ in done.set_args.chunks(2 * ELEMENTS_PER_COMMAND) {
+        event(how.class, how.events.0);
     }
-    propagate(ctx, ("HDEL", key), removed.iter().copied(), 1);
-    for _ in removed.chunks(FIELDS_PER_COMMAND) {
-        event(raw::REDISMODULE_NOTIFY_HASH, c"hdel");
+    propagate(ctx, (del, key), done.removed.iter().copied(), 1);
+    for _ in done.removed.chunks(ELEMENTS_PER_COMMAND) {
+        event(how.class, how.events.1);
     }
-    if gone && !removed.is_empty() {
+    if gone && !done.removed.is_empty() {
         event(raw::REDISMODULE_NOTIFY_GENERIC, c"del");
     }
 }
 
-/// `RedisModule_HashSet` as bound.
-type HashSet = unsafe extern "C" fn(*mut raw::RedisModuleKey, i32, ...) -> i32;
-
-/// Sets `set` and removes `del` in the open hash `handle`: the first
-/// field not set, and the fields removed.
+/// Sets `set` and removes `del` in the open key `handle`; `None` when the
+/// server lacks a call ([`written`] found them all first).
 ///
 /// # Safety
 /// `handle` is a live key opened for writing on the main thread, holding
-/// a hash or nothing.
+/// a value of `kind` or nothing.
 unsafe fn write_open<'a>(
-    hash_set: HashSet,
     handle: *mut raw::RedisModuleKey,
+    kind: Kind,
     set: &[(Bytes, Bytes)],
     del: &'a [Bytes],
-) -> (Option<String>, Vec<&'a [u8]>) {
+) -> Option<Done<'a>> {
+    let mut done = Done::default();
+    for element in set {
+        // SAFETY: the caller's contract.
+        match unsafe { set_one(handle, kind, element) }? {
+            Ok(Some(args)) => done.set_args.extend(args),
+            Ok(None) => {}
+            Err(why) => {
+                done.failed.get_or_insert(why);
+            }
+        }
+    }
+    for name in del {
+        // SAFETY: the caller's contract.
+        if unsafe { remove_one(handle, kind, name) }? {
+            done.removed.push(name);
+        }
+    }
+    Some(done)
+}
+
+/// Sets one element: the two arguments that say it in the command, `None`
+/// when it held that value already; `Err` when the server refused it;
+/// `None` outside when the server lacks the call.
+///
+/// # Safety
+/// As [`write_open`].
+unsafe fn set_one(
+    handle: *mut raw::RedisModuleKey,
+    kind: Kind,
+    (name, value): &(Bytes, Bytes),
+) -> Option<Result<Option<[Bytes; 2]>, String>> {
     let none: *mut raw::RedisModuleString = ptr::null_mut();
-    let mut failed = None;
-    for (field, value) in set {
-        let (f, v) = (string(field), string(value));
+    let member = string(name);
+    if kind == Kind::Hash {
+        // SAFETY: the API table is filled by RedisModule_Init.
+        let hash_set = unsafe { raw::RedisModule_HashSet }?;
+        let v = string(value);
         // SAFETY: the caller's contract; the variadic list is one field
         // and value, both live Redis strings, ended by a null pointer as
         // HashSet requires; COUNT_ALL counts a new field as set.
-        let n = unsafe { hash_set(handle, HASH_COUNT_ALL, f.inner, v.inner, none) };
-        if n != 1 && failed.is_none() {
-            failed = Some(format!("HSET: a field of {} bytes not set", field.len()));
-        }
+        let n = unsafe { hash_set(handle, HASH_COUNT_ALL, member.inner, v.inner, none) };
+        return Some(match n {
+            1 => Ok(Some([name.clone(), value.clone()])),
+            _ => Err(format!("HSET: a field of {} bytes not set", name.len())),
+        });
     }
-    let mut removed = Vec::new();
-    for field in del {
-        let f = string(field);
-        // SAFETY: as above; `HASH_DELETE` is the value that asks for a
-        // removal. The key goes once its last field does.
-        let n = unsafe { hash_set(handle, HASH_NONE, f.inner, hash_delete(), none) };
-        if n == 1 {
-            removed.push(field.as_slice());
+    // SAFETY: the API table is filled by RedisModule_Init.
+    let zset_add = unsafe { raw::RedisModule_ZsetAdd }?;
+    let Some(score) = score_of(value).filter(|s| !s.is_nan()) else {
+        return Some(Err(format!("ZADD: a score of {} bytes", value.len())));
+    };
+    let mut flags = 0;
+    // SAFETY: the caller's contract; `member` is live, `flags` a live int.
+    let ok = unsafe { zset_add(handle, score, member.inner, &mut flags) };
+    let changed = (raw::REDISMODULE_ZADD_ADDED | raw::REDISMODULE_ZADD_UPDATED) as i32;
+    Some(match ok == raw::REDISMODULE_OK as i32 {
+        // The text reads back as the same double.
+        true => {
+            Ok((flags & changed != 0).then(|| [format!("{score:e}").into_bytes(), name.clone()]))
         }
-    }
-    (failed, removed)
+        false => Err(format!("ZADD: a member of {} bytes not set", name.len())),
+    })
 }
+
+/// Removes one element: whether it was there; `None` when the server
+/// lacks the call. The key goes once its last element does.
+///
+/// # Safety
+/// As [`write_open`].
+unsafe fn remove_one(handle: *mut raw::RedisModuleKey, kind: Kind, name: &[u8]) -> Option<bool> {
+    let member = string(name);
+    if kind == Kind::Hash {
+        // SAFETY: the API table is filled by RedisModule_Init.
+        let hash_set = unsafe { raw::RedisModule_HashSet }?;
+        let none: *mut raw::RedisModuleString = ptr::null_mut();
+        // SAFETY: as in `set_one`; `hash_delete()` is the value that asks
+        // for a removal.
+        return Some(
+            unsafe { hash_set(handle, HASH_NONE, member.inner, hash_delete(), none) } == 1,
+        );
+    }
+    // SAFETY: the API table is filled by RedisModule_Init.
+    let zset_rem = unsafe { raw::RedisModule_ZsetRem }?;
+    let mut deleted = 0;
+    // SAFETY: the caller's contract; `member` is live, `deleted` a live int.
+    let ok = unsafe { zset_rem(handle, member.inner, &mut deleted) };
+    Some(ok == raw::REDISMODULE_OK as i32 && deleted == 1)
+}
+
+/// `REDISMODULE_HASH_DELETE` of redismodule.h, a marker address no
+/// binding carries (a cast in a macro), never dereferenced.
+fn hash_delete() -> *mut raw::RedisModuleString {
+    ptr::without_provenance_mut(1)
+}
+
+/// HashSet's flags, as its `int`.
+const HASH_NONE: i32 = raw::REDISMODULE_HASH_NONE as i32;
+const HASH_COUNT_ALL: i32 = raw::REDISMODULE_HASH_COUNT_ALL as i32;
 
 /// A Redis string of `bytes`, owned by no context.
 fn string(bytes: &[u8]) -> RedisString {
@@ -153,7 +270,8 @@ fn string(bytes: &[u8]) -> RedisString {
 }
 
 /// Propagates `command key args...` to the AOF and replicas, `per` of the
-/// arguments making one element, [`FIELDS_PER_COMMAND`] elements a command.
+/// arguments making one element, [`ELEMENTS_PER_COMMAND`] elements a
+/// command.
 fn propagate<'a>(
     ctx: &Context,
     (command, key): (&str, &'a [u8]),
@@ -161,7 +279,7 @@ fn propagate<'a>(
     per: usize,
 ) {
     let args: Vec<&[u8]> = args.collect();
-    for chunk in args.chunks(FIELDS_PER_COMMAND * per) {
+    for chunk in args.chunks(ELEMENTS_PER_COMMAND * per) {
         let mut all: Vec<&[u8]> = Vec::with_capacity(1 + chunk.len());
         all.push(key);
         all.extend_from_slice(chunk);

@@ -21,7 +21,7 @@ pub use keys::{
 // The module's load probes them (not built in unit tests).
 pub use build::{add_elements, build_key, built_len, is_build_key, memory_to_spare, BUILD_SLOTS};
 pub use element_key::{kind_of_type, ElementKey};
-pub use element_write::write_hash_fields;
+pub use element_write::write_elements;
 pub use functions::{
     function_libraries, function_owner, functions_dump, libraries_count, libraries_held,
 };
