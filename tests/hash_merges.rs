@@ -841,8 +841,8 @@ fn run(c: &mut Connection, args: &[&str]) {
     reply.unwrap_or_else(|e| panic!("{args:?}: {e}"));
 }
 
-/// The peer writes merged fields and members through the key API: its
-/// clients see the writes (keyspace events, an aborted `WATCH`, its
+/// The peer writes merged fields, members and pushes through the key API:
+/// its clients see the writes (keyspace events, an aborted `WATCH`, its
 /// replica's copy, the scores exact) but no command of the module's (INFO
 /// commandstats counts only theirs).
 #[test]
@@ -856,31 +856,36 @@ fn merged_elements_reach_the_peer_as_writes_and_as_no_command() {
     ]);
     let replica = common::Node::start("b-replica", args);
     let (mut a, mut b) = (pair.a.conn(), pair.b.conn());
-    run(&mut b, &["CONFIG", "SET", "notify-keyspace-events", "Kghz"]);
+    run(
+        &mut b,
+        &["CONFIG", "SET", "notify-keyspace-events", "Kghzl"],
+    );
     run(&mut b, &["CONFIG", "RESETSTAT"]);
     let mut watcher = pair.b.conn();
-    run(&mut watcher, &["WATCH", "h", "z"]);
+    run(&mut watcher, &["WATCH", "h", "z", "l"]);
     let mut listener = pair.b.conn();
     let mut events = listener.as_pubsub();
-    events.psubscribe("__keyspace@0__:[hz]").unwrap();
+    events.psubscribe("__keyspace@0__:[hzl]").unwrap();
     events
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
-    let steps: [(&[&str], &str, usize); 4] = [
-        (&["HSET", "h", "f1", "1", "f2", "2"], "h", 2),
-        (&["HDEL", "h", "f1"], "h", 1),
+    let steps: [(&[&str], &str, usize); 6] = [
+        (&["HSET", "h", "f1", "1", "f2", "2"], "HLEN", 2),
+        (&["HDEL", "h", "f1"], "HLEN", 1),
         (
             &["ZADD", "z", "0.1", "m1", "1e300", "m2", "-inf", "m3"],
-            "z",
+            "ZCARD",
             3,
         ),
-        (&["ZREM", "z", "m1"], "z", 2),
+        (&["ZREM", "z", "m1"], "ZCARD", 2),
+        (&["RPUSH", "l", "a", "b"], "LLEN", 2),
+        (&["LPUSH", "l", "x", "y"], "LLEN", 4),
     ];
-    for (command, key, left) in steps {
+    for (command, length, left) in steps {
         run(&mut a, command);
         let arrived = common::wait_until(Duration::from_secs(10), || {
-            redis::cmd(if key == "h" { "HLEN" } else { "ZCARD" })
-                .arg(key)
+            redis::cmd(length)
+                .arg(command[1])
                 .query::<usize>(&mut b)
                 .unwrap()
                 == left
@@ -888,7 +893,7 @@ fn merged_elements_reach_the_peer_as_writes_and_as_no_command() {
         assert!(arrived, "{command:?} did not reach B");
     }
     let mut seen = Vec::new();
-    while seen.len() < 4 {
+    while seen.len() < steps.len() {
         seen.push(
             events
                 .get_message()
@@ -897,25 +902,23 @@ fn merged_elements_reach_the_peer_as_writes_and_as_no_command() {
                 .unwrap(),
         );
     }
-    assert_eq!(seen, ["hset", "hdel", "zadd", "zrem"]);
+    assert_eq!(seen, ["hset", "hdel", "zadd", "zrem", "rpush", "lpush"]);
     let exec: redis::Value = redis::pipe()
         .atomic()
         .cmd("GET")
         .arg("h")
         .query(&mut watcher)
         .unwrap();
-    assert_eq!(exec, redis::Value::Nil, "WATCH h z saw no write on B");
+    assert_eq!(exec, redis::Value::Nil, "WATCH h z l saw no write on B");
     let stats: String = redis::cmd("INFO")
         .arg("commandstats")
         .query(&mut b)
         .unwrap();
-    for command in [
-        "cmdstat_hset:",
-        "cmdstat_hdel:",
-        "cmdstat_zadd:",
-        "cmdstat_zrem:",
-    ] {
-        assert!(!stats.contains(command), "{command} on B:\n{stats}");
+    for command in ["hset", "hdel", "zadd", "zrem", "rpush", "lpush"] {
+        assert!(
+            !stats.contains(&format!("cmdstat_{command}:")),
+            "{command} on B:\n{stats}"
+        );
     }
     let zset = |c: &mut Connection| -> Vec<(String, f64)> {
         redis::cmd("ZRANGE")
@@ -926,15 +929,28 @@ fn merged_elements_reach_the_peer_as_writes_and_as_no_command() {
             .query(c)
             .unwrap()
     };
+    let list = |c: &mut Connection| -> Vec<String> {
+        redis::cmd("LRANGE")
+            .arg("l")
+            .arg(0)
+            .arg(-1)
+            .query(c)
+            .unwrap()
+    };
     assert_eq!(zset(&mut b), zset(&mut a));
+    assert_eq!(list(&mut b), ["y", "x", "a", "b"]);
     let mut r = replica.conn();
+    let same = common::wait_until(Duration::from_secs(10), || {
+        fields_of(&mut r, "h") == fields_of(&mut b, "h")
+            && zset(&mut r) == zset(&mut b)
+            && list(&mut r) == list(&mut b)
+    });
     assert!(
-        common::wait_until(Duration::from_secs(10), || {
-            fields_of(&mut r, "h") == fields_of(&mut b, "h") && zset(&mut r) == zset(&mut b)
-        }),
-        "B's replica: {:?} {:?}",
+        same,
+        "B's replica: {:?} {:?} {:?}",
         fields_of(&mut r, "h"),
-        zset(&mut r)
+        zset(&mut r),
+        list(&mut r)
     );
     merged_and_collected(&pair);
 }

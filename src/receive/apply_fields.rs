@@ -15,7 +15,7 @@ use crate::converge::merge::lists::ListEdit;
 use crate::converge::ttl_ops;
 use crate::converge::version::{KeyVersion, Stamp};
 use crate::proto::entry::{Encoding, Entry, Op};
-use crate::redis::server::{self, ElementKey};
+use crate::redis::server::{self, ElementKey, End};
 use crate::shared::Shared;
 
 /// Elements set or deleted per command.
@@ -121,14 +121,23 @@ fn write_elements(
     server::write_elements(ctx, (key, kind), &[], &held)
 }
 
-/// `command` of `key` with `values` as its arguments, 512 at a time.
+/// `values` pushed at `end` of `key` in this order: through the key API
+/// where the server can, else `command` with `values` as its arguments,
+/// 512 at a time.
 fn push_all<'a>(
     ctx: &Context,
     opts: &CallOptions,
-    (command, key): (&str, &[u8]),
+    (end, key): (End, &[u8]),
     values: impl Iterator<Item = &'a Bytes>,
 ) -> Result<(), String> {
     let values: Vec<&[u8]> = values.map(Vec::as_slice).collect();
+    if values.is_empty() {
+        return Ok(());
+    }
+    if let Some(done) = server::push_elements(ctx, key, end, &values) {
+        return done;
+    }
+    let command = if end == End::Head { "LPUSH" } else { "RPUSH" };
     for chunk in values.chunks(FIELDS_PER_CALL) {
         let mut args: Vec<&[u8]> = Vec::with_capacity(1 + chunk.len());
         args.push(key);
@@ -136,6 +145,21 @@ fn push_all<'a>(
         call(ctx, opts, command, &args)?;
     }
     Ok(())
+}
+
+/// `count` elements popped at `end` of `key`: through the key API where
+/// the server can, else `LPOP` or `RPOP` with a count.
+fn pop_some(
+    ctx: &Context,
+    opts: &CallOptions,
+    (end, key): (End, &[u8]),
+    count: usize,
+) -> Result<(), String> {
+    if count == 0 || server::pop_elements(ctx, key, end, count).is_some() {
+        return Ok(());
+    }
+    let command = if end == End::Head { "LPOP" } else { "RPOP" };
+    call(ctx, opts, command, &[key, count.to_string().as_bytes()])
 }
 
 /// Makes the server's list hold a merge's outcome: pops and pushes at the
@@ -150,18 +174,14 @@ fn write_list(
         ListEdit::Unchanged => {}
         ListEdit::Rebuild(all) => {
             call(ctx, opts, "DEL", &[key])?;
-            push_all(ctx, opts, ("RPUSH", key), all.iter())?;
+            push_all(ctx, opts, (End::Tail, key), all.iter())?;
         }
         ListEdit::Ends { left, right } => {
-            if left.pop > 0 {
-                call(ctx, opts, "LPOP", &[key, left.pop.to_string().as_bytes()])?;
-            }
+            pop_some(ctx, opts, (End::Head, key), left.pop)?;
             // Innermost first: the head ends as listed.
-            push_all(ctx, opts, ("LPUSH", key), left.push.iter().rev())?;
-            if right.pop > 0 {
-                call(ctx, opts, "RPOP", &[key, right.pop.to_string().as_bytes()])?;
-            }
-            push_all(ctx, opts, ("RPUSH", key), right.push.iter())?;
+            push_all(ctx, opts, (End::Head, key), left.push.iter().rev())?;
+            pop_some(ctx, opts, (End::Tail, key), right.pop)?;
+            push_all(ctx, opts, (End::Tail, key), right.push.iter())?;
         }
     }
     Ok(())

@@ -15,7 +15,7 @@ use redis_module::{raw, Context, RedisString};
 use crate::converge::merge::hashes::{score_of, Bytes, Kind};
 
 /// Elements per propagated command, as the apply path's calls chunk them.
-const ELEMENTS_PER_COMMAND: usize = 512;
+pub(super) const ELEMENTS_PER_COMMAND: usize = 512;
 
 /// The calls and names of one merged type's writes.
 struct Written {
@@ -265,14 +265,14 @@ const HASH_NONE: i32 = raw::REDISMODULE_HASH_NONE as i32;
 const HASH_COUNT_ALL: i32 = raw::REDISMODULE_HASH_COUNT_ALL as i32;
 
 /// A Redis string of `bytes`, owned by no context.
-fn string(bytes: &[u8]) -> RedisString {
+pub(super) fn string(bytes: &[u8]) -> RedisString {
     RedisString::create_from_slice(ptr::null_mut(), bytes)
 }
 
 /// Propagates `command key args...` to the AOF and replicas, `per` of the
 /// arguments making one element, [`ELEMENTS_PER_COMMAND`] elements a
 /// command.
-fn propagate<'a>(
+pub(super) fn propagate<'a>(
     ctx: &Context,
     (command, key): (&str, &'a [u8]),
     args: impl Iterator<Item = &'a [u8]>,

@@ -10,6 +10,7 @@ mod element_reads;
 mod element_write;
 mod functions;
 mod keys;
+mod list_write;
 mod scan;
 mod set_string;
 mod sliced;
@@ -27,6 +28,7 @@ pub use functions::{
 };
 #[cfg(all(feature = "module", not(test)))]
 pub use keys::{probe_field_ttls, FieldTtls};
+pub use list_write::{pop_elements, push_elements, End};
 pub use scan::KeyScan;
 pub use set_string::{set_string, SetTail};
 pub use sliced::{Slice, SlicedRead};
