@@ -105,10 +105,10 @@ fn write_elements(
     if !w.set.is_empty() {
         return server::write_elements(ctx, (key, kind), &w.set, &w.del);
     }
-    let values = ElementKey::new(ctx, key)
+    // An absent key, or one of another type: the commands say what they do.
+    let (values, _) = ElementKey::new(ctx, key)
         .values_and_expiry(kind, &w.del)
-        .map(|(values, _)| values)
-        .unwrap_or_default();
+        .ok()?;
     let held: Vec<Bytes> = w
         .del
         .iter()

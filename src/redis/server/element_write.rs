@@ -60,12 +60,12 @@ fn written(kind: Kind) -> Option<Written> {
     }
 }
 
-/// What the writes did: the arguments of the elements set (field and
-/// value, or score and member), the elements removed, the first failure.
+/// What the writes did: how many elements changed value, how many went,
+/// the first failure.
 #[derive(Default)]
-struct Done<'a> {
-    set_args: Vec<Vec<u8>>,
-    removed: Vec<&'a [u8]>,
+struct Done {
+    set: usize,
+    removed: usize,
     failed: Option<String>,
 }
 
@@ -85,6 +85,63 @@ pub fn write_elements(
     del: &[Bytes],
 ) -> Option<Result<(), String>> {
     let how = written(kind)?;
+    if kind == Kind::SortedSet {
+        // Refused before anything is written, as ZADD refuses its command.
+        if let Some((_, score)) = set.iter().find(|(_, s)| finite_or_infinite(s).is_none()) {
+            return Some(Err(format!("ZADD: a score of {} bytes", score.len())));
+        }
+    }
+    let write = |handle| {
+        // Propagated first: a server that cannot (a renamed command)
+        // leaves the key untouched and the caller runs the commands.
+        // What the replicas get of an element left as it was (an absent
+        // element removed, a score set again) changes nothing there.
+        let (set_command, del_command) = how.commands;
+        let args = set.iter().flat_map(|element| set_args(kind, element));
+        let pairs: Vec<Bytes> = args.collect();
+        let removals = del.iter().map(Vec::as_slice);
+        let propagated = propagate(ctx, (set_command, key), pairs.iter().map(Vec::as_slice), 2)
+            && propagate(ctx, (del_command, key), removals, 1);
+        // SAFETY: `with_key` hands a live key of `kind` (or empty) opened
+        // for writing on the main thread.
+        propagated.then(|| unsafe { write_open(handle, kind, set, del) })
+    };
+    let (done, name, gone) = with_key(ctx, key, how.key_type, write)?;
+    let done = done?;
+    announce(ctx, &name, &how, (&done, gone));
+    Some(done.failed.map_or(Ok(()), Err))
+}
+
+/// The arguments that say `element` in its command: a field and its
+/// value, or a score (as text that reads back as the same double) and a
+/// member.
+fn set_args(kind: Kind, (name, value): &(Bytes, Bytes)) -> [Bytes; 2] {
+    match kind {
+        Kind::SortedSet => {
+            let score = finite_or_infinite(value).unwrap_or_default();
+            [format!("{score:e}").into_bytes(), name.clone()]
+        }
+        _ => [name.clone(), value.clone()],
+    }
+}
+
+/// The score a sorted-set element value holds, unless it holds none or
+/// NaN (which no sorted set holds).
+fn finite_or_infinite(value: &[u8]) -> Option<f64> {
+    score_of(value).filter(|s| !s.is_nan())
+}
+
+/// Runs `write` on `key` opened for writing when it holds `key_type` or
+/// nothing, then closes it (which signals the key as modified, as the
+/// commands do): what `write` gave, the key's name and whether the key is
+/// gone after; `None` (nothing run) when the server lacks a call or the
+/// key holds another type.
+pub(super) fn with_key<T>(
+    ctx: &Context,
+    key: &[u8],
+    key_type: isize,
+    write: impl FnOnce(*mut raw::RedisModuleKey) -> T,
+) -> Option<(T, RedisString, bool)> {
     // SAFETY: the API table is filled by RedisModule_Init; reading pointers.
     let api = unsafe {
         (
@@ -93,7 +150,7 @@ pub fn write_elements(
             raw::RedisModule_CloseKey,
         )
     };
-    let (Some(open), Some(key_type), Some(close)) = api else {
+    let (Some(open), Some(type_of), Some(close)) = api else {
         return None;
     };
     let name = string(key);
@@ -105,72 +162,60 @@ pub fn write_elements(
         return None;
     }
     // SAFETY: `handle` is the live key just opened.
-    let held = unsafe { key_type(handle) } as isize;
-    let done = (held == raw::REDISMODULE_KEYTYPE_EMPTY || held == how.key_type)
-        // SAFETY: `handle` is live, open for writing, of `kind` or empty.
-        .then(|| unsafe { write_open(handle, kind, set, del) })
-        .flatten();
-    // SAFETY: the key's type after the writes, then its close, which
-    // signals the key as modified (WATCH, client tracking) as the
-    // commands do.
+    let held = unsafe { type_of(handle) } as isize;
+    let fits = held == raw::REDISMODULE_KEYTYPE_EMPTY || held == key_type;
+    let out = fits.then(|| write(handle));
+    // SAFETY: the key's type after the writes, then its close.
     let gone = unsafe {
-        let gone = key_type(handle) as isize == raw::REDISMODULE_KEYTYPE_EMPTY;
+        let gone = type_of(handle) as isize == raw::REDISMODULE_KEYTYPE_EMPTY;
         close(handle);
         gone
     };
-    let done = done?;
-    announce(ctx, (key, &name), &how, (&done, gone));
-    Some(done.failed.map_or(Ok(()), Err))
+    Some((out?, name, gone))
 }
 
-/// Propagates and notifies what [`write_open`] did as the commands would
-/// (`gone`: the last element went).
-fn announce(
-    ctx: &Context,
-    (key, name): (&[u8], &RedisString),
-    how: &Written,
-    (done, gone): (&Done, bool),
-) {
+/// Raises the keyspace events of what [`write_open`] did, as the commands
+/// would (`gone`: the last element went).
+fn announce(ctx: &Context, name: &RedisString, how: &Written, (done, gone): (&Done, bool)) {
+    for _ in (0..done.set).step_by(ELEMENTS_PER_COMMAND) {
+        notify(ctx, name, how.class, how.events.0);
+    }
+    for _ in (0..done.removed).step_by(ELEMENTS_PER_COMMAND) {
+        notify(ctx, name, how.class, how.events.1);
+    }
+    if gone && done.removed > 0 {
+        notify(ctx, name, raw::REDISMODULE_NOTIFY_GENERIC, c"del");
+    }
+}
+
+/// Raises the keyspace event `event` of `class` for the key `name`.
+pub(super) fn notify(ctx: &Context, name: &RedisString, class: i32, event: &CStr) {
     // SAFETY: the API table is filled by RedisModule_Init; reading a pointer.
     let Some(notify) = (unsafe { raw::RedisModule_NotifyKeyspaceEvent }) else {
         return;
     };
-    let event = |class: i32, event: &CStr| {
-        // SAFETY: the live context and key name; `event` is NUL-terminated.
-        unsafe { notify(ctx.ctx, class, event.as_ptr(), name.inner) };
-    };
-    let (set, del) = how.commands;
-    propagate(ctx, (set, key), done.set_args.iter().map(Vec::as_slice), 2);
-    for _ in done.set_args.chunks(2 * ELEMENTS_PER_COMMAND) {
-        event(how.class, how.events.0);
-    }
-    propagate(ctx, (del, key), done.removed.iter().copied(), 1);
-    for _ in done.removed.chunks(ELEMENTS_PER_COMMAND) {
-        event(how.class, how.events.1);
-    }
-    if gone && !done.removed.is_empty() {
-        event(raw::REDISMODULE_NOTIFY_GENERIC, c"del");
-    }
+    // SAFETY: the live context and key name; `event` is NUL-terminated.
+    unsafe { notify(ctx.ctx, class, event.as_ptr(), name.inner) };
 }
 
-/// Sets `set` and removes `del` in the open key `handle`; `None` when the
-/// server lacks a call ([`written`] found them all first).
+/// Sets `set` and removes `del` in the open key `handle`.
 ///
 /// # Safety
 /// `handle` is a live key opened for writing on the main thread, holding
-/// a value of `kind` or nothing.
-unsafe fn write_open<'a>(
+/// a value of `kind` or nothing; the server has the calls of `kind`
+/// ([`written`] found them).
+unsafe fn write_open(
     handle: *mut raw::RedisModuleKey,
     kind: Kind,
     set: &[(Bytes, Bytes)],
-    del: &'a [Bytes],
-) -> Option<Done<'a>> {
+    del: &[Bytes],
+) -> Done {
     let mut done = Done::default();
     for element in set {
         // SAFETY: the caller's contract.
-        match unsafe { set_one(handle, kind, element) }? {
-            Ok(Some(args)) => done.set_args.extend(args),
-            Ok(None) => {}
+        match unsafe { set_one(handle, kind, element) } {
+            Ok(true) => done.set += 1,
+            Ok(false) => {}
             Err(why) => {
                 done.failed.get_or_insert(why);
             }
@@ -178,16 +223,15 @@ unsafe fn write_open<'a>(
     }
     for name in del {
         // SAFETY: the caller's contract.
-        if unsafe { remove_one(handle, kind, name) }? {
-            done.removed.push(name);
+        if unsafe { remove_one(handle, kind, name) } {
+            done.removed += 1;
         }
     }
-    Some(done)
+    done
 }
 
-/// Sets one element: the two arguments that say it in the command, `None`
-/// when it held that value already; `Err` when the server refused it;
-/// `None` outside when the server lacks the call.
+/// Sets one element: whether its value changed (a hash's field always
+/// counts, as HSET's event does); `Err` when the server refused it.
 ///
 /// # Safety
 /// As [`write_open`].
@@ -195,63 +239,57 @@ unsafe fn set_one(
     handle: *mut raw::RedisModuleKey,
     kind: Kind,
     (name, value): &(Bytes, Bytes),
-) -> Option<Result<Option<[Bytes; 2]>, String>> {
+) -> Result<bool, String> {
     let none: *mut raw::RedisModuleString = ptr::null_mut();
     let member = string(name);
+    // SAFETY: the API table is filled by RedisModule_Init; reading pointers.
+    let (hash_set, zset_add) = unsafe { (raw::RedisModule_HashSet, raw::RedisModule_ZsetAdd) };
     if kind == Kind::Hash {
-        // SAFETY: the API table is filled by RedisModule_Init.
-        let hash_set = unsafe { raw::RedisModule_HashSet }?;
         let v = string(value);
         // SAFETY: the caller's contract; the variadic list is one field
         // and value, both live Redis strings, ended by a null pointer as
         // HashSet requires; COUNT_ALL counts a new field as set.
-        let n = unsafe { hash_set(handle, HASH_COUNT_ALL, member.inner, v.inner, none) };
-        return Some(match n {
-            1 => Ok(Some([name.clone(), value.clone()])),
+        let n =
+            hash_set.map(|set| unsafe { set(handle, HASH_COUNT_ALL, member.inner, v.inner, none) });
+        return match n {
+            Some(1) => Ok(true),
             _ => Err(format!("HSET: a field of {} bytes not set", name.len())),
-        });
+        };
     }
-    // SAFETY: the API table is filled by RedisModule_Init.
-    let zset_add = unsafe { raw::RedisModule_ZsetAdd }?;
-    let Some(score) = score_of(value).filter(|s| !s.is_nan()) else {
-        return Some(Err(format!("ZADD: a score of {} bytes", value.len())));
+    let (Some(zset_add), Some(score)) = (zset_add, finite_or_infinite(value)) else {
+        return Err(format!("ZADD: a score of {} bytes", value.len()));
     };
     let mut flags = 0;
     // SAFETY: the caller's contract; `member` is live, `flags` a live int.
     let ok = unsafe { zset_add(handle, score, member.inner, &mut flags) };
     let changed = (raw::REDISMODULE_ZADD_ADDED | raw::REDISMODULE_ZADD_UPDATED) as i32;
-    Some(match ok == raw::REDISMODULE_OK as i32 {
-        // The text reads back as the same double.
-        true => {
-            Ok((flags & changed != 0).then(|| [format!("{score:e}").into_bytes(), name.clone()]))
-        }
+    match ok == raw::REDISMODULE_OK as i32 {
+        true => Ok(flags & changed != 0),
         false => Err(format!("ZADD: a member of {} bytes not set", name.len())),
-    })
+    }
 }
 
-/// Removes one element: whether it was there; `None` when the server
-/// lacks the call. The key goes once its last element does.
+/// Removes one element: whether it was there. The key goes once its last
+/// element does.
 ///
 /// # Safety
 /// As [`write_open`].
-unsafe fn remove_one(handle: *mut raw::RedisModuleKey, kind: Kind, name: &[u8]) -> Option<bool> {
+unsafe fn remove_one(handle: *mut raw::RedisModuleKey, kind: Kind, name: &[u8]) -> bool {
     let member = string(name);
+    // SAFETY: the API table is filled by RedisModule_Init; reading pointers.
+    let (hash_set, zset_rem) = unsafe { (raw::RedisModule_HashSet, raw::RedisModule_ZsetRem) };
     if kind == Kind::Hash {
-        // SAFETY: the API table is filled by RedisModule_Init.
-        let hash_set = unsafe { raw::RedisModule_HashSet }?;
         let none: *mut raw::RedisModuleString = ptr::null_mut();
         // SAFETY: as in `set_one`; `hash_delete()` is the value that asks
-        // for a removal.
-        return Some(
-            unsafe { hash_set(handle, HASH_NONE, member.inner, hash_delete(), none) } == 1,
-        );
+        // for a removal, HASH_NONE counts only a field that was there.
+        let n = hash_set
+            .map(|set| unsafe { set(handle, HASH_NONE, member.inner, hash_delete(), none) });
+        return n == Some(1);
     }
-    // SAFETY: the API table is filled by RedisModule_Init.
-    let zset_rem = unsafe { raw::RedisModule_ZsetRem }?;
     let mut deleted = 0;
     // SAFETY: the caller's contract; `member` is live, `deleted` a live int.
-    let ok = unsafe { zset_rem(handle, member.inner, &mut deleted) };
-    Some(ok == raw::REDISMODULE_OK as i32 && deleted == 1)
+    let ok = zset_rem.map(|rem| unsafe { rem(handle, member.inner, &mut deleted) });
+    ok == Some(raw::REDISMODULE_OK as i32) && deleted == 1
 }
 
 /// `REDISMODULE_HASH_DELETE` of redismodule.h, a marker address no
@@ -271,18 +309,22 @@ pub(super) fn string(bytes: &[u8]) -> RedisString {
 
 /// Propagates `command key args...` to the AOF and replicas, `per` of the
 /// arguments making one element, [`ELEMENTS_PER_COMMAND`] elements a
-/// command.
+/// command; `false` when the server refused the first (a command renamed
+/// away), nothing propagated then.
 pub(super) fn propagate<'a>(
     ctx: &Context,
     (command, key): (&str, &'a [u8]),
     args: impl Iterator<Item = &'a [u8]>,
     per: usize,
-) {
+) -> bool {
     let args: Vec<&[u8]> = args.collect();
     for chunk in args.chunks(ELEMENTS_PER_COMMAND * per) {
         let mut all: Vec<&[u8]> = Vec::with_capacity(1 + chunk.len());
         all.push(key);
         all.extend_from_slice(chunk);
-        ctx.replicate(command, &all[..]);
+        if raw::replicate(ctx.ctx, command, &all[..]) != redis_module::Status::Ok {
+            return false;
+        }
     }
+    true
 }

@@ -5,11 +5,9 @@
 //! and signalled to `WATCH` and client tracking by the key's close, but
 //! run as no command (as `element_write` does for hashes and sorted sets).
 
-use std::ffi::CStr;
+use redis_module::{raw, Context};
 
-use redis_module::{raw, Context, RedisString};
-
-use super::element_write::{propagate, string, ELEMENTS_PER_COMMAND};
+use super::element_write::{notify, propagate, string, with_key, ELEMENTS_PER_COMMAND};
 
 /// An end of a list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,8 +29,9 @@ impl End {
 
 /// Pushes `elements` at `end` of the list `key` in the selected database,
 /// one after the other (at the head the last pushed ends first). `None`
-/// when the server lacks a call or the key holds another type, before
-/// anything was written (the caller runs the commands instead).
+/// when the server lacks a call, cannot propagate the command or the key
+/// holds another type, before anything was written (the caller runs the
+/// commands instead).
 ///
 /// # Errors
 /// An element the server did not push, naming it by its length.
@@ -48,11 +47,14 @@ pub fn push_elements(
         End::Head => ("LPUSH", c"lpush"),
         End::Tail => ("RPUSH", c"rpush"),
     };
-    let mut failed = None;
     let write = |handle| {
+        if !propagate(ctx, (command, key), elements.iter().copied(), 1) {
+            return None;
+        }
+        let mut failed = None;
         for element in elements {
             let value = string(element);
-            // SAFETY: `with_list` hands a live list (or empty) key opened
+            // SAFETY: `with_key` hands a live list (or empty) key opened
             // for writing; `value` is a live Redis string.
             if unsafe { push(handle, end.place(), value.inner) } != raw::REDISMODULE_OK as i32 {
                 let why = format!(
@@ -62,9 +64,10 @@ pub fn push_elements(
                 failed.get_or_insert(why);
             }
         }
+        Some(failed)
     };
-    let (name, _) = with_list(ctx, key, write)?;
-    propagate(ctx, (command, key), elements.iter().copied(), 1);
+    let (failed, name, _) = with_key(ctx, key, raw::REDISMODULE_KEYTYPE_LIST, write)?;
+    let failed = failed?;
     for _ in elements.chunks(ELEMENTS_PER_COMMAND) {
         notify(ctx, &name, raw::REDISMODULE_NOTIFY_LIST, event);
     }
@@ -77,12 +80,21 @@ pub fn pop_elements(ctx: &Context, key: &[u8], end: End, count: usize) -> Option
     // SAFETY: the API table is filled by RedisModule_Init; reading pointers.
     let (pop, free) = unsafe { (raw::RedisModule_ListPop, raw::RedisModule_FreeString) };
     let (pop, free) = (pop?, free?);
-    let mut popped = 0usize;
+    let (command, event) = match end {
+        End::Head => ("LPOP", c"lpop"),
+        End::Tail => ("RPOP", c"rpop"),
+    };
     let write = |handle| {
+        // A replica holds the same list: it pops as many as there are.
+        let n = count.to_string();
+        if !propagate(ctx, (command, key), [n.as_bytes()].into_iter(), 1) {
+            return None;
+        }
+        let mut popped = 0usize;
         while popped < count {
-            // SAFETY: `with_list` hands a live list (or empty) key opened
-            // for writing. A popped element is the caller's to free (no
-            // automatic memory on this context); null once none is left.
+            // SAFETY: `with_key` hands a live list (or empty) key opened
+            // for writing. A popped element is the caller's to free; null
+            // once none is left.
             let element = unsafe { pop(handle, end.place()) };
             if element.is_null() {
                 break;
@@ -91,73 +103,14 @@ pub fn pop_elements(ctx: &Context, key: &[u8], end: End, count: usize) -> Option
             unsafe { free(ctx.ctx, element) };
             popped += 1;
         }
+        Some(popped)
     };
-    let (name, gone) = with_list(ctx, key, write)?;
-    if popped == 0 {
-        return Some(());
-    }
-    let (command, event) = match end {
-        End::Head => ("LPOP", c"lpop"),
-        End::Tail => ("RPOP", c"rpop"),
-    };
-    let n = popped.to_string();
-    propagate(ctx, (command, key), [n.as_bytes()].into_iter(), 1);
-    notify(ctx, &name, raw::REDISMODULE_NOTIFY_LIST, event);
-    if gone {
-        notify(ctx, &name, raw::REDISMODULE_NOTIFY_GENERIC, c"del");
+    let (popped, name, gone) = with_key(ctx, key, raw::REDISMODULE_KEYTYPE_LIST, write)?;
+    if popped? > 0 {
+        notify(ctx, &name, raw::REDISMODULE_NOTIFY_LIST, event);
+        if gone {
+            notify(ctx, &name, raw::REDISMODULE_NOTIFY_GENERIC, c"del");
+        }
     }
     Some(())
-}
-
-/// Runs `write` on the list `key` opened for writing, then closes it: the
-/// key's name and whether it is gone after; `None` (nothing run) when the
-/// server lacks a call or the key holds another type.
-fn with_list(
-    ctx: &Context,
-    key: &[u8],
-    write: impl FnOnce(*mut raw::RedisModuleKey),
-) -> Option<(RedisString, bool)> {
-    // SAFETY: the API table is filled by RedisModule_Init; reading pointers.
-    let api = unsafe {
-        (
-            raw::RedisModule_OpenKey,
-            raw::RedisModule_KeyType,
-            raw::RedisModule_CloseKey,
-        )
-    };
-    let (Some(open), Some(key_type), Some(close)) = api else {
-        return None;
-    };
-    let name = string(key);
-    let mode = (raw::REDISMODULE_READ | raw::REDISMODULE_WRITE) as i32;
-    // SAFETY: main thread with the apply path's live context; `name` is a
-    // live Redis string. A key opened for writing is never null.
-    let handle = unsafe { open(ctx.ctx, name.inner, mode) };
-    if handle.is_null() {
-        return None;
-    }
-    // SAFETY: `handle` is the live key just opened.
-    let held = unsafe { key_type(handle) } as isize;
-    let fits = held == raw::REDISMODULE_KEYTYPE_EMPTY || held == raw::REDISMODULE_KEYTYPE_LIST;
-    if fits {
-        write(handle);
-    }
-    // SAFETY: the key's type after the writes, then its close, which
-    // signals the key as modified as the commands do.
-    let gone = unsafe {
-        let gone = key_type(handle) as isize == raw::REDISMODULE_KEYTYPE_EMPTY;
-        close(handle);
-        gone
-    };
-    fits.then_some((name, gone))
-}
-
-/// Raises the keyspace event `event` of `class` for the key `name`.
-fn notify(ctx: &Context, name: &RedisString, class: i32, event: &CStr) {
-    // SAFETY: the API table is filled by RedisModule_Init; reading a pointer.
-    let Some(notify) = (unsafe { raw::RedisModule_NotifyKeyspaceEvent }) else {
-        return;
-    };
-    // SAFETY: the live context and key name; `event` is NUL-terminated.
-    unsafe { notify(ctx.ctx, class, event.as_ptr(), name.inner) };
 }
