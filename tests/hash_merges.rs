@@ -954,3 +954,49 @@ fn merged_elements_reach_the_peer_as_writes_and_as_no_command() {
     );
     merged_and_collected(&pair);
 }
+
+/// A peer whose server cannot propagate the merged write (its HSET renamed
+/// away) writes nothing: the apply fails as the command would, and the
+/// peer's replica holds what the peer holds (the key API wrote before it
+/// propagated, the replica would have missed the field).
+#[test]
+fn a_merged_write_the_peer_cannot_propagate_is_not_written_there() {
+    let merging = ["merge-elements=yes"];
+    let (pa, pb) = (common::free_port(), common::free_port());
+    let (ia, ib) = (common::test_ip(), common::test_ip_b());
+    let a = common::Node::start("a", common::module_args_at(&ia, pa, &ib, pb, &merging));
+    let mut args = common::module_args_at(&ib, pb, &ia, pa, &merging);
+    args.extend(["--rename-command".into(), "HSET".into(), String::new()]);
+    let b = common::Node::start("b", args);
+    let pair = Pair { a, b };
+    pair.wait_linked();
+    let mut args = common::module_args(common::free_port(), common::free_port(), &[]);
+    args.extend([
+        "--replicaof".into(),
+        "127.0.0.1".into(),
+        pair.b.port.to_string(),
+    ]);
+    let replica = common::Node::start("b-replica", args);
+    let mut r = replica.conn();
+    let linked = common::wait_until(Duration::from_secs(10), || {
+        common::info_field(&replica, "replication", "master_link_status") == "up"
+    });
+    assert!(linked, "B's replica never linked");
+    run(&mut pair.a.conn(), &["HSET", "h", "f", "1"]);
+    let failed = common::wait_until(Duration::from_secs(10), || pair.b.stat("apply_errors") > 0);
+    assert!(
+        failed,
+        "B applied an HSET it cannot run: {:?}",
+        pair.b.status()
+    );
+    run(&mut pair.b.conn(), &["SET", "after", "1"]);
+    let caught_up = common::wait_until(Duration::from_secs(10), || {
+        redis::cmd("EXISTS")
+            .arg("after")
+            .query::<bool>(&mut r)
+            .unwrap()
+    });
+    assert!(caught_up, "B's replica never got B's own write");
+    assert_eq!(fields_of(&mut pair.b.conn(), "h"), fields_of(&mut r, "h"));
+    assert!(fields_of(&mut r, "h").is_empty());
+}

@@ -100,7 +100,11 @@ fn add_ttl_records(store: &VersionStore, add: &mut impl FnMut(u8, u32, Stamp, &[
 /// The merge metadata's records: the bound, the counters, the hashes.
 fn add_merge_records(store: &VersionStore, add: &mut impl FnMut(u8, u32, Stamp, &[u8])) {
     use crate::converge::merge::hash_journal::{field_record, key_record};
-    for (node, clock) in store.counters.bound().iter() {
+    // What keys at rest folded first, then the bound itself: a replay sets
+    // the bound to the last record of each node and keeps the highest as
+    // what was folded (`Counters::set_bound`).
+    let counters = &store.counters;
+    for (node, clock) in counters.folded().iter().chain(counters.bound().iter()) {
         add(journal::TAG_MERGE_BOUND, 0, Stamp::new(clock, node), &[]);
     }
     for (db, key, state) in store.counters.states() {
@@ -622,6 +626,8 @@ mod tests {
         s.flush(None, Stamp::new(3, 2));
         s.record_library(b"lib", Stamp::new(6, 2), Some(0xfeed), 0);
         s.record_library(b"old", Stamp::new(8, 1), None, 0);
+        s.raise_merge_bound(1, 50);
+        s.lower_merge_bound(1, 20);
         let blobs = encode(&s);
         let mut back = VersionStore::new();
         for b in &blobs {
@@ -640,6 +646,9 @@ mod tests {
         assert_eq!(back.floor_all(), Stamp::new(3, 2));
         assert_eq!(back.libraries().get(b"lib"), s.libraries().get(b"lib"));
         assert_eq!(back.libraries().get(b"old"), s.libraries().get(b"old"));
+        // The bound as lowered, what keys at rest folded as it was.
+        assert_eq!(back.counters.bound().clock(1), 20);
+        assert_eq!(back.counters.folded().clock(1), 50);
     }
 
     #[test]

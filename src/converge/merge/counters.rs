@@ -22,6 +22,16 @@
 //! up to this node's watermark of it. A plain write of the peer's comes
 //! with the peer's bound when it was read, which is everything it had seen
 //! of a key it held at rest.
+//!
+//! The bound can go down (the peer lost what it had applied and asks
+//! again), and a key at rest keeps no `Seen`: what its base has folded in
+//! is [`Counters::folded`], the highest bound this node ever held, which
+//! never goes down while the node keeps its data. Everything at or below
+//! it was applied here, and an increment applied to a key at rest wakes
+//! it, so a key at rest holds every increment of it at or below it: the
+//! peer listing one of them again after a lowering must not count it
+//! again (the fault test found it: two increments counted twice on the
+//! node whose own they were).
 
 use std::borrow::Cow;
 
@@ -171,6 +181,9 @@ pub struct Counters {
     /// Keys a flush trimmed whose value must be written again.
     trimmed: Vec<Key>,
     bound: Seen,
+    /// The highest bound held since the data was last replaced: what a key
+    /// at rest (or a plain integer) has folded in (see the module's doc).
+    folded: Seen,
 }
 
 impl Counters {
@@ -226,10 +239,25 @@ impl Counters {
         }
         // An emptied table stays: a key resting and waking again and again
         // does not drop and build it each time.
-        if let Some(r) = self.resting.get_mut(&k.0).and_then(|t| t.remove(&k.1)) {
-            return Some(r.counter(&self.nodes));
-        }
-        self.wide.remove(k)
+        let at_rest = match self.resting.get_mut(&k.0).and_then(|t| t.remove(&k.1)) {
+            Some(r) => r.counter(&self.nodes),
+            None => self.wide.remove(k)?,
+        };
+        Some(self.woken(at_rest))
+    }
+
+    /// A counter at rest taken out to change: its base has seen what it
+    /// folded in (see [`Counters::folded`]).
+    fn woken(&self, c: Counter) -> Counter {
+        let base = c.base();
+        let seen = self.folded.clone();
+        Counter::from_parts(
+            Base {
+                seen,
+                ..base.clone()
+            },
+            c.increments().iter().copied(),
+        )
     }
 
     fn get_resting(&self, db: u32, key: &[u8]) -> Option<Resting> {
@@ -269,13 +297,22 @@ impl Counters {
     /// Raises the bound's clock of `node`.
     pub fn raise_bound(&mut self, node: u64, clock: u64) {
         self.bound.raise(node, clock);
+        self.folded.raise(node, clock);
     }
 
     /// Sets the bound's clock of `node` (a journal's record of it, which
-    /// may have lowered it).
+    /// may have lowered it; what keys at rest folded stays).
     pub fn set_bound(&mut self, node: u64, clock: u64) {
         self.bound.lower(node, clock);
         self.bound.raise(node, clock);
+        self.folded.raise(node, clock);
+    }
+
+    /// The highest bound held since the data was last replaced, at or above
+    /// [`Counters::bound`]: every increment at or below it was applied
+    /// here, so a key at rest, or a plain integer, holds it.
+    pub fn folded(&self) -> &Seen {
+        &self.folded
     }
 
     /// The state of `key`, if it is held.
@@ -313,7 +350,7 @@ impl Counters {
     /// and everything up to the bound.
     fn seen_of(&self, c: Option<&Counter>) -> Seen {
         let mut seen = c.map(Counter::observed).unwrap_or_default();
-        seen.join(&self.bound);
+        seen.join(&self.folded);
         seen
     }
 
@@ -342,7 +379,7 @@ impl Counters {
             rest(
                 before.map_or(Stamp::ZERO, KeyVersion::stamp),
                 value,
-                &self.bound,
+                &self.folded,
             )
         });
         let crowded = c.increments().len() >= MAX_LISTED;
@@ -400,8 +437,8 @@ impl Counters {
         let (mut c, type_changed) = match self.take(&k) {
             Some(c) => (c, false),
             None => match local() {
-                Local::Absent(v) => (rest(v, None, &self.bound), false),
-                Local::Integer(x, v) => (rest(v, Some(x), &self.bound), false),
+                Local::Absent(v) => (rest(v, None, &self.folded), false),
+                Local::Integer(x, v) => (rest(v, Some(x), &self.folded), false),
                 Local::Other(v) if incoming.newest() > v => (Counter::at_rest(None), true),
                 Local::Other(_) => return Merged::Discarded,
             },
@@ -522,6 +559,8 @@ impl Counters {
         self.resting.clear();
         self.wide.clear();
         self.sent.clear();
+        // What the data held is gone: nothing is folded beyond the bound.
+        self.folded = self.bound.clone();
     }
 
     /// `SWAPDB a b`: the keys move with their databases.
@@ -588,14 +627,14 @@ impl Counters {
     }
 }
 
-/// The state of a key at rest: its value at its version, having seen the
-/// bound.
-fn rest(version: Stamp, value: Option<i128>, bound: &Seen) -> Counter {
+/// The state of a key at rest: its value at its version, having seen what
+/// keys at rest fold in (`folded`).
+fn rest(version: Stamp, value: Option<i128>, folded: &Seen) -> Counter {
     Counter::from_parts(
         Base {
             stamp: version,
             value,
-            seen: bound.clone(),
+            seen: folded.clone(),
         },
         [],
     )
@@ -743,6 +782,37 @@ mod tests {
         let from_a = a.get(0, b"k").unwrap().into_owned();
         let on_b = b.remote_state(0, b"k", &from_a, || unreachable!());
         assert_eq!(value(on_b), Some(14), "B's increment counted once");
+    }
+
+    #[test]
+    fn a_counter_at_rest_counts_what_it_folded_once_after_the_bound_went_down() {
+        // B's increment reached A and every site: A's counter rests with it.
+        let (mut a, mut b) = (Counters::default(), Counters::default());
+        let v0 = Some(KeyVersion::Live(s(1, A)));
+        assert!(b.local_increment(0, b"k", s(5, B), 3, 13, v0));
+        let from_b = b.get(0, b"k").unwrap().into_owned();
+        let on_a = a.remote_state(0, b"k", &from_b, || Local::Integer(10, s(1, A)));
+        assert_eq!(value(on_a), Some(13));
+        a.raise_bound(B, 5);
+        a.raise_bound(A, 5);
+        a.collect();
+        assert_eq!(a.live_len(), 0, "at rest on A");
+        // The peer lost what it had applied of A's changes and of its own
+        // past 2: A lowers its bound, and B still lists its increment.
+        a.set_bound(B, 2);
+        a.set_bound(A, 2);
+        let on_a = a.remote_state(0, b"k", &from_b, || unreachable!());
+        assert_eq!(value(on_a), Some(13), "B's increment counted once");
+        // A's own increment still counts, and the key rests again once the
+        // bound is back above it all.
+        assert!(a.local_increment(0, b"k", s(8, A), 1, 14, Some(KeyVersion::Live(s(5, B)))));
+        a.raise_bound(B, 8);
+        a.raise_bound(A, 8);
+        a.collect();
+        assert_eq!(
+            (a.live_len(), a.get(0, b"k").unwrap().value()),
+            (0, Some(14))
+        );
     }
 
     #[test]

@@ -129,6 +129,12 @@ mod tests {
         let mut loaded = VersionStore::journaled();
         assert!(replay(&payload, &mut loaded).is_ok());
         assert_eq!(loaded.counters.bound(), origin.counters.bound());
+        assert_eq!(
+            loaded.counters.folded().clock(1),
+            50,
+            "what rested folded stays"
+        );
+        assert_eq!(loaded.counters.folded().clock(2), 30);
         origin.raise_merge_bound(1, 60);
         assert_eq!(origin.counters.bound().clock(1), 60);
     }

@@ -63,33 +63,7 @@ fn with_key<T>(
     kind: Kind,
     write: impl FnOnce(*mut raw::RedisModuleKey) -> T,
 ) -> Option<T> {
-    // SAFETY: the API table is filled by RedisModule_Init; reading pointers.
-    let api = unsafe {
-        (
-            raw::RedisModule_OpenKey,
-            raw::RedisModule_KeyType,
-            raw::RedisModule_CloseKey,
-        )
-    };
-    let (Some(open), Some(type_of), Some(close)) = api else {
-        return None;
-    };
-    let name = RedisString::create_from_slice(ptr::null_mut(), name);
-    let mode = (raw::REDISMODULE_READ | raw::REDISMODULE_WRITE) as i32;
-    // SAFETY: main thread with a valid context; `name` is a live Redis
-    // string; the handle is checked for null, used only by `write` and
-    // closed here.
-    unsafe {
-        let handle = open(ctx.ctx, name.inner, mode);
-        if handle.is_null() {
-            return None;
-        }
-        let found = type_of(handle) as isize;
-        let fits = found == raw::REDISMODULE_KEYTYPE_EMPTY || found == key_type_of(kind);
-        let out = fits.then(|| write(handle));
-        close(handle);
-        out
-    }
+    super::element_write::with_key(ctx, name, key_type_of(kind), write).map(|(out, _, _)| out)
 }
 
 /// How many elements the key `name` of the selected database holds (0 when
