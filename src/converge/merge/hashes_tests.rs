@@ -665,3 +665,45 @@ fn a_big_key_s_covered_whole_write_rests_its_elements_slice_by_slice() {
     assert_eq!(held.base, None, "the covered base went first");
     assert_eq!(held.fields.len(), 2 * STATE_SLICE, "the first slice rested");
 }
+
+#[test]
+fn a_field_at_rest_takes_nothing_again_that_it_applied_before_the_bound_went_down() {
+    use crate::converge::merge::hashes::Change;
+    // B increments f (10 -> 13) at (5, 2), then writes g twice; A takes
+    // all of it, then both collect it: h rests on A.
+    let mut b = Hashes::default();
+    let inc = vec![(b"f".to_vec(), Change::Increment(3, b"13".to_vec()))];
+    let (increment, _) = b.local_changes(KH, Stamp::new(5, 2), (inc, false), &Seen::new(), false);
+    let write = |v: &str| vec![(b"g".to_vec(), Some(v.as_bytes().to_vec()))];
+    let older = b.local_fields(
+        KH,
+        Stamp::new(6, 2),
+        (write("x"), false),
+        &Seen::new(),
+        false,
+    );
+    let newer = b.local_fields(
+        KH,
+        Stamp::new(8, 2),
+        (write("z"), false),
+        &Seen::new(),
+        false,
+    );
+    let mut a = Hashes::default();
+    let mut here = map(&[("f", "10")]);
+    for state in [&increment, &older, &newer] {
+        here.0.extend(a.remote(K, state, &Seen::new(), &here).set);
+    }
+    assert_eq!(here, map(&[("f", "13"), ("g", "z")]));
+    a.collect(&seen(&[(1, 8), (2, 8)]));
+    assert!(!a.contains(0, b"h"), "at rest on A");
+    // B lost state and asks again from 2: A's bound goes down; B, back
+    // from an older copy, lists the increment and the older write again.
+    let (bound, folded) = (seen(&[(1, 8), (2, 2)]), seen(&[(1, 8), (2, 8)]));
+    for state in [&increment, &older] {
+        let w = a.clone().remote(K, state, &bound, &here);
+        assert!(!w.set.is_empty(), "the bound alone takes it again");
+        let w = a.remote(K, &state.without_applied(&folded), &bound, &here);
+        assert!(w.set.is_empty() && w.del.is_empty(), "taken again: {w:?}");
+    }
+}
