@@ -224,11 +224,10 @@ pub(super) fn state(
     }
     note_own_delete(shared, st, (e.db, key), before.exists);
     let bound = st.versions.counters.bound().clone();
-    let fresh = incoming.without_applied(st.versions.counters.folded());
     let w = st
         .versions
         .hashes
-        .remote((e.db, key), &fresh, &bound, &ElementKey::new(ctx, key));
+        .remote((e.db, key), &incoming, &bound, &ElementKey::new(ctx, key));
     st.versions.journal_hashes();
     count_undone(shared, &w);
     let held = st.versions.ttls.get(e.db, key); // a newer TTL write here stays

@@ -151,38 +151,6 @@ impl<V: Clone + PartialEq> Element<V> {
         }
     }
 
-    /// This element without the writes and increments at or below
-    /// `applied`, which a receiver that applied everything up to it holds
-    /// already, collected or not (see `Counters::folded`); `None` when
-    /// there is none to leave out.
-    pub fn without_applied(&self, applied: &Seen) -> Option<Self>
-    where
-        V: Clone,
-    {
-        let old_write = self.writes.iter().any(|(s, _)| applied.covers(*s));
-        let old_increment = self.increments.iter().any(|(s, _)| applied.covers(*s));
-        if !old_write && !old_increment {
-            return None;
-        }
-        let new = |s: &Stamp| !applied.covers(*s);
-        Some(Self {
-            writes: self
-                .writes
-                .iter()
-                .filter(|(s, _)| new(s))
-                .cloned()
-                .collect(),
-            removed: self.removed.clone(),
-            rest: self.rest.clone(),
-            increments: self
-                .increments
-                .iter()
-                .filter(|(s, _)| new(s))
-                .copied()
-                .collect(),
-        })
-    }
-
     /// The increments held, by stamp.
     pub fn increments(&self) -> &[(Stamp, i128)] {
         &self.increments

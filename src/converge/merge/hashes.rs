@@ -163,37 +163,6 @@ pub struct HashState {
 }
 
 impl HashState {
-    /// This state without what a receiver that applied everything up to
-    /// `applied` holds already (`Counters::folded`): writes, increments, a
-    /// whole write and a TTL write at or below it. Its bound alone cannot
-    /// say so once it was lowered (the peer lost state and asks again):
-    /// an element at rest keeps no stamps, so a write or increment the
-    /// peer lists again would count twice or undo a newer one. Removals
-    /// stay: what they remove is decided against the bound.
-    pub fn without_applied(&self, applied: &Seen) -> std::borrow::Cow<'_, HashState> {
-        use std::borrow::Cow;
-        let old = |at: Option<Stamp>| at.is_some_and(|s| applied.covers(s));
-        let lighter: Vec<Option<Element<Bytes>>> = (self.elements.iter())
-            .map(|(_, e)| e.without_applied(applied))
-            .collect();
-        if !old(self.base) && !old(self.ttl) && lighter.iter().all(Option::is_none) {
-            return Cow::Borrowed(self);
-        }
-        let mut state = self.clone();
-        if old(self.base) {
-            (state.base, state.base_fields) = (None, Vec::new());
-        }
-        if old(self.ttl) {
-            state.ttl = None;
-        }
-        for ((_, element), lighter) in state.elements.iter_mut().zip(lighter) {
-            if let Some(lighter) = lighter {
-                *element = lighter;
-            }
-        }
-        Cow::Owned(state)
-    }
-
     /// The newest stamp in the state (`Stamp::ZERO` for none).
     pub fn newest(&self) -> Stamp {
         let writes = self.elements.iter().flat_map(|(_, e)| {
