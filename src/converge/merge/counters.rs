@@ -764,9 +764,9 @@ mod tests {
         ));
     }
 
-    #[test]
-    fn a_base_rebuilt_at_rest_does_not_count_again_what_a_lagging_site_still_lists() {
-        // B's increment reached A, whose bound passed it; B's bound has not.
+    /// B increments k (10 -> 13) at (5, B); A takes it and, its bound past
+    /// it, rests: A, B and B's state.
+    fn b_increment_at_rest_on_a() -> (Counters, Counters, Counter) {
         let (mut a, mut b) = (Counters::default(), Counters::default());
         let v0 = Some(KeyVersion::Live(s(1, A)));
         assert!(b.local_increment(0, b"k", s(5, B), 3, 13, v0));
@@ -777,6 +777,13 @@ mod tests {
         a.raise_bound(A, 5);
         a.collect();
         assert_eq!(a.live_len(), 0, "at rest on A");
+        (a, b, from_b)
+    }
+
+    #[test]
+    fn a_base_rebuilt_at_rest_does_not_count_again_what_a_lagging_site_still_lists() {
+        // B's increment reached A, whose bound passed it; B's bound has not.
+        let (mut a, mut b, _) = b_increment_at_rest_on_a();
         // A increments again: its state is rebuilt at its version (5, B).
         assert!(a.local_increment(0, b"k", s(7, A), 1, 14, Some(KeyVersion::Live(s(5, B)))));
         let from_a = a.get(0, b"k").unwrap().into_owned();
@@ -787,16 +794,7 @@ mod tests {
     #[test]
     fn a_counter_at_rest_counts_what_it_folded_once_after_the_bound_went_down() {
         // B's increment reached A and every site: A's counter rests with it.
-        let (mut a, mut b) = (Counters::default(), Counters::default());
-        let v0 = Some(KeyVersion::Live(s(1, A)));
-        assert!(b.local_increment(0, b"k", s(5, B), 3, 13, v0));
-        let from_b = b.get(0, b"k").unwrap().into_owned();
-        let on_a = a.remote_state(0, b"k", &from_b, || Local::Integer(10, s(1, A)));
-        assert_eq!(value(on_a), Some(13));
-        a.raise_bound(B, 5);
-        a.raise_bound(A, 5);
-        a.collect();
-        assert_eq!(a.live_len(), 0, "at rest on A");
+        let (mut a, _, from_b) = b_increment_at_rest_on_a();
         // The peer lost what it had applied of A's changes and of its own
         // past 2: A lowers its bound, and B still lists its increment.
         a.set_bound(B, 2);
