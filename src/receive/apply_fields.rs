@@ -9,9 +9,9 @@ use super::apply_plan::Outcome;
 use crate::capture::counters::fallback;
 use crate::capture::state::main_state;
 use crate::catchup::replication::Replication;
-use crate::converge::merge::hash_codec;
 use crate::converge::merge::hashes::{score_of, Bytes, HashState, Kind, Writes};
 use crate::converge::merge::lists::ListEdit;
+use crate::converge::merge::{hash_codec, relisted};
 use crate::converge::ttl_ops;
 use crate::converge::version::{KeyVersion, Stamp};
 use crate::proto::entry::{Encoding, Entry, Op};
@@ -211,6 +211,10 @@ pub(super) fn state(
         // Every write in it is older than a flush applied here.
         return Ok(Outcome::Discarded);
     }
+    let Some(incoming) = without_relisted(st, e, incoming) else {
+        // All of it was applied here before the bound went down.
+        return Ok(Outcome::Discarded);
+    };
     let info = server::key_info(ctx, key);
     let mut before = Before {
         exists: info.exists(),
@@ -243,6 +247,18 @@ pub(super) fn state(
         expiry,
         at,
     )
+}
+
+/// `incoming` without what it lists again that this node applied and
+/// folded at rest before its merge bound went down (`relisted`); `None`
+/// when nothing is left. While the bound is at its highest, the merge
+/// itself drops what the bound covers.
+fn without_relisted(st: &Replication, e: &Entry, incoming: HashState) -> Option<HashState> {
+    let (bound, folded) = (st.versions.counters.bound(), st.versions.counters.folded());
+    if bound == folded {
+        return Some(incoming);
+    }
+    relisted::without_relisted(&incoming, Stamp::new(e.clock, e.origin), folded)
 }
 
 /// A whole write of a list made here lost to one made at once elsewhere:

@@ -36,6 +36,7 @@ pub mod lists;
 #[cfg(test)]
 mod lists_sim;
 pub mod register;
+pub mod relisted;
 pub mod seen;
 
 #[cfg(test)]
