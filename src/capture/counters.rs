@@ -103,7 +103,7 @@ pub fn as_states(st: &mut Replication, entries: &mut [Entry]) {
             Op::Delete { key } => (key, None),
             _ => continue,
         };
-        if let Some(c) = st.versions.counters.get(e.db, key) {
+        if let Some(c) = st.versions.counters.shipped(e.db, key) {
             let state = codec::encode_counter(&c);
             st.versions.counters.sent(e.db, key);
             let key = std::mem::take(key);

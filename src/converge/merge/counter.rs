@@ -132,12 +132,21 @@ impl Counter {
         }
         let (settled, live): (Vec<_>, Vec<_>) =
             self.increments.iter().partition(|&&(s, _)| bound.covers(s));
+        let folded_some = !settled.is_empty();
         let mut value = self.base.value;
         for (_, delta) in settled {
             value = Some(value.unwrap_or(0).saturating_add(delta));
         }
         self.base.value = value;
-        self.base.seen = Seen::new();
+        // The base now holds what the bound covers. At rest it keeps no
+        // `Seen` (the table's `folded` stands for it); with increments
+        // left it keeps the bound, so that one listed again after the
+        // bound went down is not counted on top of the value it is in.
+        if live.is_empty() {
+            self.base.seen = Seen::new();
+        } else if folded_some {
+            self.base.seen.join(bound);
+        }
         self.increments = live;
     }
 
@@ -215,6 +224,24 @@ mod tests {
 
     fn seen(pairs: &[(u64, u64)]) -> Seen {
         pairs.iter().copied().collect()
+    }
+
+    #[test]
+    fn an_increment_folded_while_others_stay_is_not_counted_again_after_the_bound_went_down() {
+        let mut c = Counter::at_rest(Some(10));
+        c.increment(Stamp::new(5, 1), 3, &NONE);
+        c.increment(Stamp::new(9, 1), 4, &NONE);
+        // The bound passes the first: it folds into the base, the second
+        // stays listed.
+        c.collect(&seen(&[(1, 6), (2, 6)]));
+        assert_eq!((c.base().value, c.increments().len()), (Some(13), 1));
+        // The bound goes down (the peer lost state) and the peer lists the
+        // first again.
+        c.increment(Stamp::new(5, 1), 3, &seen(&[(1, 2), (2, 6)]));
+        assert_eq!(c.value(), Some(17), "20 before: counted on top of 13");
+        // Once the bound is back above both, the counter rests at 17.
+        c.collect(&seen(&[(1, 9), (2, 9)]));
+        assert_eq!((c.value(), c.metadata_len()), (Some(17), 0));
     }
 
     #[test]
@@ -296,7 +323,11 @@ mod tests {
         let bound = seen(&[(1, 6), (2, 6)]);
         c.collect(&bound);
         assert_eq!(c.value(), Some(55));
-        assert_eq!(c.metadata_len(), 1, "the increment above the bound stays");
+        assert_eq!(
+            c.increments().len(),
+            1,
+            "the increment above the bound stays"
+        );
         c.increment(Stamp::new(5, 1), 3, &bound);
         c.set(Stamp::new(6, 2), Some(50), seen(&[(2, 6)]));
         c.set(Stamp::new(5, 3), Some(0), NONE);

@@ -327,6 +327,17 @@ impl Counters {
         (self.get_resting(db, key)).map(|r| Cow::Owned(r.counter(&self.nodes)))
     }
 
+    /// The state of `key` to ship, if it is held: a key at rest has seen
+    /// what it folded in ([`Counters::folded`]), so that a peer whose
+    /// older base it replaces does not count those increments on top.
+    pub fn shipped(&self, db: u32, key: &[u8]) -> Option<Cow<'_, Counter>> {
+        let k = DbKey(db, key);
+        match self.live.get(&k) {
+            Some(c) => Some(Cow::Borrowed(c)),
+            None => Some(Cow::Owned(self.woken(self.get(db, key)?.into_owned()))),
+        }
+    }
+
     /// Whether `key`'s state holds a change (its base or an increment)
     /// `wanted` picks: a key whose version is another node's may still
     /// carry increments of this node a peer misses.
@@ -811,6 +822,26 @@ mod tests {
             (a.live_len(), a.get(0, b"k").unwrap().value()),
             (0, Some(14))
         );
+    }
+
+    #[test]
+    fn a_counter_shipped_at_rest_has_seen_what_it_folded() {
+        // B's increment reached A and every site: A's counter rests with it.
+        let (a, mut b, _) = b_increment_at_rest_on_a();
+        // B, back from an older copy, holds an older base of k and lists
+        // its increment again.
+        let older = Counter::from_parts(
+            Base {
+                stamp: Stamp::ZERO,
+                value: Some(10),
+                seen: Seen::new(),
+            },
+            [(s(5, B), 3)],
+        );
+        b.restore(0, b"k", Some(older));
+        let from_a = a.shipped(0, b"k").unwrap().into_owned();
+        let on_b = b.remote_state(0, b"k", &from_a, || unreachable!());
+        assert_eq!(value(on_b), Some(13), "16 before: A's base holds the 3");
     }
 
     #[test]
