@@ -748,7 +748,10 @@ impl VersionStore {
         out
     }
 
-    /// The newest clock in the store (to restart the clock past it).
+    /// The newest clock in the store (to restart the clock past it). The
+    /// merge bound counts too: a change dated at or below it would be
+    /// taken by the peer for one it had applied (its keys may all be
+    /// collected).
     pub fn newest_clock(&self) -> u64 {
         let keys = self.dbs.values().flat_map(|d| {
             d.iter()
@@ -757,9 +760,11 @@ impl VersionStore {
         });
         let libraries = self.libraries.iter().map(|(_, v)| v.stamp().clock);
         let ttls = self.ttls.iter().map(|(_, _, (s, _))| s.clock);
+        let bound = self.counters.folded().iter().map(|(_, clock)| clock);
         keys.chain([self.floor_all.clock])
             .chain(ttls)
             .chain(libraries)
+            .chain(bound)
             .max()
             .unwrap_or(0)
     }
@@ -991,6 +996,16 @@ mod tests {
 
     const A: u64 = 10;
     const B: u64 = 20;
+
+    #[test]
+    fn the_highest_merge_bound_counts_in_the_newest_clock() {
+        let mut s = VersionStore::new();
+        s.record_write(0, b"k", Stamp::new(100, 1));
+        s.counters.raise_bound(1, 250);
+        assert_eq!(s.newest_clock(), 250, "past what the peer applied of ours");
+        s.counters.set_bound(1, 50);
+        assert_eq!(s.newest_clock(), 250, "past what it ever applied");
+    }
 
     #[test]
     fn a_held_ttl_write_counts_in_the_newest_clock() {

@@ -48,6 +48,13 @@ impl Held {
             }
             self.expiry_of = Some(stamp);
         }
+        // An element removed and not written again names the removal's own
+        // stamp, as an HDEL does: a peer that lowered its merge bound tells
+        // it from one listed again (`relisted`).
+        let own: Seen = [(stamp.node, stamp.clock)].into_iter().collect();
+        for gone in fields.values_mut().filter(|e| e.writes().is_empty()) {
+            gone.remove(&own, &Seen::new());
+        }
         self.removed.join(&seen);
         self.base = None;
         self.fields = fields;

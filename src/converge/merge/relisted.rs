@@ -18,11 +18,17 @@
 //! merge, and with it what it carried:
 //! - a write, an increment, a whole write (`base`, with its fields) or a
 //!   TTL write covered by `folded`;
-//! - an element's removal, when the element's writes and increments all
-//!   went and `folded` dominates it (the removal a write of a number
-//!   carries, or a removal of the field, which names its own stamp);
+//! - an element's removal, when no write of the element is left and
+//!   `folded` dominates it (the removal a write of a number carries, or a
+//!   removal of the field, which names its own stamp);
 //! - the removal of the whole key, when a whole write went with it, or
-//!   when everything else in the state went, and `folded` dominates it.
+//!   when everything else in the state went and `folded` covers the
+//!   entry's stamp, and `folded` dominates it.
+//!
+//! Not covered: a removal of the whole key that `folded` dominates, riding
+//! with a fresh change of some elements (every change of a held key
+//! carries the key's removals), is kept and may clear the fields at rest
+//! (docs/limitations.md).
 //!
 //! A removal with anything newer than `folded` stays: it was made (or
 //! joined) after the bound was highest, and is decided against the
@@ -63,8 +69,15 @@ pub fn without_relisted(state: &HashState, entry: Stamp, folded: &Seen) -> Optio
 }
 
 /// Element `e` without its writes and increments `folded` covers, and
-/// without its removal when nothing else is left and `folded` dominates
-/// it; `None` when nothing is left.
+/// without its removal when no write is left and `folded` dominates it;
+/// `None` when nothing is left.
+///
+/// Every removal of an element that travels without a write of it names
+/// its own stamp (an HDEL's, a whole write's made element by element), so
+/// one `folded` dominates was applied here; one that rides with a write
+/// of a number belongs to that write, and goes with it (a fresh increment
+/// beside it carries no removal: kept, the removal would take the value
+/// at rest, judged against the lowered bound).
 fn element_without_relisted(e: &Element<Bytes>, folded: &Seen) -> Option<Element<Bytes>> {
     let fresh = |s: Stamp| !folded.covers(s);
     let writes: Vec<_> = e.writes().iter().filter(|w| fresh(w.0)).cloned().collect();
@@ -74,14 +87,20 @@ fn element_without_relisted(e: &Element<Bytes>, folded: &Seen) -> Option<Element
         .filter(|i| fresh(i.0))
         .copied()
         .collect();
-    let only_removal = writes.is_empty() && increments.is_empty();
-    if only_removal && (e.removed().is_empty() || folded.dominates(e.removed())) {
+    let removal_went = writes.is_empty() && folded.dominates(e.removed());
+    if removal_went && increments.is_empty() {
         return None;
     }
-    if writes.len() == e.writes().len() && increments.len() == e.increments().len() {
+    let unchanged = writes.len() == e.writes().len() && increments.len() == e.increments().len();
+    if unchanged && !removal_went {
         return Some(e.clone());
     }
-    Some(Element::from_parts(writes, e.removed().clone()).with_increments(increments))
+    let removed = if removal_went {
+        Seen::new()
+    } else {
+        e.removed().clone()
+    };
+    Some(Element::from_parts(writes, removed).with_increments(increments))
 }
 
 #[cfg(test)]
@@ -230,6 +249,18 @@ mod tests {
         assert_eq!(with, before);
         let kept = without_relisted(&fresh, s(151, 2), &folded()).expect("kept whole");
         assert_eq!(kept, fresh);
+    }
+
+    #[test]
+    fn a_fresh_increment_beside_a_write_listed_again_adds_to_the_value_at_rest() {
+        // Node 2 took node 1's HSET h f 7 at (55, 1) again, with the removal
+        // it carried, then incremented f by 2 at (160, 2): it holds 9.
+        let element =
+            Element::from_parts(vec![(s(55, 1), b"7".to_vec())], seen(&[(1, 54), (2, 100)]))
+                .with_increments(vec![(s(160, 2), 2)]);
+        let (with, before) = merged(&state(Kind::Hash, vec![("f", element)]), s(160, 2));
+        assert_eq!(with, pairs(&[("f", "9"), ("g", "x")]));
+        assert_eq!(before, with);
     }
 
     #[test]
