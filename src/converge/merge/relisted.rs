@@ -21,14 +21,10 @@
 //! - an element's removal, when no write of the element is left and
 //!   `folded` dominates it (the removal a write of a number carries, or a
 //!   removal of the field, which names its own stamp);
-//! - the removal of the whole key, when a whole write went with it, or
-//!   when everything else in the state went and `folded` covers the
-//!   entry's stamp, and `folded` dominates it.
-//!
-//! Not covered: a removal of the whole key that `folded` dominates, riding
-//! with a fresh change of some elements (every change of a held key
-//! carries the key's removals), is kept and may clear the fields at rest
-//! (docs/limitations.md).
+//! - the removal of the whole key, when `folded` dominates it: it names
+//!   its node's clock just before it (`hashes::removal_seen`), so it was
+//!   made at or below `folded`, even riding with a fresh change of some
+//!   elements (every change of a held key carries the key's removals).
 //!
 //! A removal with anything newer than `folded` stays: it was made (or
 //! joined) after the bound was highest, and is decided against the
@@ -61,7 +57,10 @@ pub fn without_relisted(state: &HashState, entry: Stamp, folded: &Seen) -> Optio
         && out.elements.is_empty()
         && out.rest.is_empty()
         && folded.covers(entry);
-    if (base_went || nothing_else) && folded.dominates(&out.removed) {
+    // A removal of the whole key names its own node's clock just before
+    // it (`hashes::removal_seen`): one `folded` dominates was made and
+    // applied before the bound was highest.
+    if folded.dominates(&out.removed) {
         out.removed = Seen::new();
     }
     let empty = nothing_else && out.removed.is_empty() && !state.more && !state.complete;
@@ -261,6 +260,30 @@ mod tests {
         let (with, before) = merged(&state(Kind::Hash, vec![("f", element)]), s(160, 2));
         assert_eq!(with, pairs(&[("f", "9"), ("g", "x")]));
         assert_eq!(before, with);
+    }
+
+    #[test]
+    fn the_key_s_old_removal_riding_with_a_fresh_change_clears_nothing() {
+        // Node 1 created h again at (45, 1), having applied (44, 1) and
+        // node 2's changes up to 100; f and g were written after and
+        // collected. Node 2 took that removal again and writes y at (160, 2).
+        let write = Element::from_parts(vec![(s(160, 2), b"y".to_vec())], Seen::new());
+        let mut delta = state(Kind::Hash, vec![("y", write)]);
+        delta.removed = seen(&[(1, 44), (2, 100)]);
+        let (with, before) = merged(&delta, s(160, 2));
+        assert_eq!(with, pairs(&[("f", "7"), ("g", "x"), ("y", "y")]));
+        assert_eq!(before, pairs(&[("y", "y")]), "the defect it fixes");
+    }
+
+    #[test]
+    fn a_key_created_after_the_peer_came_back_keeps_its_removal() {
+        let mut b = Hashes::default();
+        let y = vec![(b"y".to_vec(), Some(b"y".to_vec()))];
+        let applied = seen(&[(1, 20), (2, 90)]);
+        let delta = b.local_fields((0, b"h", Kind::Hash), s(160, 2), (y, false), &applied, true);
+        assert_eq!(delta.removed, seen(&[(1, 20), (2, 159)]), "names its clock");
+        let kept = without_relisted(&delta, s(160, 2), &folded()).expect("a fresh change");
+        assert_eq!(kept.removed, delta.removed);
     }
 
     #[test]
