@@ -771,6 +771,20 @@ fn refuse_as_replica(shared: &Shared, batch: &Batch, data_entries: u64) {
         .set_error("this node is a replica (REPLICAOF): remote writes not applied");
 }
 
+/// The clock this node moves past for entry `e`: its stamp, or one more
+/// for a change of this node's own the peer sends back (it lost it, a
+/// restart from an older copy). Its next stamp is then two past that
+/// change, so a removal it makes, which names its clock just before it,
+/// names one above every change the peer applied before (`relisted`), even
+/// where the wall clock is behind the stamps it made before.
+fn newest_to_observe(e: &Entry, me: u64) -> u64 {
+    if e.origin == me {
+        e.clock.saturating_add(1)
+    } else {
+        e.clock
+    }
+}
+
 /// What became of a batch's entries.
 #[derive(Default)]
 struct Tally {
@@ -810,7 +824,7 @@ fn apply_entries(
         .min()
         .unwrap_or(0);
     for e in &batch.entries {
-        tally.newest = tally.newest.max(e.clock);
+        tally.newest = tally.newest.max(newest_to_observe(e, shared.node_id));
         let merged_key = e.key().is_some_and(|k| {
             st.versions.counters.contains(e.db, k) || st.versions.hashes.contains(e.db, k)
         });

@@ -73,16 +73,6 @@ impl Kind {
     }
 }
 
-/// What a removal of a whole key made at `stamp` had seen: `applied`, and
-/// every change its node made before it. Naming its own clock, a fresh
-/// removal is told from one a peer lists again after this node lowered
-/// its merge bound (`relisted`).
-pub(super) fn removal_seen(applied: &Seen, stamp: Stamp) -> Seen {
-    let mut seen = applied.clone();
-    seen.raise(stamp.node, stamp.clock.saturating_sub(1));
-    seen
-}
-
 /// A score as a sorted set's element value: the double's bits, big-endian
 /// (`-0` and `0` differ, as they do in the servers, which keep the sign).
 pub fn score_bytes(score: f64) -> Bytes {
@@ -1197,7 +1187,7 @@ impl Hashes {
         }
         let held = entry_or_default(&mut self.keys, (db, key));
         if created {
-            held.removed.join(&removal_seen(applied, stamp));
+            held.removed.join(applied);
             held.fields.clear();
             held.base = None;
         }
@@ -1271,7 +1261,7 @@ impl Hashes {
             return Some(held.whole_element_by_element(stamp, now, applied));
         }
         let mut seen = held.observed();
-        seen.join(&removal_seen(applied, stamp));
+        seen.join(applied);
         held.removed.join(&seen);
         held.fields.clear();
         let base_fields = match now {

@@ -21,7 +21,7 @@ impl Held {
         now: Option<(Kind, Vec<(Bytes, Bytes)>)>,
         applied: &Seen,
     ) -> HashState {
-        let mut seen = removal_seen(applied, stamp);
+        let mut seen = applied.clone();
         seen.join(&self.removed);
         if let Some(base) = self.base {
             seen.observe(base);

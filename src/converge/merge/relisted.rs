@@ -21,10 +21,13 @@
 //! - an element's removal, when no write of the element is left and
 //!   `folded` dominates it (the removal a write of a number carries, or a
 //!   removal of the field, which names its own stamp);
-//! - the removal of the whole key, when `folded` dominates it: it names
-//!   its node's clock just before it (`hashes::removal_seen`), so it was
-//!   made at or below `folded`, even riding with a fresh change of some
-//!   elements (every change of a held key carries the key's removals).
+//! - the removal of the whole key, when `folded` dominates it, even riding
+//!   with a fresh change of some elements (every change of a held key
+//!   carries the key's removals). Such a removal names its node's clock
+//!   just before it (`capture::hashes::applied_before`), and a node takes
+//!   its clock two past its own changes the peer sends back
+//!   (`receive::apply`), so one made after it came back from an older
+//!   copy names a clock above `folded`.
 //!
 //! A removal with anything newer than `folded` stays: it was made (or
 //! joined) after the bound was highest, and is decided against the
@@ -57,9 +60,8 @@ pub fn without_relisted(state: &HashState, entry: Stamp, folded: &Seen) -> Optio
         && out.elements.is_empty()
         && out.rest.is_empty()
         && folded.covers(entry);
-    // A removal of the whole key names its own node's clock just before
-    // it (`hashes::removal_seen`): one `folded` dominates was made and
-    // applied before the bound was highest.
+    // A removal of the whole key names its node's clock just before it:
+    // one `folded` dominates was made before the bound was highest.
     if folded.dominates(&out.removed) {
         out.removed = Seen::new();
     }
@@ -279,10 +281,11 @@ mod tests {
     fn a_key_created_after_the_peer_came_back_keeps_its_removal() {
         let mut b = Hashes::default();
         let y = vec![(b"y".to_vec(), Some(b"y".to_vec()))];
-        let applied = seen(&[(1, 20), (2, 90)]);
-        let delta = b.local_fields((0, b"h", Kind::Hash), s(160, 2), (y, false), &applied, true);
-        assert_eq!(delta.removed, seen(&[(1, 20), (2, 159)]), "names its clock");
-        let kept = without_relisted(&delta, s(160, 2), &folded()).expect("a fresh change");
+        // What it had applied names its own clock just before (as
+        // `applied_before` gives it), past the 100 node 1 holds of it.
+        let applied = seen(&[(1, 20), (2, 101)]);
+        let delta = b.local_fields((0, b"h", Kind::Hash), s(102, 2), (y, false), &applied, true);
+        let kept = without_relisted(&delta, s(102, 2), &folded()).expect("a fresh change");
         assert_eq!(kept.removed, delta.removed);
     }
 
