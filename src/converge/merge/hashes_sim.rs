@@ -36,6 +36,12 @@ impl LocalHash for Server {
 }
 
 impl Server {
+    /// The server after the merge's writes `w`.
+    pub(in crate::converge::merge) fn written(mut self, w: &Writes) -> Self {
+        self.apply(w.clone());
+        self
+    }
+
     fn apply(&mut self, w: Writes) {
         if w.clear {
             self.0.clear();

@@ -429,15 +429,8 @@ fn a_removal_stays_while_a_write_it_came_with_is_unsettled() {
 }
 
 /// The server map after `w`.
-fn written(mut here: Map, w: &Writes) -> Map {
-    if w.clear {
-        here.0.clear();
-    }
-    for name in &w.del {
-        here.0.remove(name);
-    }
-    here.0.extend(w.set.iter().cloned());
-    here
+fn written(here: Map, w: &Writes) -> Map {
+    here.written(w)
 }
 
 /// A's big state: the key deleted, then `n` fields written a slice at

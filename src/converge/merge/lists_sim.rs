@@ -19,9 +19,10 @@ use crate::converge::version::Stamp;
 const KEY: (u32, &[u8]) = (0, b"l");
 const KL: (u32, &[u8], Kind) = (0, b"l", Kind::List);
 
-/// A server's list, read as `ElementKey` reads one.
+/// A server's list, read as `ElementKey` reads one (also `relisted`'s
+/// tests').
 #[derive(Debug, Clone, Default, PartialEq)]
-struct Server(Vec<Bytes>);
+pub(in crate::converge::merge) struct Server(pub(in crate::converge::merge) Vec<Bytes>);
 
 impl LocalHash for Server {
     fn field(&self, name: &[u8]) -> Option<Bytes> {

@@ -107,9 +107,10 @@ fn element_without_relisted(e: &Element<Bytes>, folded: &Seen) -> Option<Element
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::converge::merge::hashes::{Hashes, Kind, LocalHash, Writes};
+    use crate::converge::merge::hashes::{Hashes, Kind, LocalHash};
     use crate::converge::merge::hashes_sim::Server as Map;
-    use crate::converge::merge::lists::{self, End, REST};
+    use crate::converge::merge::lists::{self, End};
+    use crate::converge::merge::lists_sim::Server as List;
 
     const K: (u32, &[u8]) = (0, b"h");
 
@@ -141,17 +142,6 @@ mod tests {
         }
     }
 
-    fn written(mut here: Map, w: &Writes) -> Map {
-        if w.clear {
-            here.0.clear();
-        }
-        for name in &w.del {
-            here.0.remove(name);
-        }
-        here.0.extend(w.set.iter().cloned());
-        here
-    }
-
     /// Node 1's hash {f: 7, g: x}, at rest (no metadata), after merging
     /// `incoming` (entry `entry`) against the lowered bound: with the
     /// re-listed part dropped first, and as the merge took it before.
@@ -162,7 +152,7 @@ mod tests {
             .collect());
         let merge = |s: &HashState| {
             let w = Hashes::default().remote(K, s, &lowered(), &here);
-            let after = written(here.clone(), &w);
+            let after = here.clone().written(&w);
             after
                 .fields()
                 .into_iter()
@@ -306,27 +296,10 @@ mod tests {
         let (with, before) = merged(&del, s(151, 2));
         assert_eq!(with, Vec::new());
         assert_eq!(before, Vec::new());
-        // Listed again (its entry stamp covered), it removes nothing.
+        // Listed again (folded dominates it), it removes nothing.
         let mut old = del.clone();
         old.removed = seen(&[(1, 60), (2, 100)]);
         assert!(without_relisted(&old, s(61, 2), &folded()).is_some_and(|s| s.removed.is_empty()));
-    }
-
-    /// A list as `ElementKey` reads one.
-    struct List(Vec<Bytes>);
-
-    impl LocalHash for List {
-        fn field(&self, name: &[u8]) -> Option<Bytes> {
-            (name == REST && !self.0.is_empty()).then(|| lists::encode_values(&self.0))
-        }
-        fn fields(&self) -> Vec<(Bytes, Bytes)> {
-            self.field(REST)
-                .map(|v| vec![(REST.to_vec(), v)])
-                .unwrap_or_default()
-        }
-        fn field_count(&self) -> usize {
-            self.0.len()
-        }
     }
 
     #[test]
