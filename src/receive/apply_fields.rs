@@ -258,7 +258,7 @@ fn without_relisted(st: &Replication, e: &Entry, incoming: HashState) -> Option<
     if bound == folded {
         return Some(incoming);
     }
-    relisted::without_relisted(&incoming, Stamp::new(e.clock, e.origin), folded)
+    relisted::without_relisted(incoming, Stamp::new(e.clock, e.origin), folded)
 }
 
 /// A whole write of a list made here lost to one made at once elsewhere:

@@ -331,11 +331,12 @@ impl Counters {
     /// what it folded in ([`Counters::folded`]), so that a peer whose
     /// older base it replaces does not count those increments on top.
     pub fn shipped(&self, db: u32, key: &[u8]) -> Option<Cow<'_, Counter>> {
-        let k = DbKey(db, key);
-        match self.live.get(&k) {
-            Some(c) => Some(Cow::Borrowed(c)),
-            None => Some(Cow::Owned(self.woken(self.get(db, key)?.into_owned()))),
+        let c = self.get(db, key)?;
+        if c.metadata_len() != 0 {
+            // Not at rest: its base's Seen says what it holds.
+            return Some(c);
         }
+        Some(Cow::Owned(self.woken(c.into_owned())))
     }
 
     /// Whether `key`'s state holds a change (its base or an increment)

@@ -40,8 +40,7 @@ use crate::converge::version::Stamp;
 
 /// `state` (whose entry is stamped `entry`) without what it lists again
 /// that `folded` covers; `None` when nothing is left to merge.
-pub fn without_relisted(state: &HashState, entry: Stamp, folded: &Seen) -> Option<HashState> {
-    let mut out = state.clone();
+pub fn without_relisted(mut out: HashState, entry: Stamp, folded: &Seen) -> Option<HashState> {
     let base_went = out.base.is_some_and(|b| folded.covers(b));
     if base_went {
         out.base = None;
@@ -50,10 +49,9 @@ pub fn without_relisted(state: &HashState, entry: Stamp, folded: &Seen) -> Optio
     if out.ttl.is_some_and(|t| folded.covers(t)) {
         out.ttl = None;
     }
-    out.elements = state
-        .elements
-        .iter()
-        .filter_map(|(name, e)| Some((name.clone(), element_without_relisted(e, folded)?)))
+    out.elements = std::mem::take(&mut out.elements)
+        .into_iter()
+        .filter_map(|(name, e)| Some((name, element_without_relisted(e, folded)?)))
         .collect();
     let nothing_else = out.base.is_none()
         && out.ttl.is_none()
@@ -65,7 +63,7 @@ pub fn without_relisted(state: &HashState, entry: Stamp, folded: &Seen) -> Optio
     if folded.dominates(&out.removed) {
         out.removed = Seen::new();
     }
-    let empty = nothing_else && out.removed.is_empty() && !state.more && !state.complete;
+    let empty = nothing_else && out.removed.is_empty() && !out.more && !out.complete;
     (!empty).then_some(out)
 }
 
@@ -79,7 +77,7 @@ pub fn without_relisted(state: &HashState, entry: Stamp, folded: &Seen) -> Optio
 /// of a number belongs to that write, and goes with it (a fresh increment
 /// beside it carries no removal: kept, the removal would take the value
 /// at rest, judged against the lowered bound).
-fn element_without_relisted(e: &Element<Bytes>, folded: &Seen) -> Option<Element<Bytes>> {
+fn element_without_relisted(e: Element<Bytes>, folded: &Seen) -> Option<Element<Bytes>> {
     let fresh = |s: Stamp| !folded.covers(s);
     let writes: Vec<_> = e.writes().iter().filter(|w| fresh(w.0)).cloned().collect();
     let increments: Vec<_> = e
@@ -94,7 +92,7 @@ fn element_without_relisted(e: &Element<Bytes>, folded: &Seen) -> Option<Element
     }
     let unchanged = writes.len() == e.writes().len() && increments.len() == e.increments().len();
     if unchanged && !removal_went {
-        return Some(e.clone());
+        return Some(e);
     }
     let removed = if removal_went {
         Seen::new()
@@ -164,7 +162,7 @@ mod tests {
                 })
                 .collect::<Fields>()
         };
-        let with = match without_relisted(incoming, entry, &folded()) {
+        let with = match without_relisted(incoming.clone(), entry, &folded()) {
             Some(kept) => merge(&kept),
             None => merge(&HashState::default()),
         };
@@ -238,7 +236,7 @@ mod tests {
         let (with, before) = merged(&fresh, s(151, 2));
         assert_eq!(with, pairs(&[("f", "9")]));
         assert_eq!(with, before);
-        let kept = without_relisted(&fresh, s(151, 2), &folded()).expect("kept whole");
+        let kept = without_relisted(fresh.clone(), s(151, 2), &folded()).expect("kept whole");
         assert_eq!(kept, fresh);
     }
 
@@ -275,7 +273,7 @@ mod tests {
         // `applied_before` gives it), past the 100 node 1 holds of it.
         let applied = seen(&[(1, 20), (2, 101)]);
         let delta = b.local_fields((0, b"h", Kind::Hash), s(102, 2), (y, false), &applied, true);
-        let kept = without_relisted(&delta, s(102, 2), &folded()).expect("a fresh change");
+        let kept = without_relisted(delta.clone(), s(102, 2), &folded()).expect("a fresh change");
         assert_eq!(kept.removed, delta.removed);
     }
 
@@ -299,7 +297,7 @@ mod tests {
         // Listed again (folded dominates it), it removes nothing.
         let mut old = del.clone();
         old.removed = seen(&[(1, 60), (2, 100)]);
-        assert!(without_relisted(&old, s(61, 2), &folded()).is_some_and(|s| s.removed.is_empty()));
+        assert!(without_relisted(old, s(61, 2), &folded()).is_some_and(|s| s.removed.is_empty()));
     }
 
     #[test]
@@ -320,6 +318,6 @@ mod tests {
             list.len()
         };
         assert_eq!(pushes(&pushed), 3, "the defect it fixes");
-        assert!(without_relisted(&pushed, s(50, 1), &folded()).is_none());
+        assert!(without_relisted(pushed.clone(), s(50, 1), &folded()).is_none());
     }
 }
