@@ -122,7 +122,7 @@ pub(crate) fn push(
         .any(|e| e.is_data() || matches!(e.op, Op::Bound { .. }));
     shared
         .queue
-        .push(st.peer.link.epoch, Batch { entries })
+        .push(st.peer.link().epoch, Batch { entries })
         .map_err(|b| {
             let mut entries = b.entries;
             entries.retain(|e| !matches!(e.op, Op::Bound { .. }));
@@ -180,7 +180,7 @@ fn tombstones_of(entries: &[Entry]) -> Vec<(Option<u32>, Vec<u8>, Stamp, u64)> {
 /// differs between the nodes until it is written or deleted again
 /// (docs/limitations.md).
 fn refuse_unframeable(shared: &Shared, st: &mut Replication, entries: &mut Vec<Entry>) {
-    let link = st.peer.link;
+    let link = st.peer.link();
     if link.max_frame == 0 && link.peer_rdb == 0 {
         return;
     }
@@ -682,7 +682,7 @@ fn keep_awake(ctx: &Context, st: &mut Replication) {
 /// that came over it is taken.
 pub(crate) fn link_came_up(link: LinkView) {
     if let Some(mut st) = main_state().replication.get() {
-        st.peer.link = link;
+        st.peer.progress.link_came_up(link);
         // A replica ships nothing of its own; once promoted, its first
         // flush catches up on this link (it is still new to the peer's
         // progress).
@@ -696,7 +696,7 @@ pub(crate) fn link_came_up(link: LinkView) {
 /// sync when one is due.
 fn on_link_up(st: &mut Replication, link: LinkView) {
     st.peer.node_id = link.peer_node;
-    let how = st.link_up(link.epoch);
+    let how = st.link_up(link);
     redis_module::logging::log_notice(match how {
         CatchUp::Full => "rdmasync: catching up with the peer: full sync".to_owned(),
         CatchUp::Since => {
@@ -715,11 +715,11 @@ fn on_link_up(st: &mut Replication, link: LinkView) {
 /// what this node holds: the peer's changes up to its watermark, its own
 /// up to its newest surviving stamp.
 fn ask_for_sync(shared: &Shared, st: &mut Replication) {
-    let Some(answer) = st.peer.probe.next_to_send() else {
+    let Some(answer) = st.peer.progress.request_to_send() else {
         return;
     };
     let me = shared.node_id;
-    let since = if answer && st.peer.probe.answer_asks_all() {
+    let since = if answer && st.peer.progress.answer_asks_all() {
         0
     } else {
         st.versions.covered(st.peer.node_id)
@@ -750,10 +750,10 @@ fn ask_for_sync(shared: &Shared, st: &mut Replication) {
 /// one, or one since the watermarks the peer gave.
 fn start_due_sync(reader: &Reader, shared: &Shared, st: &mut Replication) {
     let held = main_state().faults.get().is_some_and(|f| f.syncs_held());
-    if st.peer.probe.own_due() || held {
+    if st.peer.progress.own_request_due() || held {
         return;
     }
-    let sync = match st.peer.snapshot.due() {
+    let sync = match st.peer.progress.sync_due() {
         None => return,
         Some(SyncKind::Full) => FullSync::new(reader.databases()).sweeping(st.sweep_floors()),
         Some(SyncKind::Since { since, own }) => {
@@ -818,7 +818,7 @@ fn flush_changes(ctx: &Context, shared: &Shared, may_wait: bool, propagate: bool
     let Some(mut st) = main.replication.get() else {
         return;
     };
-    let link = st.peer.link;
+    let link = st.peer.link();
     let (link_up, epoch) = (link.up, link.epoch);
     let resting = || main.hot.get().is_some_and(|h| !h.is_empty());
     let may_wait = may_rest(may_wait, link_up, resting, || st.lets_changes_rest(epoch));
@@ -963,7 +963,7 @@ fn record_expired(ctx: &Context, reader: &Reader, st: &mut Replication, expired:
 /// Asks for, answers and starts the syncs the link needs.
 fn start_syncs(reader: &Reader, shared: &Shared, st: &mut Replication) {
     ask_for_sync(shared, st);
-    if st.peer.pending_request.is_some() {
+    if st.peer.progress.request_waits() {
         // Every key here has a version: a sync since a watermark misses
         // nothing.
         let versioned = reader.total_keys() <= st.versions.live_len() as u64;
@@ -1052,7 +1052,7 @@ pub fn ack_after_sleep(shared: &Shared) {
     let Some(mut st) = main.replication.get() else {
         return;
     };
-    if !st.peer.link.up || !st.peer.ack_due() {
+    if !st.peer.link().up || !st.peer.ack_due() {
         return;
     }
     let acked = send_ack(shared, &mut st);

@@ -10,7 +10,6 @@ use crate::capture::flush::{count_read_failures, entry, op_of, pending_of, push}
 use crate::catchup::big_read::{BigRead, BigStep};
 use crate::catchup::fullsync::{FullSync, Shipment};
 use crate::catchup::replication::Replication;
-use crate::catchup::snapshot::SyncKind;
 use crate::catchup::state_slices::{StateSlices, StateStep};
 use crate::converge::changes::PendingOp;
 use crate::converge::version::{KeyVersion, Stamp};
@@ -366,12 +365,12 @@ pub fn advance_full_sync(
     deadline: Instant,
 ) {
     // Our request goes first (see `Probe::own_due`).
-    let running = (!st.peer.probe.own_due()).then(|| st.peer.snapshot.take_running());
+    // Lent out: its pushes are not in step (the merge bound must not rise
+    // on them).
+    let running = (!st.peer.progress.own_request_due()).then(|| st.peer.progress.lend_sync());
     let Some(mut running) = running.flatten() else {
         return;
     };
-    // Its pushes are not in step (the merge bound must not rise on them).
-    st.sync_taken_out = true;
     let sync = &mut running.sync;
     while !shared.queue.is_full() && Instant::now() < deadline && !sync.is_done() {
         if !st.unread.is_empty() {
@@ -396,8 +395,7 @@ pub fn advance_full_sync(
         }
         let Ok(last_seq) = pushed else {
             // Cannot happen after `is_full` said no (single producer); start over.
-            st.sync_taken_out = false;
-            st.peer.snapshot.owe(SyncKind::Full);
+            st.peer.progress.sync_dropped();
             return;
         };
         if last_seq != 0 {
@@ -413,8 +411,7 @@ pub fn advance_full_sync(
             sync.started.elapsed().as_millis()
         ));
     }
-    st.sync_taken_out = false;
-    st.peer.snapshot.resume(running);
+    st.peer.progress.return_sync(running);
     if done {
         st.peer.full_sync_sent(last_seq);
     }

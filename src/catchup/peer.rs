@@ -9,9 +9,9 @@ use std::time::Instant;
 
 use crate::catchup::fullsync::FullSync;
 use crate::catchup::inflight::InFlight;
-use crate::catchup::probe::Probe;
+use crate::catchup::progress::Progress;
 use crate::catchup::replication::{CatchUp, CatchUpReport};
-use crate::catchup::snapshot::{SnapshotProgress, SyncKind};
+use crate::catchup::snapshot::SyncKind;
 use crate::converge::changes::DirtySet;
 use crate::converge::sweep::Sweep;
 use crate::converge::version::Stamp;
@@ -90,7 +90,8 @@ impl PeerRequest {
 }
 
 /// Where one peer's progress stands, in one word (`peer_state` in STATUS
-/// and INFO): the first of these that holds.
+/// and INFO): its `Progress` state, `Replicate` told apart by whether the
+/// backlog is draining.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
     /// No link to it.
@@ -99,8 +100,8 @@ pub enum Phase {
     /// state) is not acknowledged yet, or the peer's request is awaited.
     Probing,
     /// A sync of our whole state (or since its watermarks) is owed,
-    /// running, or not yet acknowledged whole; or a request of the peer's
-    /// waits to be taken.
+    /// running, or not yet acknowledged whole; a request of the peer's
+    /// waits to be taken, or an answer request of ours is not acknowledged.
     Snapshot,
     /// Changes kept while the link was down are being resent.
     CatchingUp,
@@ -135,31 +136,18 @@ pub struct Peer {
     pub(super) backlog_limit: usize,
     /// Shipped and not acknowledged, in sequence order.
     pub(super) inflight: InFlight,
-    /// The sync of our whole state (or since a watermark) owed to the
-    /// peer and the one shipping: owed at first contact, on overflow, when
-    /// the peer asks, when the dataset was replaced; a sync's entries are
-    /// not kept for a resend, so a link drop before its last one is
-    /// acknowledged owes it again (`snapshot`).
-    pub snapshot: SnapshotProgress<FullSync>,
-    /// What the peer's sync requests not yet handled ask, together (it
-    /// lost state, or answers ours).
-    pub pending_request: Option<PeerRequest>,
+    /// Where its progress stands: the link, and what this node and the
+    /// peer still owe each other (the probe, the sync of our state owed
+    /// and shipping, the peer's requests not taken yet).
+    pub progress: Progress<FullSync>,
     /// The peer's sequence number of the last entry received here (applied,
     /// an ack, or dropped while this node was a replica).
     pub(super) received_from_peer: u64,
     /// `received_from_peer` when this node last lost state (0: it started
     /// empty-handed): what its sync requests tell the peer.
     pub(super) received_at_loss: u64,
-    /// What this node asks of the peer: its own request (it lost state)
-    /// and an answer to the peer's, each due or unacknowledged.
-    pub probe: Probe,
     /// The coverage our last ack told the peer (see `Replication::coverage`).
     pub(super) coverage_sent: u64,
-    /// The link to this peer as the main thread knows it now.
-    pub link: LinkView,
-    /// The number of the link this peer was last caught up on (its `LinkUp`
-    /// event's epoch; 0: catch up at the next flush even on the same link).
-    pub(super) link_epoch: u64,
     /// Our highest sequence number the peer has applied.
     pub peer_acked: u64,
     /// Stamp of the newest SWAPDB from the peer applied here (a resent
@@ -203,16 +191,12 @@ impl Peer {
             backlog_state: None,
             backlog_limit: backlog_limit.max(1),
             inflight: InFlight::default(),
-            // The peer asks for what it misses (this node's request
-            // tells it this node lost state; it answers with its own).
-            snapshot: SnapshotProgress::default(),
-            pending_request: None,
+            // It lost state: it asks the peer for what it misses (the
+            // peer answers with its own request).
+            progress: Progress::default(),
             received_from_peer: 0,
             received_at_loss: 0,
-            probe: Probe::default(),
             coverage_sent: 0,
-            link: LinkView::default(),
-            link_epoch: 0,
             peer_acked: 0,
             last_peer_swap: Stamp::default(),
             applied_from_peer: 0,
@@ -233,7 +217,12 @@ impl Peer {
     /// Whether `epoch` (a link's number, from its `LinkUp` event) is a link
     /// this peer was not caught up on yet.
     pub fn is_new_link(&self, epoch: u64) -> bool {
-        epoch != self.link_epoch
+        self.progress.is_new_link(epoch)
+    }
+
+    /// The link to this peer as the main thread knows it now.
+    pub fn link(&self) -> LinkView {
+        self.progress.link()
     }
 
     /// Starts the sync owed (the link is up): a full one ships the current
@@ -253,18 +242,18 @@ impl Peer {
             self.last_pushed,
         );
         self.report.since = kind.watermarks().map_or(0, |(since, _)| since);
-        self.snapshot.start(kind, sync, self.last_pushed);
+        self.progress.start_sync(kind, sync, self.last_pushed);
     }
 
     /// A sync request went out with sequence number `seq`.
     pub fn sync_request_sent(&mut self, seq: u64, answer: bool) {
-        self.probe.sent(seq, answer);
+        self.progress.request_sent(seq, answer);
     }
 
     /// The running sync handed out its last entry, sequence number
     /// `last_seq` (0: it shipped nothing).
     pub fn full_sync_sent(&mut self, last_seq: u64) {
-        let Some(running) = self.snapshot.take_running() else {
+        let Some(running) = self.progress.lend_sync() else {
             return;
         };
         self.report.done();
@@ -272,7 +261,8 @@ impl Peer {
             SyncKind::Full => self.full_syncs += 1,
             SyncKind::Since { .. } => self.since_syncs += 1,
         }
-        self.snapshot.handed_out(running, last_seq, self.peer_acked);
+        self.progress
+            .sync_handed_out(running, last_seq, self.peer_acked);
     }
 
     /// Whether an ack is due (something applied and written since the
@@ -310,9 +300,7 @@ impl Peer {
     pub fn acknowledged(&mut self, applied: u64) {
         self.peer_acked = self.peer_acked.max(applied);
         self.inflight.acknowledged(applied);
-        let acked = self.peer_acked;
-        self.snapshot.acknowledged(acked);
-        self.probe.acknowledged(acked);
+        self.progress.acknowledged(self.peer_acked);
     }
 
     /// The peer asked for a full sync; it had received our entries up to
@@ -329,7 +317,7 @@ impl Peer {
             own,
             initial: !answer,
         };
-        self.pending_request = Some(self.pending_request.map_or(request, |r| r.merge(request)));
+        self.progress.peer_asks(request);
     }
 
     /// Entries of the peer up to sequence number `seq` reached this node
@@ -355,14 +343,14 @@ impl Peer {
     /// lost state) is unanswered, since the peer's earlier acks speak of a
     /// stream whose earlier links this node no longer holds.
     pub fn accepts_coverage(&self) -> bool {
-        self.probe.accepts_coverage()
+        self.progress.accepts_coverage()
     }
 
     /// Whether the coverage of an ack acknowledging our entries up to
     /// `applied` may raise this node's watermark of the peer (see
     /// `Probe::accepts_coverage_of_ack`).
     pub fn accepts_coverage_of_ack(&self, applied: u64) -> bool {
-        self.probe.accepts_coverage_of_ack(applied)
+        self.progress.accepts_coverage_of_ack(applied)
     }
 
     /// The last coverage our acks told the peer.
@@ -392,30 +380,27 @@ impl Peer {
 
     /// Whether shipping is still catching up (backlog or full sync).
     pub fn catching_up(&self) -> bool {
-        !self.backlog.is_empty() || self.snapshot.is_running()
+        !self.backlog.is_empty() || self.progress.sync_running()
     }
 
     /// Where this peer's progress stands.
     pub fn phase(&self) -> Phase {
-        if !self.link.up {
-            Phase::Down
-        } else if self.probe.asks_own() || self.probe.awaits_peer_request() {
-            Phase::Probing
-        } else if self.snapshot.owed().is_some()
-            || self.snapshot.unacknowledged()
-            || self.pending_request.is_some()
-        {
-            Phase::Snapshot
-        } else if !self.backlog.is_empty() || self.backlog_read.is_some() {
-            Phase::CatchingUp
-        } else {
-            Phase::Streaming
+        match self.progress {
+            Progress::Down { .. } => Phase::Down,
+            Progress::Probe { .. } => Phase::Probing,
+            Progress::Snapshot { .. } => Phase::Snapshot,
+            Progress::Replicate { .. }
+                if !self.backlog.is_empty() || self.backlog_read.is_some() =>
+            {
+                Phase::CatchingUp
+            }
+            Progress::Replicate { .. } => Phase::Streaming,
         }
     }
 
     /// A sync is wanted, asked for or owed to the peer.
     pub fn sync_pending(&self) -> bool {
-        self.snapshot.owed().is_some() || self.pending_request.is_some() || self.probe.is_due()
+        self.progress.sync_pending()
     }
 }
 
@@ -437,7 +422,7 @@ mod tests {
         let mut peer = Peer::new(10);
         peer.peer_asks_for_sync(5, 700, 40, true);
         assert_eq!(
-            peer.pending_request,
+            peer.progress.request(),
             Some(PeerRequest {
                 received: 5,
                 since: 700,
@@ -447,7 +432,7 @@ mod tests {
         );
         peer.peer_asks_for_sync(3, 900, 10, false);
         assert_eq!(
-            peer.pending_request,
+            peer.progress.request(),
             Some(PeerRequest {
                 received: 5,
                 since: 700,
@@ -462,7 +447,7 @@ mod tests {
     fn the_phase_follows_the_link_the_probe_and_the_sync_owed() {
         let mut peer = Peer::new(10);
         assert_eq!(peer.phase(), Phase::Down);
-        peer.link = LinkView::up(1, 7, 1 << 20);
+        peer.progress.link_came_up(LinkView::up(1, 7, 1 << 20));
         // A node that just started asks first.
         assert_eq!(peer.phase(), Phase::Probing);
         peer.sync_request_sent(1, false);
@@ -473,25 +458,26 @@ mod tests {
             "still awaits the peer's request"
         );
         peer.peer_asks_for_sync(0, 500, u64::MAX, true);
-        peer.probe.peer_request_taken(true, false, 0);
+        peer.progress
+            .probe_mut(|p| p.peer_request_taken(true, false, 0));
         assert_eq!(peer.phase(), Phase::Snapshot, "its request not yet taken");
-        peer.pending_request = None;
-        peer.snapshot.owe(SyncKind::Since { since: 500, own: 9 });
+        let _ = peer.progress.take_request(|_| false);
+        peer.progress.owe(SyncKind::Since { since: 500, own: 9 });
         assert_eq!(peer.phase(), Phase::Snapshot);
         peer.start_full_sync(FullSync::new(1));
         peer.full_sync_sent(5);
         assert_eq!(peer.phase(), Phase::Snapshot, "not acknowledged whole");
         peer.acknowledged(5);
         assert_eq!(peer.phase(), Phase::Streaming);
-        peer.link = peer.link.ended(1);
+        peer.progress.link_ended(1);
         assert_eq!(peer.phase(), Phase::Down);
     }
 
     #[test]
     fn a_new_peer_knows_no_link() {
         let peer = Peer::new(10);
-        assert_eq!(peer.link, LinkView::default());
-        assert!(!peer.link.up);
+        assert_eq!(peer.link(), LinkView::default());
+        assert!(!peer.link().up);
         assert!(peer.is_new_link(1));
     }
 }

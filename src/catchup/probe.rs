@@ -60,12 +60,28 @@ impl Probe {
     /// A probe with nothing to ask (a peer that lost nothing).
     #[cfg(test)]
     pub fn settled() -> Self {
+        Self::settled_after(None)
+    }
+
+    /// A probe with nothing to ask whose last request on the current link
+    /// went out as `last_sent`, if any.
+    pub fn settled_after(last_sent: Option<u64>) -> Self {
         Self {
             own: None,
             answer: None,
-            sent_on_link: None,
+            sent_on_link: last_sent,
             awaiting_peer_request: false,
         }
+    }
+
+    /// Whether it has nothing to ask and awaits nothing.
+    pub fn is_settled(&self) -> bool {
+        self.own.is_none() && self.answer.is_none() && !self.awaiting_peer_request
+    }
+
+    /// The sequence number of our last request sent on the current link.
+    pub fn last_sent(&self) -> Option<u64> {
+        self.sent_on_link
     }
 
     /// This node lost state: it asks for what it misses, and waits for the

@@ -10,7 +10,7 @@ use crate::converge::merge::Seen;
 use std::time::Instant;
 
 use crate::catchup::inflight::SentBatch;
-use crate::catchup::peer::{Peer, PeerRequest};
+use crate::catchup::peer::{LinkView, Peer, PeerRequest};
 use crate::catchup::snapshot::SyncKind;
 use crate::converge::changes::PendingOp;
 use crate::converge::journal::RewriteBase;
@@ -146,9 +146,6 @@ pub struct Replication {
     /// (not only at the peer's next ack), so that what a removal here had
     /// seen includes everything the peer's bound may already count.
     pub peer_batch_coverage: Option<(u64, u64)>,
-    /// A sync is taken out of `peer.snapshot` to hand out entries: not in
-    /// step, though the snapshot looks idle meanwhile.
-    pub sync_taken_out: bool,
     /// When a refused change was last logged, and how many were refused
     /// since (the log says it at most every `REFUSAL_LOG_EVERY`).
     pub refusals_logged: (Option<std::time::Instant>, u64),
@@ -186,7 +183,6 @@ impl Replication {
             peer_bound: None,
             peer_applied: None,
             peer_batch_coverage: None,
-            sync_taken_out: false,
             refusals_logged: (None, 0),
         }
     }
@@ -225,22 +221,20 @@ impl Replication {
     /// queued for it (the sender writes nothing else to it), never a change
     /// the old link lost. The acks and coverage this node sent may have
     /// been lost too: the next ack says them again.
-    pub fn link_up(&mut self, epoch: u64) -> CatchUp {
-        self.peer.link_epoch = epoch;
+    pub fn link_up(&mut self, link: LinkView) -> CatchUp {
+        // Requests sent and syncs cut off by the link drop, or handed out
+        // but not known to have arrived: due and owed again.
+        self.peer.progress.caught_up(link);
         // Slices of a state at the backlog's front may be lost with the
         // link: the state ships again from its first.
         self.peer.backlog_state = None;
         self.own_bound.link_up();
-        self.peer.probe.link_up();
         self.peer.incoming_sweep = None;
         self.peer.ack_lost();
         let unacked = self.requeue_unacked();
         self.peer.backlog.restore(unacked);
-        // Cut off by the link drop, or all handed out but not known to have
-        // arrived: owed again.
-        self.peer.snapshot.link_up();
         self.check_overflow();
-        match self.peer.snapshot.owed() {
+        match self.peer.progress.owed() {
             Some(SyncKind::Full) => CatchUp::Full,
             Some(SyncKind::Since { .. }) => CatchUp::Since,
             None => {
@@ -285,35 +279,34 @@ impl Replication {
     /// `own`): the peer may have lost that delete with its state, and only
     /// a full sync makes the two sides agree again.
     pub fn take_sync_request(&mut self, own_data_versioned: bool, me: u64, peer: u64) {
-        let Some(PeerRequest {
+        let versions = &self.versions;
+        let deletes_kept = |r: &PeerRequest| {
+            !versions.collected_after(me, r.since) && !versions.collected_after(peer, r.own)
+        };
+        // What the peer misses is known now (and ships before coverage);
+        // a first request gets an answer back, before any return below: a
+        // sync of ours ships no delete whose tombstone we collected, so
+        // only the peer's whole dataset makes the two sides agree then.
+        let Some(request) = self.peer.progress.take_request(|r| !deletes_kept(r)) else {
+            return;
+        };
+        let PeerRequest {
             received,
             since,
             own,
             initial,
-        }) = self.peer.pending_request.take()
-        else {
-            return;
-        };
-        let deletes_kept =
-            !self.versions.collected_after(me, since) && !self.versions.collected_after(peer, own);
-        // What the peer misses is known now (and ships before coverage);
-        // a first request gets an answer back. Before any return below: a
-        // sync of ours ships no delete whose tombstone we collected, so
-        // only the peer's whole dataset makes the two sides agree then.
-        self.peer
-            .probe
-            .peer_request_taken(initial, initial && !deletes_kept, received);
+        } = request;
         // A full sync running or due covers any request but an initial one
         // that had received part of it (the peer lost that part).
-        let running_full = self.peer.snapshot.full_running_or_owed();
-        let covered = self.peer.snapshot.started_after(received);
+        let running_full = self.peer.progress.full_running_or_owed();
+        let covered = self.peer.progress.sync_started_after(received);
         if running_full && (!initial || covered) {
             return;
         }
-        if since > 0 && since != u64::MAX && own_data_versioned && deletes_kept {
-            self.peer.snapshot.owe(SyncKind::Since { since, own });
+        if since > 0 && since != u64::MAX && own_data_versioned && deletes_kept(&request) {
+            self.peer.progress.owe(SyncKind::Since { since, own });
         } else {
-            self.peer.snapshot.owe(SyncKind::Full);
+            self.peer.progress.owe(SyncKind::Full);
         }
     }
 
@@ -322,13 +315,14 @@ impl Replication {
     /// is in the stream before now (nothing waits in the backlog, for a
     /// retry or in a sync). `None` while catching up.
     pub fn coverage(&self) -> Option<u64> {
-        let in_step = !self.peer.probe.awaits_peer_request()
+        let progress = &self.peer.progress;
+        let in_step = !progress.awaits_peer_request()
             && self.peer.backlog.is_empty()
             && self.unread.is_empty()
-            && !self.peer.snapshot.is_running()
-            && !self.sync_taken_out
-            && self.peer.snapshot.owed().is_none()
-            && self.peer.pending_request.is_none();
+            && !progress.sync_running()
+            && !progress.sync_lent()
+            && progress.owed().is_none()
+            && !progress.request_waits();
         let cap = self.own_coverage_cap.unwrap_or(u64::MAX);
         in_step.then_some(self.last_local_stamp.min(cap))
     }
@@ -349,7 +343,7 @@ impl Replication {
     /// Whether acks moved on since the last tombstone collection.
     pub fn collection_due(&self) -> bool {
         // A full sync walks the tombstone index by position: keep it stable.
-        !self.peer.snapshot.is_running()
+        !self.peer.progress.sync_running()
             && ((self.peer.peer_acked != self.peer.collected_at && self.versions.tombstones() != 0)
                 || self.versions.needs_compaction())
     }
@@ -363,13 +357,12 @@ impl Replication {
     pub fn bound_tombstones(&mut self, me: u64) -> usize {
         // With the link up the peer acknowledges (and tombstones go) within
         // milliseconds: only twice the bound there (a stuck peer).
-        let limit = match self.peer.link.up {
+        let up = self.peer.link().up;
+        let limit = match up {
             true => self.tombstone_limit.saturating_mul(2),
             false => self.tombstone_limit,
         };
-        if self.versions.key_tombstones() <= limit
-            || (self.peer.snapshot.is_running() && self.peer.link.up)
-        {
+        if self.versions.key_tombstones() <= limit || (self.peer.progress.sync_running() && up) {
             return 0;
         }
         // An eighth below the bound: a whole pass over the index is not
@@ -379,7 +372,7 @@ impl Replication {
         if dropped > 0 {
             self.peer.drop_backlog();
             let _ = self.requeue_unacked();
-            self.peer.snapshot.restart_full();
+            self.peer.progress.restart_full();
         }
         dropped
     }
@@ -418,7 +411,7 @@ impl Replication {
         {
             self.peer.drop_backlog();
             let _ = self.requeue_unacked();
-            self.peer.snapshot.owe(SyncKind::Full);
+            self.peer.progress.owe(SyncKind::Full);
             return true;
         }
         false
@@ -469,7 +462,7 @@ impl Replication {
     /// and (`acked_remote`: this node just sent an ack) those applied from it.
     pub fn collect_tombstones(&mut self, acked_remote: bool) -> usize {
         let remote_due =
-            acked_remote && self.versions.tombstones() != 0 && !self.peer.snapshot.is_running();
+            acked_remote && self.versions.tombstones() != 0 && !self.peer.progress.sync_running();
         if !self.collection_due() && !remote_due {
             return 0;
         }
@@ -523,7 +516,7 @@ impl Replication {
             full_syncs: self.peer.full_syncs,
             partial_syncs: self.peer.partial_syncs,
             // A full sync handed out but not yet acknowledged may still start over.
-            sync_in_progress: self.peer.catching_up() || self.peer.snapshot.unacknowledged(),
+            sync_in_progress: self.peer.catching_up() || self.peer.progress.sync_unacknowledged(),
             catchup: match self.peer.report.kind {
                 None => "none",
                 Some(CatchUp::Full) => "full",
@@ -566,13 +559,13 @@ impl Replication {
         // A sync since watermarks the peer asked for and has not got yet:
         // the reload drops it with the full one it owes, and the peer does
         // not ask again (it took its answer before).
-        let since = self.peer.snapshot.since_owed_or_running();
+        let since = self.peer.progress.since_owed_or_running();
         self.versions.clear();
         self.merge_again();
         if own_files {
-            self.peer.snapshot.forgive_full();
+            self.peer.progress.forgive_full();
             if let Some(kind) = since {
-                self.peer.snapshot.owe(kind);
+                self.peer.progress.owe(kind);
             }
         }
     }
@@ -607,12 +600,11 @@ impl Replication {
         self.peer.received_at_loss = self.peer.received_from_peer;
         // Its own changes: the store's newest (a load sets it again).
         self.own_durable = None;
-        self.peer.probe.lost_state();
         self.peer.drop_backlog();
         let _ = self.requeue_unacked();
-        self.peer.snapshot.restart_full();
-        // Force a new catch-up even if the link stays up.
-        self.peer.link_epoch = 0;
+        // It asks what it misses, owes a full sync, and catches up again
+        // even if the link stays up.
+        self.peer.progress.lost_state();
     }
 }
 
@@ -628,11 +620,16 @@ mod tests {
         }
     }
 
+    /// Link `epoch`, up.
+    fn up(epoch: u64) -> LinkView {
+        LinkView::up(epoch, 7, 1 << 20)
+    }
+
     /// Linked on link 1, the request a fresh node makes already sent.
     fn settled() -> Replication {
         let mut r = Replication::new(10);
-        r.link_up(1);
-        r.peer.probe.forget_own();
+        r.link_up(up(1));
+        r.peer.progress.probe_mut(|p| p.forget_own());
         r
     }
 
@@ -644,11 +641,15 @@ mod tests {
         // A link not seen yet: its catch-up comes first.
         assert!(!r.lets_changes_rest(2));
         for set in [
-            (|r: &mut Replication| r.peer.snapshot.owe(SyncKind::Full)) as fn(&mut Replication),
-            |r| r.peer.snapshot.owe(SyncKind::Since { since: 1, own: 2 }),
+            (|r: &mut Replication| r.peer.progress.owe(SyncKind::Full)) as fn(&mut Replication),
+            |r| r.peer.progress.owe(SyncKind::Since { since: 1, own: 2 }),
             |r| r.peer.peer_asks_for_sync(0, 1, 1, true),
-            |r| r.peer.probe.lost_state(),
-            |r| r.peer.probe.peer_request_taken(true, false, 0),
+            |r| r.peer.progress.probe_mut(|p| p.lost_state()),
+            |r| {
+                r.peer
+                    .progress
+                    .probe_mut(|p| p.peer_request_taken(true, false, 0))
+            },
             |r| r.defer(vec![key("k")]),
             |r| {
                 r.unread.insert((0, b"k".to_vec().into()), Stamp::new(1, 1));
@@ -688,69 +689,72 @@ mod tests {
     #[test]
     fn first_contact_is_a_full_sync_then_partial() {
         let mut r = Replication::new(10);
-        assert!(r.peer.probe.asks_own());
+        assert!(r.peer.progress.probe().asks_own());
         // A fresh node asks; the peer (fresh too) asks with nothing held.
-        assert_eq!(r.link_up(1), CatchUp::Partial);
+        assert_eq!(r.link_up(up(1)), CatchUp::Partial);
         r.peer.sync_request_sent(1, false);
         r.peer.peer_asks_for_sync(0, 0, 0, false);
         r.take_sync_request(true, 1, 2);
-        assert!(r.peer.snapshot.owes_full(), "nothing held: a full sync");
-        assert!(!r.peer.probe.answers(), "both asked: no answer needed");
+        assert!(r.peer.progress.owes_full(), "nothing held: a full sync");
+        assert!(
+            !r.peer.progress.probe().answers(),
+            "both asked: no answer needed"
+        );
         r.peer.start_full_sync(FullSync::new(16));
-        assert!(!r.peer.snapshot.owes_full());
+        assert!(!r.peer.progress.owes_full());
         r.peer.full_sync_sent(0);
         assert_eq!(r.peer.full_syncs, 1);
         assert!(!r.peer.is_new_link(1));
         assert!(r.peer.is_new_link(2));
-        assert_eq!(r.link_up(2), CatchUp::Partial);
+        assert_eq!(r.link_up(up(2)), CatchUp::Partial);
         assert_eq!(r.peer.partial_syncs, 2);
     }
 
     #[test]
     fn a_full_sync_not_acknowledged_when_the_link_drops_starts_over() {
         let mut r = Replication::new(10);
-        r.peer.snapshot.owe(SyncKind::Full);
-        assert_eq!(r.link_up(1), CatchUp::Full);
+        r.peer.progress.owe(SyncKind::Full);
+        assert_eq!(r.link_up(up(1)), CatchUp::Full);
         r.peer.start_full_sync(FullSync::new(16));
         r.peer.pushed(7);
         r.peer.full_sync_sent(7);
         // Its tail may still be queued (or lost in flight) when the link goes.
         r.peer.acknowledged(6);
-        assert_eq!(r.link_up(2), CatchUp::Full);
-        assert!(r.peer.snapshot.owes_full());
+        assert_eq!(r.link_up(up(2)), CatchUp::Full);
+        assert!(r.peer.progress.owes_full());
         r.peer.start_full_sync(FullSync::new(16));
         r.peer.pushed(9);
         r.peer.full_sync_sent(8);
         r.peer.acknowledged(9);
-        assert_eq!(r.link_up(3), CatchUp::Partial);
+        assert_eq!(r.link_up(up(3)), CatchUp::Partial);
         // A full sync that shipped nothing has nothing to wait for, whatever
         // else went out unacknowledged.
-        r.peer.snapshot.owe(SyncKind::Full);
-        assert_eq!(r.link_up(4), CatchUp::Full);
+        r.peer.progress.owe(SyncKind::Full);
+        assert_eq!(r.link_up(up(4)), CatchUp::Full);
         r.peer.start_full_sync(FullSync::new(16));
         r.peer.pushed(10);
         r.peer.full_sync_sent(0);
-        assert_eq!(r.link_up(5), CatchUp::Partial);
+        assert_eq!(r.link_up(up(5)), CatchUp::Partial);
     }
 
     #[test]
     fn a_sync_request_not_acknowledged_when_the_link_drops_is_sent_again() {
         let mut r = Replication::new(10);
-        r.link_up(1);
-        assert_eq!(r.peer.probe.next_to_send(), Some(false));
+        r.link_up(up(1));
+        assert_eq!(r.peer.progress.probe().next_to_send(), Some(false));
         r.peer.sync_request_sent(3, false);
-        assert_eq!(r.peer.probe.next_to_send(), None);
+        assert_eq!(r.peer.progress.probe().next_to_send(), None);
         r.peer.acknowledged(2);
-        r.link_up(2);
+        r.link_up(up(2));
         assert_eq!(
-            r.peer.probe.next_to_send(),
+            r.peer.progress.probe().next_to_send(),
             Some(false),
             "lost with the link: ask again"
         );
         r.peer.sync_request_sent(5, false);
         r.peer.acknowledged(5);
-        r.link_up(3);
-        assert!(!r.peer.probe.asks_own());
+        r.link_up(up(3));
+        assert!(!r.peer.progress.probe().asks_own());
     }
 
     #[test]
@@ -769,10 +773,10 @@ mod tests {
     #[test]
     fn a_reload_keeps_the_sync_since_watermarks_the_peer_asked_for() {
         let mut r = Replication::new(10);
-        r.peer.snapshot.owe(SyncKind::Since { since: 50, own: 7 });
+        r.peer.progress.owe(SyncKind::Since { since: 50, own: 7 });
         r.dataset_replaced(true);
         assert_eq!(
-            r.peer.snapshot.owed(),
+            r.peer.progress.owed(),
             Some(SyncKind::Since { since: 50, own: 7 })
         );
         // Running, it is dropped (its reads are of the old data) and owed
@@ -780,25 +784,25 @@ mod tests {
         let mut running = Replication::new(10);
         running
             .peer
-            .snapshot
+            .progress
             .owe(SyncKind::Since { since: 50, own: 7 });
         running
             .peer
             .start_full_sync(FullSync::since_watermark(&VersionStore::new(), 1, 2, 50, 7));
         running.dataset_replaced(true);
-        assert!(!running.peer.snapshot.is_running());
+        assert!(!running.peer.progress.sync_running());
         assert_eq!(
-            running.peer.snapshot.owed(),
+            running.peer.progress.owed(),
             Some(SyncKind::Since { since: 50, own: 7 })
         );
         // Data from a master is merged with a full sync.
         let mut replica = Replication::new(10);
         replica
             .peer
-            .snapshot
+            .progress
             .owe(SyncKind::Since { since: 50, own: 7 });
         replica.dataset_replaced(false);
-        assert!(replica.peer.snapshot.owes_full());
+        assert!(replica.peer.progress.owes_full());
     }
 
     #[test]
@@ -826,44 +830,44 @@ mod tests {
         // Both nodes lost state and we asked first (our request asks only
         // since our watermark): an answer asking for everything goes too.
         let mut both = Replication::new(10);
-        both.link_up(1);
+        both.link_up(up(1));
         both.peer.sync_request_sent(1, false);
         both.versions.record_collected(Stamp::new(600, 1));
         both.peer.peer_asks_for_sync(0, 500, 400, false);
         both.take_sync_request(true, 1, 2);
-        assert!(both.peer.snapshot.owes_full());
-        assert_eq!(both.peer.probe.next_to_send(), Some(true));
-        assert!(both.peer.probe.answer_asks_all());
+        assert!(both.peer.progress.owes_full());
+        assert_eq!(both.peer.progress.probe().next_to_send(), Some(true));
+        assert!(both.peer.progress.probe().answer_asks_all());
         // A full sync of ours already running covers the request, but
         // ships no delete we collected: the answer still asks for all.
         let mut running = Replication::new(10);
-        running.link_up(1);
-        running.peer.probe.forget_own();
+        running.link_up(up(1));
+        running.peer.progress.probe_mut(|p| p.forget_own());
         running.peer.pushed(10);
         running.peer.start_full_sync(FullSync::new(16));
         running.versions.record_collected(Stamp::new(600, 1));
         running.peer.peer_asks_for_sync(5, 500, 400, false);
         running.take_sync_request(true, 1, 2);
-        assert_eq!(running.peer.probe.next_to_send(), Some(true));
-        assert!(running.peer.probe.answer_asks_all());
+        assert_eq!(running.peer.progress.probe().next_to_send(), Some(true));
+        assert!(running.peer.progress.probe().answer_asks_all());
     }
 
     #[test]
     fn a_sync_request_is_covered_only_by_a_full_sync_the_peer_had_not_received() {
         let mut r = Replication::new(10);
-        r.link_up(1);
+        r.link_up(up(1));
         r.peer.pushed(10);
         r.peer.start_full_sync(FullSync::new(16));
         // First contact: the peer asked before any of it reached the peer.
         r.peer.peer_asks_for_sync(10, 0, 0, false);
         r.take_sync_request(true, 1, 2);
-        assert!(!r.peer.snapshot.owes_full());
+        assert!(!r.peer.progress.owes_full());
         // Later on the same link (it was a replica, or reloaded): it had
         // received part of that full sync already, so it needs another.
         r.peer.pushed(30);
         r.peer.peer_asks_for_sync(25, 0, 0, false);
         r.take_sync_request(true, 1, 2);
-        assert!(r.peer.snapshot.owes_full());
+        assert!(r.peer.progress.owes_full());
     }
 
     #[test]
@@ -885,7 +889,7 @@ mod tests {
     #[test]
     fn unacknowledged_changes_are_resent_first() {
         let mut r = Replication::new(10);
-        r.link_up(1);
+        r.link_up(up(1));
         r.peer.start_full_sync(FullSync::new(16));
         r.peer.full_sync_sent(0);
         for (seq, k) in [(1, "a"), (2, "b"), (3, "c")] {
@@ -903,7 +907,7 @@ mod tests {
         r.peer.acknowledged(1);
         assert_eq!(r.peer.lag_ops(), 2);
         r.defer(vec![key("d")]);
-        assert_eq!(r.link_up(2), CatchUp::Partial);
+        assert_eq!(r.link_up(up(2)), CatchUp::Partial);
         assert_eq!(r.peer.backlog.take(), vec![key("b"), key("c"), key("d")]);
         assert_eq!(r.peer.lag_ops(), 0);
     }
@@ -912,8 +916,8 @@ mod tests {
     fn the_report_says_which_catch_up_ran_from_where() {
         let mut r = Replication::new(10);
         assert_eq!(r.convergence().catchup, "none");
-        r.peer.snapshot.owe(SyncKind::Full);
-        assert_eq!(r.link_up(1), CatchUp::Full);
+        r.peer.progress.owe(SyncKind::Full);
+        assert_eq!(r.link_up(up(1)), CatchUp::Full);
         r.peer.pushed(4);
         r.peer.start_full_sync(FullSync::new(16));
         r.peer.report.entries = 7;
@@ -925,7 +929,7 @@ mod tests {
         );
         r.peer.acknowledged(9);
         r.defer(vec![key("a")]);
-        assert_eq!(r.link_up(2), CatchUp::Partial);
+        assert_eq!(r.link_up(up(2)), CatchUp::Partial);
         let c = r.convergence();
         assert_eq!(
             (c.catchup, c.catchup_entries, c.catchup_from_seq),
@@ -941,78 +945,79 @@ mod tests {
     fn a_restarted_node_and_its_peer_sync_since_their_watermarks() {
         // P, up all along, gets the restarted node's request.
         let mut p = Replication::new(10);
-        p.peer.probe.forget_own();
-        assert_eq!(p.link_up(1), CatchUp::Partial);
+        p.peer.progress.probe_mut(|p| p.forget_own());
+        assert_eq!(p.link_up(up(1)), CatchUp::Partial);
         p.peer.peer_asks_for_sync(0, 500, 400, false);
         p.take_sync_request(true, 1, 2);
         assert_eq!(
-            p.peer.snapshot.owed(),
+            p.peer.progress.owed(),
             Some(SyncKind::Since {
                 since: 500,
                 own: 400
             })
         );
-        assert!(!p.peer.snapshot.owes_full());
+        assert!(!p.peer.progress.owes_full());
         assert_eq!(
-            p.peer.probe.next_to_send(),
+            p.peer.progress.probe().next_to_send(),
             Some(true),
             "it asks what it misses in turn"
         );
         p.peer.sync_request_sent(2, true);
-        assert_eq!(p.peer.probe.next_to_send(), None);
+        assert_eq!(p.peer.progress.probe().next_to_send(), None);
         // Lost with the link: the answer is asked again, as an answer.
-        assert_eq!(p.link_up(2), CatchUp::Since);
-        assert_eq!(p.peer.probe.next_to_send(), Some(true));
+        assert_eq!(p.link_up(up(2)), CatchUp::Since);
+        assert_eq!(p.peer.progress.probe().next_to_send(), Some(true));
         p.peer.start_full_sync(FullSync::new(16));
         // A tombstone of ours after its watermark was collected here: full.
         let mut g = Replication::new(10);
-        g.peer.probe.forget_own();
+        g.peer.progress.probe_mut(|p| p.forget_own());
         g.versions.record_collected(Stamp::new(600, 1));
         g.peer.peer_asks_for_sync(0, 500, 400, false);
         g.take_sync_request(true, 1, 2);
-        assert!(g.peer.snapshot.owes_full());
+        assert!(g.peer.progress.owes_full());
         assert!(
-            g.peer.probe.next_to_send() == Some(true) && g.peer.probe.answer_asks_all(),
+            g.peer.progress.probe().next_to_send() == Some(true)
+                && g.peer.progress.probe().answer_asks_all(),
             "and all of its data back"
         );
         // A request with nothing held, or data without versions here: full.
         let mut q = Replication::new(10);
-        q.peer.probe.forget_own();
+        q.peer.progress.probe_mut(|p| p.forget_own());
         q.peer.peer_asks_for_sync(0, 0, 0, false);
         q.take_sync_request(true, 1, 2);
-        assert!(q.peer.snapshot.owes_full());
+        assert!(q.peer.progress.owes_full());
         let mut u = Replication::new(10);
-        u.peer.probe.forget_own();
+        u.peer.progress.probe_mut(|p| p.forget_own());
         u.peer.peer_asks_for_sync(0, 500, 400, false);
         u.take_sync_request(false, 1, 2);
-        assert!(u.peer.snapshot.owes_full());
+        assert!(u.peer.progress.owes_full());
         // The restarted node gets the answer: a sync since, no answer back.
         let mut x = Replication::new(10);
-        x.link_up(1);
+        x.link_up(up(1));
         x.peer.sync_request_sent(1, false);
         x.peer.peer_asks_for_sync(0, 700, u64::MAX, true);
         x.take_sync_request(true, 1, 2);
         assert_eq!(
-            x.peer.snapshot.owed(),
+            x.peer.progress.owed(),
             Some(SyncKind::Since {
                 since: 700,
                 own: u64::MAX
             })
         );
-        assert!(!x.peer.probe.answers());
+        assert!(!x.peer.progress.probe().answers());
         // A full sync due covers an answer request.
         let mut y = Replication::new(10);
-        y.peer.snapshot.owe(SyncKind::Full);
+        y.peer.progress.owe(SyncKind::Full);
         y.peer.peer_asks_for_sync(0, 700, u64::MAX, true);
         y.take_sync_request(true, 1, 2);
-        assert!(y.peer.snapshot.owes_full());
+        assert!(y.peer.progress.owes_full());
     }
 
     #[test]
     fn coverage_is_void_while_a_request_for_what_we_miss_is_unanswered() {
         let mut x = Replication::new(10);
         assert!(!x.peer.accepts_coverage(), "it lost state: it asks first");
-        x.link_up(1);
+        x.link_up(up(1));
         x.peer.sync_request_sent(4, false);
         assert!(!x.peer.accepts_coverage());
         // An ack of entries before the request speaks of the old stream;
@@ -1025,8 +1030,10 @@ mod tests {
         // The peer side: a request from a node that lost state voids what
         // its acks said; the answer request of a peer that did not, not.
         let mut p = Replication::new(10);
-        p.peer.probe = crate::catchup::probe::Probe::settled();
-        p.link_up(1);
+        p.peer
+            .progress
+            .probe_mut(|p| *p = crate::catchup::probe::Probe::settled());
+        p.link_up(up(1));
         p.last_local_stamp = 50;
         assert_eq!(p.take_ack(), Some((0, 50)));
         p.peer.peer_asks_for_sync(0, 10, 10, true);
@@ -1038,8 +1045,8 @@ mod tests {
     #[test]
     fn coverage_moves_only_in_step_and_rides_on_acks() {
         let mut r = Replication::new(10);
-        r.peer.probe.forget_own();
-        r.link_up(1);
+        r.peer.progress.probe_mut(|p| p.forget_own());
+        r.link_up(up(1));
         r.last_local_stamp = 90;
         assert_eq!(r.coverage(), None, "it has not heard what the peer misses");
         r.peer.peer_asks_for_sync(0, 0, 0, true);
@@ -1062,15 +1069,15 @@ mod tests {
             "unchanged while catching up"
         );
         let _ = r.peer.backlog.take();
-        r.peer.snapshot.owe(SyncKind::Full);
+        r.peer.progress.owe(SyncKind::Full);
         assert_eq!(r.coverage(), None);
     }
 
     #[test]
     fn a_node_that_wrote_nothing_has_link_work_until_its_first_coverage_is_set() {
         let mut r = Replication::new(10);
-        r.peer.probe.forget_own();
-        r.link_up(1);
+        r.peer.progress.probe_mut(|p| p.forget_own());
+        r.link_up(up(1));
         r.peer.peer_asks_for_sync(0, 0, 0, true);
         r.take_sync_request(true, 1, 2);
         r.peer.start_full_sync(FullSync::new(16));
@@ -1087,15 +1094,15 @@ mod tests {
     #[test]
     fn overflow_turns_into_a_full_sync() {
         let mut r = Replication::new(2);
-        r.link_up(1);
+        r.link_up(up(1));
         r.peer.start_full_sync(FullSync::new(16));
         r.peer.full_sync_sent(0);
         r.defer(vec![key("a"), key("b")]);
-        assert!(!r.peer.snapshot.owes_full());
+        assert!(!r.peer.progress.owes_full());
         r.defer(vec![key("c")]);
-        assert!(r.peer.snapshot.owes_full());
+        assert!(r.peer.progress.owes_full());
         assert!(r.peer.backlog.is_empty());
-        assert_eq!(r.link_up(2), CatchUp::Full);
+        assert_eq!(r.link_up(up(2)), CatchUp::Full);
         r.peer.start_full_sync(FullSync::new(16));
     }
 
@@ -1117,7 +1124,7 @@ mod tests {
         // A new link keeps what was applied on the old one.
         r.peer.applied(7);
         r.peer.persisting();
-        r.link_up(1);
+        r.link_up(up(1));
         assert_eq!(r.take_ack_at(later(2)), Some((7, 0)));
     }
 

@@ -71,6 +71,9 @@ enum Shipping<S> {
     Idle,
     /// Handing out entries.
     Running(Running<S>),
+    /// Lent out to hand out entries (`take_running`): still running, but
+    /// its pushes are not in step (the merge bound must not rise on them).
+    Lent { kind: SyncKind, started_after: u64 },
     /// Handed out whole; its last entry, `last_seq`, is not acknowledged yet
     /// (its tail may still be queued, or lost with a link).
     Sent {
@@ -124,8 +127,25 @@ impl<S> SnapshotProgress<S> {
     /// The sync to start now: the one owed, unless one runs.
     pub fn due(&self) -> Option<SyncKind> {
         match self.shipping {
-            Shipping::Running(_) => None,
+            Shipping::Running(_) | Shipping::Lent { .. } => None,
             _ => self.owed,
+        }
+    }
+
+    /// Whether nothing is owed, shipping or unacknowledged.
+    pub fn is_idle(&self) -> bool {
+        self.owed.is_none() && matches!(self.shipping, Shipping::Idle)
+    }
+
+    /// Whether the running sync is lent out (`take_running`).
+    pub fn is_lent(&self) -> bool {
+        matches!(self.shipping, Shipping::Lent { .. })
+    }
+
+    /// The sync lent out is dropped (it could not go on).
+    pub fn end_loan(&mut self) {
+        if self.is_lent() {
+            self.shipping = Shipping::Idle;
         }
     }
 
@@ -150,15 +170,23 @@ impl<S> SnapshotProgress<S> {
     pub fn running_kind(&self) -> Option<SyncKind> {
         match &self.shipping {
             Shipping::Running(r) => Some(r.kind),
+            Shipping::Lent { kind, .. } => Some(*kind),
             _ => None,
         }
     }
 
-    /// Takes the running sync out to advance it (with the rest of the
-    /// state at hand); [`Self::resume`] or [`Self::handed_out`] puts it back.
+    /// Lends the running sync out to advance it (with the rest of the
+    /// state at hand); [`Self::resume`], [`Self::handed_out`] or
+    /// [`Self::end_loan`] ends the loan.
     pub fn take_running(&mut self) -> Option<Running<S>> {
         match std::mem::replace(&mut self.shipping, Shipping::Idle) {
-            Shipping::Running(r) => Some(r),
+            Shipping::Running(r) => {
+                self.shipping = Shipping::Lent {
+                    kind: r.kind,
+                    started_after: r.started_after,
+                };
+                Some(r)
+            }
             other => {
                 self.shipping = other;
                 None
@@ -199,7 +227,7 @@ impl<S> SnapshotProgress<S> {
         let kind = match std::mem::replace(&mut self.shipping, Shipping::Idle) {
             Shipping::Idle => return,
             Shipping::Running(r) => r.kind,
-            Shipping::Sent { kind, .. } => kind,
+            Shipping::Lent { kind, .. } | Shipping::Sent { kind, .. } => kind,
         };
         self.owe(kind);
     }
@@ -209,6 +237,7 @@ impl<S> SnapshotProgress<S> {
     pub fn since_owed_or_running(&self) -> Option<SyncKind> {
         let running = match &self.shipping {
             Shipping::Running(r) => Some(r.kind),
+            Shipping::Lent { kind, .. } => Some(*kind),
             _ => None,
         };
         [self.owed, running]
@@ -221,7 +250,7 @@ impl<S> SnapshotProgress<S> {
     /// The data was replaced or must be merged again: the sync running
     /// is dropped (its reads are of the old data) and a full one is owed.
     pub fn restart_full(&mut self) {
-        if self.is_running() {
+        if self.is_running() || self.is_lent() {
             self.shipping = Shipping::Idle;
         }
         self.owed = Some(SyncKind::Full);
@@ -246,7 +275,9 @@ impl<S> SnapshotProgress<S> {
         match &self.shipping {
             Shipping::Idle => false,
             Shipping::Running(r) => received <= r.started_after,
-            Shipping::Sent { started_after, .. } => received <= *started_after,
+            Shipping::Lent { started_after, .. } | Shipping::Sent { started_after, .. } => {
+                received <= *started_after
+            }
         }
     }
 }

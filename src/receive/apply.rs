@@ -129,16 +129,16 @@ fn next_batch(ctx: &Context, shared: &Shared) -> staging::Next {
                 let view = LinkView::up(epoch, peer_node, max_frame).reading_rdb(peer_rdb);
                 crate::capture::flush::link_came_up(view);
             }
-            FromLink::LinkDown { epoch } => set_link(|view| view.ended(epoch)),
+            FromLink::LinkDown { epoch } => link_ended(epoch),
         }
     }
     staging::Next::Idle
 }
 
-/// The link to the peer as the main thread knows it from now on.
-fn set_link(change: impl FnOnce(LinkView) -> LinkView) {
+/// Link `epoch` to the peer ended, as the main thread knows it from now on.
+fn link_ended(epoch: u64) {
     if let Some(mut st) = main_state().replication.get() {
-        st.peer.link = change(st.peer.link);
+        st.peer.progress.link_ended(epoch);
     }
 }
 
