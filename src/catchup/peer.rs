@@ -153,6 +153,11 @@ pub struct Peer {
     /// Stamp of the newest SWAPDB from the peer applied here (a resent
     /// swap at or below it was applied already).
     pub last_peer_swap: Stamp,
+    /// What the peer's last request after it lost state said it held
+    /// (`received`, `own`): the same request again is that loss's request
+    /// resent on a new link (our ack of it did not reach the peer), not a
+    /// new loss (see [`Self::peer_lost_state`]).
+    last_loss_request: Option<(u64, u64)>,
     /// The peer's sequence number of the last data entry applied here.
     pub(super) applied_from_peer: u64,
     /// `applied_from_peer` when the server last went to write its AOF
@@ -199,6 +204,7 @@ impl Peer {
             coverage_sent: 0,
             peer_acked: 0,
             last_peer_swap: Stamp::default(),
+            last_loss_request: None,
             applied_from_peer: 0,
             applied_written: 0,
             ack_sent: 0,
@@ -318,6 +324,22 @@ impl Peer {
             initial: !answer,
         };
         self.progress.peer_asks(request);
+    }
+
+    /// The peer's request says it lost state, holding our entries up to
+    /// `received` and its own changes up to `own`: whether that is a new
+    /// loss. The same request as the last such one is that loss's request
+    /// sent again on a new link, because our ack of it never reached the
+    /// peer; the swaps of the peer's applied since it was taken were made
+    /// after that loss and are still the peer's, so a resend of one of
+    /// them must still be found a duplicate. (Two losses whose requests
+    /// say the same, with no change between them, pass for one: the
+    /// peer's clock then runs past the swaps it made before, unless it
+    /// went back.)
+    pub fn peer_lost_state(&mut self, received: u64, own: u64) -> bool {
+        let new = self.last_loss_request != Some((received, own));
+        self.last_loss_request = Some((received, own));
+        new
     }
 
     /// Entries of the peer up to sequence number `seq` reached this node
@@ -471,6 +493,15 @@ mod tests {
         assert_eq!(peer.phase(), Phase::Streaming);
         peer.progress.link_ended(1);
         assert_eq!(peer.phase(), Phase::Down);
+    }
+
+    #[test]
+    fn a_loss_request_sent_again_is_the_same_loss() {
+        let mut peer = Peer::new(10);
+        assert!(peer.peer_lost_state(0, 40), "the first");
+        assert!(!peer.peer_lost_state(0, 40), "resent on a new link");
+        assert!(peer.peer_lost_state(0, 55), "lost state again since");
+        assert!(peer.peer_lost_state(9, 55), "it had received more");
     }
 
     #[test]

@@ -10,9 +10,9 @@
 //! module), so the tests drive it with plain values.
 //!
 //! ```text
-//!                link comes up                   nothing owed
+//!        link comes up: the state owed picks Probe, Snapshot or Replicate
 //!   Down ───────────────────────► Probe ─► Snapshot ───────────► Replicate
-//!    ▲  ◄───────────────────────   │ ▲        │ ▲                  │
+//!    ▲  ◄───────────────────────   │ ▲        │ ▲   nothing owed   │
 //!    │        link ends            │ └────────┘ └──────────────────┤
 //!    │                             │ lost state   the peer asks,   │
 //!    │                             │ (load)       a sync is owed   │
@@ -226,7 +226,8 @@ impl<S> Progress<S> {
         });
     }
 
-    /// Whether link `epoch` is up and this peer was not caught up on it.
+    /// Whether this peer is not caught up on link `epoch` (no link is up,
+    /// another is, or this one came up or lost state since).
     pub fn is_new_link(&self, epoch: u64) -> bool {
         match self {
             Self::Down { .. } => true,
@@ -382,7 +383,7 @@ impl<S> Progress<S> {
         self.owe_step(|o| o.snapshot.start(kind, sync, started_after));
     }
 
-    /// Whether a sync is handing out entries (not while lent out).
+    /// Whether a sync is running and not lent out.
     pub fn sync_running(&self) -> bool {
         self.read(|o| o.snapshot.is_running())
     }

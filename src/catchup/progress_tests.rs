@@ -199,7 +199,7 @@ fn lost_state_asks_again_owes_a_full_sync_and_catches_up_on_the_same_link() {
 }
 
 #[test]
-fn a_full_sync_forgiven_leaves_the_sync_since_owed() {
+fn restarting_a_sync_since_owes_a_full_one_and_forgiving_it_leaves_nothing_owed() {
     let mut p = replicating();
     p.owe(SINCE);
     p.start_sync(SINCE, "sync", 4);
@@ -235,6 +235,23 @@ fn a_sync_that_cannot_go_on_is_owed_again_whole() {
     assert!(!p.sync_lent() && !p.sync_running());
     assert_eq!(p.sync_due(), Some(SyncKind::Full));
     assert_eq!(state(&p), "snapshot");
+}
+
+#[test]
+fn a_request_sent_is_no_longer_due_and_a_sync_returned_runs_on() {
+    let mut p = P::default();
+    p.caught_up(link(1));
+    assert!(p.own_request_due());
+    p.request_sent(3, false);
+    assert!(!p.own_request_due() && p.request_to_send().is_none());
+    assert!(p.accepts_coverage_of_ack(3) && !p.accepts_coverage_of_ack(2));
+    p.owe(SINCE);
+    p.start_sync(SINCE, "sync", 4);
+    let running = p.lend_sync().unwrap();
+    assert!(p.lend_sync().is_none(), "lent once");
+    p.return_sync(running);
+    assert!(p.sync_running());
+    assert_eq!(p.lend_sync().map(|r| r.sync), Some("sync"));
 }
 
 #[test]

@@ -14,6 +14,9 @@
 //!     │                  to have arrived) ◄───────────┼───────────────────┤
 //!     └───────────────────────────────────────────────┴───────────────────┘
 //! ```
+//!
+//! While it hands out entries a running sync is lent out (`take_running`:
+//! `Lent`); `resume`, `handed_out` or `end_loan` ends the loan.
 
 /// Which sync.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -194,12 +197,12 @@ impl<S> SnapshotProgress<S> {
         }
     }
 
-    /// The sync taken out has more to hand out.
+    /// The sync lent out has more to hand out.
     pub fn resume(&mut self, running: Running<S>) {
         self.shipping = Shipping::Running(running);
     }
 
-    /// The sync taken out handed out its last entry, `last_seq` (0: it
+    /// The sync lent out handed out its last entry, `last_seq` (0: it
     /// shipped nothing); the peer acknowledged ours up to `acked`.
     pub fn handed_out(&mut self, running: Running<S>, last_seq: u64, acked: u64) {
         self.shipping = if last_seq > acked {

@@ -678,9 +678,13 @@ fn note_sync_request(
         // without seeing them go on both nodes (docs/convergence.md).
         st.versions.lower_merge_bound(me, since);
         // It lost its state, the swaps it had in flight with it: its next
-        // swaps may carry any stamp its clock gives them. A sweeping sync
-        // of its being received ends with it (its next sync starts anew).
-        st.peer.last_peer_swap = Stamp::default();
+        // swaps may carry any stamp its clock gives them (not when this is
+        // the request of a loss taken already, resent: the swaps applied
+        // since came after that loss). A sweeping sync of its being
+        // received ends with it (its next sync starts anew).
+        if st.peer.peer_lost_state(received, own) {
+            st.peer.last_peer_swap = Stamp::default();
+        }
         st.peer.incoming_sweep = None;
     }
     Outcome::Notice
