@@ -28,16 +28,6 @@ cargo fmt --all -- --check
 cargo clippy --all-targets -- -D warnings
 # cargo test builds the rlib only; the integration tests load the cdylib.
 cargo build
-# The fuzz targets build in the background at idle priority (SCHED_IDLE:
-# only on CPU the tests leave idle, about a fifth of the run), one job at a
-# time, ready for the fuzz stage at the end (which builds them itself if
-# this failed).
-idle=(nice -n 19)
-command -v chrt >/dev/null && idle=(chrt -i 0)
-(export RUSTC_BOOTSTRAP=1 CARGO_BUILD_JOBS=1
- cargo fuzz --version >/dev/null 2>&1 || "${idle[@]}" cargo install cargo-fuzz --locked
- "${idle[@]}" cargo fuzz build -O) > target/fuzz-build.log 2>&1 &
-FUZZ_BUILD=$!
 # The oldest Redis (7.0) runs every suite but the two that measure the
 # most on one server (fullsync's 200,000 keys, hotkeys' main-thread
 # timing): the full set runs on the newest Redis and Valkey below. The unit and property tests load no server: they run once, with
@@ -103,6 +93,5 @@ done
 stage "Soft-RoCE guest"
 scripts/test-rdma.sh
 stage "fuzz"
-wait "$FUZZ_BUILD" || echo "== the background build of the fuzz targets failed (target/fuzz-build.log): built now"
 # Coverage-guided smoke run of every decoder of network bytes.
 scripts/fuzz-smoke.sh 15
