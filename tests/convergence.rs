@@ -212,16 +212,74 @@ fn in_db(node: &Node, db: i64) -> redis::Connection {
     c
 }
 
+/// `k` in database `db` of `node`.
+fn k_in(node: &Node, db: i64) -> Option<String> {
+    in_db(node, db).get("k").unwrap()
+}
+
+/// A pair whose databases 0 and 1 hold `k` = `was-0` and `was-1`, in step.
+fn pair_with_two_databases() -> Pair {
+    let pair = Pair::start();
+    let _: () = in_db(&pair.a, 0).set("k", "was-0").unwrap();
+    let _: () = in_db(&pair.a, 1).set("k", "was-1").unwrap();
+    pair.wait_converged(SETTLE);
+    pair
+}
+
+/// `SWAPDB 0 1` on A, once B has applied it.
+fn swap_on_a_reaching_b(pair: &Pair) {
+    let _: () = redis::cmd("SWAPDB")
+        .arg(0)
+        .arg(1)
+        .query(&mut pair.a.conn())
+        .unwrap();
+    assert!(
+        wait_until(SETTLE, || k_in(&pair.b, 0).as_deref() == Some("was-1")),
+        "B never applied the swap: {:?}",
+        pair.b.status()
+    );
+}
+
+/// A's acks are dropped and the swap B applied is not acknowledged: the
+/// link is cut and healed, A resends, then takes acks again; both nodes
+/// must hold the databases swapped once.
+fn resend_on_a_new_link_swaps_once(pair: &Pair) {
+    cut(pair);
+    heal(pair);
+    // Acks still dropped: B's ack of everything it applied, sent again on
+    // the new link, cannot take the swap out of A's resend. A marker
+    // written now ships after the resend: once B has it, B has seen the
+    // resent swap.
+    let _: () = in_db(&pair.a, 2).set("marker", 1).unwrap();
+    assert!(
+        wait_until(SETTLE, || in_db(&pair.b, 2)
+            .exists::<_, bool>("marker")
+            .unwrap()),
+        "{:?}",
+        pair.b.status()
+    );
+    assert!(pair.a.stat("partial_syncs") >= 1, "{:?}", pair.a.status());
+    pair.a.debug(&["DROP-ACKS", "OFF"]);
+    let _: () = in_db(&pair.a, 2).set("marker", 2).unwrap();
+    assert!(
+        wait_until(SETTLE, || pair.a.stat("lag_entries") == 0),
+        "{:?}",
+        pair.a.status()
+    );
+    for node in [&pair.a, &pair.b] {
+        assert_eq!(k_in(node, 0).as_deref(), Some("was-1"), "{}", node.name);
+        assert_eq!(k_in(node, 1).as_deref(), Some("was-0"), "{}", node.name);
+    }
+    pair.wait_converged(SETTLE);
+}
+
 /// A's request for what it misses after a reload, resent on a new link
 /// because B's ack of it never arrived, is the same loss of state: B must
 /// not take it for a new one and forget the swap of A's it applied since,
 /// or A's resend of that swap on the new link swaps B's databases back.
 #[test]
 fn a_swap_after_a_reload_resent_with_the_reloads_request_is_not_applied_twice() {
-    let pair = Pair::start();
-    let _: () = in_db(&pair.a, 0).set("k", "was-0").unwrap();
-    let _: () = in_db(&pair.a, 1).set("k", "was-1").unwrap();
-    pair.wait_converged(SETTLE);
+    let pair = pair_with_two_databases();
     assert!(wait_until(SETTLE, || pair.a.status()["peer_state"] == "streaming"));
     let syncs = |n: &Node| n.stat("since_syncs") + n.stat("full_syncs");
     let syncs_before = syncs(&pair.b);
@@ -236,46 +294,14 @@ fn a_swap_after_a_reload_resent_with_the_reloads_request_is_not_applied_twice() 
         "{:?}",
         pair.b.status()
     );
-    let _: () = redis::cmd("SWAPDB")
-        .arg(0)
-        .arg(1)
-        .query(&mut pair.a.conn())
-        .unwrap();
-    let get = |node: &Node, db: i64| -> Option<String> { in_db(node, db).get("k").unwrap() };
-    assert!(
-        wait_until(SETTLE, || get(&pair.b, 0).as_deref() == Some("was-1")),
-        "B never applied the swap: {:?}",
-        pair.b.status()
-    );
+    swap_on_a_reaching_b(&pair);
     assert_eq!(
         pair.a.status()["peer_state"],
         "probing",
         "request unacknowledged"
     );
-    cut(&pair);
-    heal(&pair);
-    // The request, then the swap, go again on the new link; a marker
-    // written now ships after both.
-    let _: () = in_db(&pair.a, 2).set("marker", 1).unwrap();
-    assert!(
-        wait_until(SETTLE, || in_db(&pair.b, 2)
-            .exists::<_, bool>("marker")
-            .unwrap()),
-        "{:?}",
-        pair.b.status()
-    );
-    pair.a.debug(&["DROP-ACKS", "OFF"]);
-    let _: () = in_db(&pair.a, 2).set("marker", 2).unwrap();
-    assert!(
-        wait_until(SETTLE, || pair.a.stat("lag_entries") == 0),
-        "{:?}",
-        pair.a.status()
-    );
-    for node in [&pair.a, &pair.b] {
-        assert_eq!(get(node, 0).as_deref(), Some("was-1"), "{}", node.name);
-        assert_eq!(get(node, 1).as_deref(), Some("was-0"), "{}", node.name);
-    }
-    pair.wait_converged(SETTLE);
+    // The request, then the swap, go again on the new link.
+    resend_on_a_new_link_swaps_once(&pair);
 }
 
 /// A SWAPDB the peer applied but never acknowledged (acks dropped here) is
@@ -283,64 +309,18 @@ fn a_swap_after_a_reload_resent_with_the_reloads_request_is_not_applied_twice() 
 /// (Resent with a new stamp, it was applied a second time.)
 #[test]
 fn a_swap_resent_after_a_reconnect_is_not_applied_twice() {
-    let pair = Pair::start();
-    let _: () = in_db(&pair.a, 0).set("k", "was-0").unwrap();
-    let _: () = in_db(&pair.a, 1).set("k", "was-1").unwrap();
-    pair.wait_converged(SETTLE);
+    let pair = pair_with_two_databases();
     // A's first-contact request acknowledged first: this test is about the
-    // swap alone (the request resent too is the next test's case).
+    // swap alone (the request resent too is the test above).
     assert!(
         wait_until(SETTLE, || pair.a.status()["peer_state"] == "streaming"),
         "{:?}",
         pair.a.status()
     );
-    let drop_acks = |on: &str| {
-        let _: () = redis::cmd("RDMASYNC.DEBUG")
-            .arg("DROP-ACKS")
-            .arg(on)
-            .query(&mut pair.a.conn())
-            .unwrap();
-    };
-    drop_acks("ON");
-    let _: () = redis::cmd("SWAPDB")
-        .arg(0)
-        .arg(1)
-        .query(&mut pair.a.conn())
-        .unwrap();
-    let get = |node: &Node, db: i64| -> Option<String> { in_db(node, db).get("k").unwrap() };
-    assert!(
-        wait_until(SETTLE, || get(&pair.b, 0).as_deref() == Some("was-1")),
-        "B never applied the swap: {:?}",
-        pair.b.status()
-    );
+    pair.a.debug(&["DROP-ACKS", "ON"]);
+    swap_on_a_reaching_b(&pair);
     assert!(pair.a.stat("lag_entries") >= 1, "the swap was acknowledged");
-    cut(&pair);
-    // Acks still dropped: B's ack of everything it applied, sent again on
-    // the new link, cannot take the swap out of A's resend.
-    heal(&pair);
-    // A marker written now ships after the resend: once B has it, B has
-    // seen the resent swap.
-    let _: () = in_db(&pair.a, 2).set("marker", 1).unwrap();
-    assert!(
-        wait_until(SETTLE, || in_db(&pair.b, 2)
-            .exists::<_, bool>("marker")
-            .unwrap()),
-        "{:?}",
-        pair.b.status()
-    );
-    assert!(pair.a.stat("partial_syncs") >= 1, "{:?}", pair.a.status());
-    drop_acks("OFF");
-    let _: () = in_db(&pair.a, 2).set("marker", 2).unwrap();
-    assert!(
-        wait_until(SETTLE, || pair.a.stat("lag_entries") == 0),
-        "{:?}",
-        pair.a.status()
-    );
-    for node in [&pair.a, &pair.b] {
-        assert_eq!(get(node, 0).as_deref(), Some("was-1"), "{}", node.name);
-        assert_eq!(get(node, 1).as_deref(), Some("was-0"), "{}", node.name);
-    }
-    pair.wait_converged(SETTLE);
+    resend_on_a_new_link_swaps_once(&pair);
 }
 
 #[test]
