@@ -315,10 +315,33 @@ fn key_report(port: u16, key: &str) -> String {
     let Ok(mut c) = conn else {
         return "unreachable".into();
     };
-    let kind: String = redis::cmd("TYPE")
-        .arg(key)
-        .query(&mut c)
-        .unwrap_or_default();
+    // A node that was just restarted answers LOADING for a while: its
+    // copy of the key is what a failure needs to be explained.
+    let mut kind = String::new();
+    for _ in 0..50 {
+        match redis::cmd("TYPE").arg(key).query::<String>(&mut c) {
+            Ok(k) => {
+                kind = k;
+                break;
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+    let read = match kind.as_str() {
+        "zset" => redis::cmd("ZRANGE")
+            .arg(key)
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .clone(),
+        "hash" => redis::cmd("HGETALL").arg(key).clone(),
+        "set" => redis::cmd("SMEMBERS").arg(key).clone(),
+        "list" => redis::cmd("LRANGE").arg(key).arg(0).arg(-1).clone(),
+        _ => redis::cmd("GET").arg(key).clone(),
+    };
+    let value = read
+        .query::<redis::Value>(&mut c)
+        .map_or_else(|e| e.to_string(), |v| format!("{v:?}"));
     let at: i64 = redis::cmd("PEXPIRETIME")
         .arg(key)
         .query(&mut c)
@@ -328,7 +351,7 @@ fn key_report(port: u16, key: &str) -> String {
         .arg(key)
         .query(&mut c)
         .unwrap_or_default();
-    format!("type {kind}, pexpiretime {at}, version {version}")
+    format!("type {kind}, value {value}, pexpiretime {at}, version {version}")
 }
 
 fn writer(
