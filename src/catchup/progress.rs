@@ -293,6 +293,7 @@ impl<S> Progress<S> {
     }
 
     /// Whether this node still waits for the peer's request.
+    #[cfg(test)]
     pub fn awaits_peer_request(&self) -> bool {
         self.read(|o| o.probe.awaits_peer_request())
     }
@@ -389,6 +390,7 @@ impl<S> Progress<S> {
     }
 
     /// Whether the running sync is lent out to hand out entries.
+    #[cfg(test)]
     pub fn sync_lent(&self) -> bool {
         self.read(|o| o.snapshot.is_lent())
     }
@@ -463,6 +465,22 @@ impl<S> Progress<S> {
     #[cfg(test)]
     pub fn request(&self) -> Option<PeerRequest> {
         self.read(|o| o.request)
+    }
+
+    /// Whether what is owed keeps this node's stream out of step with the
+    /// peer (see `Replication::coverage`): the peer's request awaited, a
+    /// sync owed, running or lent out, or a request of the peer's waiting.
+    pub fn holds_stream_back(&self) -> bool {
+        match self {
+            Self::Replicate { .. } => false,
+            _ => self.read(|o| {
+                o.probe.awaits_peer_request()
+                    || o.snapshot.owed().is_some()
+                    || o.snapshot.is_running()
+                    || o.snapshot.is_lent()
+                    || o.request.is_some()
+            }),
+        }
     }
 
     /// Whether a sync is owed, or a request due or waiting (a flush has

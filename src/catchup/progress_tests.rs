@@ -287,3 +287,33 @@ fn replicate_remembers_the_last_request_sent_on_its_link() {
     assert_eq!(p.request_to_send(), None);
     assert_eq!(state(&p), "replicate");
 }
+
+#[test]
+fn the_stream_is_held_back_only_by_what_keeps_coverage_back() {
+    let mut p = replicating();
+    assert!(!p.holds_stream_back());
+    p.owe(SINCE);
+    assert!(p.holds_stream_back(), "a sync owed");
+    p.start_sync(SINCE, "sync", 4);
+    assert!(p.holds_stream_back(), "running");
+    let running = p.lend_sync().unwrap();
+    assert!(p.holds_stream_back(), "lent out");
+    p.sync_handed_out(running, 9, 4);
+    assert_eq!(state(&p), "snapshot");
+    assert!(
+        !p.holds_stream_back(),
+        "handed out whole, not yet acknowledged"
+    );
+    p.peer_asks(request(0, false));
+    assert!(p.holds_stream_back(), "a request of the peer's waits");
+    // A node that lost state: held back until the peer's request is taken,
+    // not while only its own request is unacknowledged.
+    let mut q = P::default();
+    q.caught_up(link(1));
+    q.request_sent(5, false);
+    assert!(q.holds_stream_back());
+    q.peer_asks(request(0, false));
+    let _ = q.take_request(|_| false);
+    assert_eq!(state(&q), "probe");
+    assert!(!q.holds_stream_back());
+}

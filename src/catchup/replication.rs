@@ -315,14 +315,9 @@ impl Replication {
     /// is in the stream before now (nothing waits in the backlog, for a
     /// retry or in a sync). `None` while catching up.
     pub fn coverage(&self) -> Option<u64> {
-        let progress = &self.peer.progress;
-        let in_step = !progress.awaits_peer_request()
+        let in_step = !self.peer.progress.holds_stream_back()
             && self.peer.backlog.is_empty()
-            && self.unread.is_empty()
-            && !progress.sync_running()
-            && !progress.sync_lent()
-            && progress.owed().is_none()
-            && !progress.request_waits();
+            && self.unread.is_empty();
         let cap = self.own_coverage_cap.unwrap_or(u64::MAX);
         in_step.then_some(self.last_local_stamp.min(cap))
     }
