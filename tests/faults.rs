@@ -37,7 +37,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::proxy::Proxy;
-use common::{free_port, module_path, wait_until, Node, Pair};
+use common::{free_port, module_path, value_read, wait_until, Node, Pair};
 
 /// A small deterministic generator (xorshift64*).
 struct Rng(u64);
@@ -327,21 +327,13 @@ fn key_report(port: u16, key: &str) -> String {
             Err(_) => std::thread::sleep(Duration::from_millis(100)),
         }
     }
-    let read = match kind.as_str() {
-        "zset" => redis::cmd("ZRANGE")
-            .arg(key)
-            .arg(0)
-            .arg(-1)
-            .arg("WITHSCORES")
-            .clone(),
-        "hash" => redis::cmd("HGETALL").arg(key).clone(),
-        "set" => redis::cmd("SMEMBERS").arg(key).clone(),
-        "list" => redis::cmd("LRANGE").arg(key).arg(0).arg(-1).clone(),
-        _ => redis::cmd("GET").arg(key).clone(),
-    };
-    let value = read
-        .query::<redis::Value>(&mut c)
-        .map_or_else(|e| e.to_string(), |v| format!("{v:?}"));
+    let value = value_read(&kind, key).map_or_else(
+        || "none".to_owned(),
+        |read| {
+            read.query::<redis::Value>(&mut c)
+                .map_or_else(|e| e.to_string(), |v| format!("{v:?}"))
+        },
+    );
     let at: i64 = redis::cmd("PEXPIRETIME")
         .arg(key)
         .query(&mut c)

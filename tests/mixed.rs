@@ -19,7 +19,7 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{free_port, module_args_at, test_ip, test_ip_b, wait_until, Node, Pair};
+use common::{free_port, module_args_at, test_ip, test_ip_b, value_read, wait_until, Node, Pair};
 
 const SETTLE: Duration = Duration::from_secs(30);
 
@@ -151,19 +151,8 @@ fn write_every_type(node: &Node, p: &str) {
 fn read_value(node: &Node, key: &str) -> String {
     let mut c = node.conn();
     let kind: String = redis::cmd("TYPE").arg(key).query(&mut c).unwrap();
-    let cmd = match kind.as_str() {
-        "string" => redis::cmd("GET").arg(key).clone(),
-        "hash" => redis::cmd("HGETALL").arg(key).clone(),
-        "set" => redis::cmd("SMEMBERS").arg(key).clone(),
-        "zset" => redis::cmd("ZRANGE")
-            .arg(key)
-            .arg(0)
-            .arg(-1)
-            .arg("WITHSCORES")
-            .clone(),
-        "list" => redis::cmd("LRANGE").arg(key).arg(0).arg(-1).clone(),
-        "stream" => redis::cmd("XRANGE").arg(key).arg("-").arg("+").clone(),
-        _ => return kind,
+    let Some(cmd) = value_read(&kind, key) else {
+        return kind;
     };
     let mut items: Vec<String> = match cmd.query::<redis::Value>(&mut c).unwrap() {
         redis::Value::Array(v) => v.iter().map(|x| format!("{x:?}")).collect(),

@@ -585,6 +585,28 @@ impl Pair {
     }
 }
 
+/// The command that reads the whole value of `key`, a key of type `kind`
+/// (what `TYPE` answered); `None` for a type without one here.
+pub fn value_read(kind: &str, key: &str) -> Option<redis::Cmd> {
+    let mut cmd = match kind {
+        "string" => redis::cmd("GET"),
+        "hash" => redis::cmd("HGETALL"),
+        "set" => redis::cmd("SMEMBERS"),
+        "zset" => redis::cmd("ZRANGE"),
+        "list" => redis::cmd("LRANGE"),
+        "stream" => redis::cmd("XRANGE"),
+        _ => return None,
+    };
+    cmd.arg(key);
+    match kind {
+        "zset" => cmd.arg(0).arg(-1).arg("WITHSCORES"),
+        "list" => cmd.arg(0).arg(-1),
+        "stream" => cmd.arg("-").arg("+"),
+        _ => &mut cmd,
+    };
+    Some(cmd)
+}
+
 /// The keys (database, name) whose DUMP differs between two nodes, the
 /// first few, to say what a digest mismatch is made of.
 pub fn key_differences(a: &Node, b: &Node) -> String {
