@@ -216,6 +216,13 @@ fn pops_on_both_nodes_at_once_lose_or_bring_back_elements_only_as_counted_fallba
         (back == 0 && lost == 0) || fallbacks > 0,
         "elements lost or back, uncounted"
     );
+    let undone =
+        pair.a.fallbacks_for("list_whole_undone") + pair.b.fallbacks_for("list_whole_undone");
+    assert!(
+        (back == 0 && lost == 0) || undone > 0,
+        "counted, but not as pops undone: {:?}",
+        pair.a.status()
+    );
     same_list(&pair, "l");
 }
 

@@ -277,6 +277,14 @@ fn increments_in_transactions_on_both_nodes_all_count() {
         "A's increments in transactions were not counted as fallbacks: {:?}",
         pair.a.status()
     );
+    let a = &pair.a;
+    let reasons = ["transaction", "unnoted"].map(|r| (r, a.fallbacks_for(r)));
+    eprintln!("A's fall-backs by reason: {reasons:?}");
+    assert!(
+        reasons.iter().map(|(_, n)| n).sum::<u64>() >= UPDATES as u64,
+        "counted under another reason: {:?}",
+        a.status()
+    );
     assert_eq!(pair.b.stat("merge_fallbacks"), 0, "{:?}", pair.b.status());
 }
 

@@ -6,7 +6,7 @@ use crate::catchup::replication::Replication;
 use crate::converge::merge::codec;
 use crate::converge::merge::counters::integer_of;
 use crate::converge::version::{KeyVersion, Stamp};
-use crate::ops::status::Stats;
+use crate::ops::fallbacks::Fallback;
 use crate::proto::entry::{Encoding, Entry, Op};
 use crate::redis::snapshot::Snapshot;
 use crate::shared::Shared;
@@ -73,6 +73,7 @@ pub fn local_change(shared: &Shared, st: &mut Replication, change: LocalChange<'
             {
                 fallback(
                     shared,
+                    Fallback::IncrementAsWrite,
                     "an increment taken as a set (its value disagreed with the counter's \
                      state, or too many increments wait for the peer)",
                 );
@@ -81,7 +82,11 @@ pub fn local_change(shared: &Shared, st: &mut Replication, change: LocalChange<'
         (_, now) => {
             let held = st.versions.counters.local_write(db, key, stamp, now);
             if !held && now.is_err() && sum.is_some() {
-                fallback(shared, "an increment of a key that is not a counter");
+                fallback(
+                    shared,
+                    Fallback::TypeChange,
+                    "an increment of a key that is not a counter",
+                );
             }
         }
     }
@@ -155,8 +160,8 @@ pub fn probe(shared: &Shared, st: &mut Replication) {
 }
 
 /// A write that merges as a whole key instead of per element (`why`, for
-/// the debug log): counted in STATUS.
-pub fn fallback(shared: &Shared, why: &str) {
-    Stats::add(&shared.stats.merge_fallbacks, 1);
+/// the debug log): counted in STATUS under `reason`.
+pub fn fallback(shared: &Shared, reason: Fallback, why: &str) {
+    crate::ops::fallbacks::count(&shared.stats, reason, 1);
     redis_module::logging::log_debug(format!("rdmasync: merge: {why}: merged as a whole key"));
 }

@@ -18,6 +18,7 @@ use crate::converge::merge::hashes::{Bytes, Change, Kind, Whole};
 use crate::converge::merge::lists::{self, End};
 use crate::converge::merge::Seen;
 use crate::converge::version::{KeyVersion, Stamp};
+use crate::ops::fallbacks::Fallback;
 use crate::proto::entry::{Entry, Op};
 use crate::redis::server::{self, ElementKey};
 use crate::shared::Shared;
@@ -88,6 +89,7 @@ pub fn field_change(
     for _ in 0..written_instead {
         fallback(
             shared,
+            Fallback::IncrementAsWrite,
             "an increment taken as a write of the value it left (its value disagreed with the \
              element's state, a whole write's field, or too many increments wait)",
         );
@@ -188,6 +190,7 @@ pub fn whole_change(
             if held {
                 fallback(
                     shared,
+                    Fallback::TypeChange,
                     "a write of another type over a merged key, or a field TTL",
                 );
             }

@@ -10,6 +10,7 @@ use crate::capture::fields;
 use crate::capture::increments;
 use crate::capture::state::main_state;
 use crate::capture::transactions::{self, Queuing, TransactionWindow};
+use crate::ops::fallbacks::Fallback;
 
 use crate::redis::server;
 
@@ -125,10 +126,10 @@ fn mark_written(main: &crate::capture::state::MainState, db: u32, key: &[u8], ev
             .fields
             .get()
             .is_some_and(|mut w| w.event(db, key, event, contains));
-    let fallbacks = u64::from(unpaired) + u64::from(inexact);
-    if fallbacks > 0 {
+    if unpaired || inexact {
         crate::shared::with_shared(|s| {
-            crate::ops::status::Stats::add(&s.stats.merge_fallbacks, fallbacks)
+            crate::ops::fallbacks::count(&s.stats, Fallback::Unnoted, u64::from(unpaired));
+            crate::ops::fallbacks::count(&s.stats, Fallback::InexactZadd, u64::from(inexact));
         });
     }
     dirty.mark(db, key);
@@ -463,10 +464,12 @@ pub fn settle_exec(by_command: bool) {
     count_fallbacks(untrusted);
 }
 
-/// Adds `n` to `merge_fallbacks`.
+/// Counts `n` keys of transactions that ship whole in `merge_fallbacks`.
 fn count_fallbacks(n: u64) {
     if n > 0 {
-        crate::shared::with_shared(|s| crate::ops::status::Stats::add(&s.stats.merge_fallbacks, n));
+        crate::shared::with_shared(|s| {
+            crate::ops::fallbacks::count(&s.stats, Fallback::Transaction, n)
+        });
     }
 }
 

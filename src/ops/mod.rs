@@ -4,5 +4,6 @@
 
 pub mod config;
 pub mod failure_log;
+pub mod fallbacks;
 pub(crate) mod faults;
 pub mod status;

@@ -68,6 +68,8 @@ pub struct Stats {
     /// Writes merged as a whole key where the merge rules would merge them
     /// per element (issue 27).
     pub merge_fallbacks: AtomicU64,
+    /// `merge_fallbacks` by reason (`ops::fallbacks`).
+    pub merge_fallback_reasons: crate::ops::fallbacks::FallbackCounts,
     /// Keys that expired or were evicted past the bound of one event-loop
     /// iteration: their versions were not turned into tombstones.
     pub expiries_unrecorded: AtomicU64,
@@ -325,6 +327,10 @@ fn traffic_fields(stats: &Stats, queue_depth: usize) -> Vec<(&'static str, Field
         ("entries_dropped", counter(&stats.entries_dropped)),
         ("entries_refused", counter(&stats.entries_refused)),
         ("merge_fallbacks", counter(&stats.merge_fallbacks)),
+        (
+            "merge_fallbacks_by_reason",
+            text(stats.merge_fallback_reasons.render()),
+        ),
         ("expiries_unrecorded", counter(&stats.expiries_unrecorded)),
         ("tombstones_dropped", counter(&stats.tombstones_dropped)),
         ("keys_swept", counter(&stats.keys_swept)),

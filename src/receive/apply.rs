@@ -572,7 +572,11 @@ fn apply_expire(
         // Merged here, a plain key on the peer (a change of its type, or
         // of its counter, made at once): its state carries its own TTL
         // rule, so this node's ships again, newer, and wins whole there.
-        crate::capture::counters::fallback(shared, "a TTL write of a plain key over a merged one");
+        crate::capture::counters::fallback(
+            shared,
+            crate::ops::fallbacks::Fallback::TypeChange,
+            "a TTL write of a plain key over a merged one",
+        );
         if let Some(mut dirty) = main_state().dirty.get() {
             dirty.mark(e.db, key);
         }

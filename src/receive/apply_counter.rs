@@ -11,6 +11,7 @@ use crate::catchup::replication::Replication;
 use crate::converge::merge::codec;
 use crate::converge::merge::counters::{integer_of, Local, Merged, Plain, PlainOutcome};
 use crate::converge::version::{KeyVersion, Stamp, GC_AT_NEXT_ACK};
+use crate::ops::fallbacks::Fallback;
 use crate::ops::status::unix_ms;
 use crate::proto::entry::{Encoding, Entry, Op};
 use crate::redis::server::{self, SetTail};
@@ -162,7 +163,11 @@ pub(super) fn state(
     }
     | Merged::Discarded = merged
     {
-        fallback(shared, "a counter against another type");
+        fallback(
+            shared,
+            Fallback::TypeChange,
+            "a counter against another type",
+        );
     }
     settle(
         ctx,
@@ -211,7 +216,11 @@ pub(super) fn plain(
     {
         PlainOutcome::NotHeld => None,
         PlainOutcome::WholeKey => {
-            fallback(shared, "a write of another type over a counter");
+            fallback(
+                shared,
+                Fallback::TypeChange,
+                "a write of another type over a counter",
+            );
             let held = st
                 .versions
                 .get(e.db, key)

@@ -14,6 +14,7 @@ use crate::converge::merge::lists::ListEdit;
 use crate::converge::merge::{hash_codec, relisted};
 use crate::converge::ttl_ops;
 use crate::converge::version::{KeyVersion, Stamp};
+use crate::ops::fallbacks::Fallback;
 use crate::proto::entry::{Encoding, Entry, Op};
 use crate::redis::server::{self, ElementKey, End};
 use crate::shared::Shared;
@@ -267,6 +268,7 @@ fn count_undone(shared: &Shared, w: &Writes) {
     if w.whole_undone {
         fallback(
             shared,
+            Fallback::ListWholeUndone,
             "a list's pops or edits undone by a whole write of it made at once elsewhere",
         );
     }
@@ -324,7 +326,11 @@ fn over_other_type(
     let here = version_of(st, e.db, key);
     let replaced_here = here != Stamp::ZERO && incoming.removed.covers(here);
     if incoming.base.is_none() && !replaced_here {
-        fallback(shared, "an element change over a write of another type");
+        fallback(
+            shared,
+            Fallback::TypeChange,
+            "an element change over a write of another type",
+        );
         if let Some(mut dirty) = main_state().dirty.get() {
             dirty.mark(e.db, key);
         }
@@ -333,12 +339,14 @@ fn over_other_type(
     if newest <= here {
         fallback(
             shared,
+            Fallback::TypeChange,
             "an element change older than a write of another type",
         );
         return Ok(Some(Outcome::Discarded));
     }
     fallback(
         shared,
+        Fallback::TypeChange,
         "an element change newer than a write of another type",
     );
     call(ctx, opts, "DEL", &[key])?;
@@ -457,7 +465,11 @@ pub(super) fn plain(
         Op::Value { .. } if same_type => Some(Ok(Outcome::Discarded)),
         Op::Value { .. } if stamp > version_of(st, e.db, key) => {
             // Another type, newer: it wins as any write of the key does.
-            fallback(shared, "a write of another type over a merged key");
+            fallback(
+                shared,
+                Fallback::TypeChange,
+                "a write of another type over a merged key",
+            );
             st.versions.hashes.forget(e.db, key);
             st.versions.journal_hashes();
             None
@@ -465,7 +477,11 @@ pub(super) fn plain(
         Op::Value { .. } => {
             // Another type, older: this node's hash wins, and ships again
             // whole at a new stamp so that the peer takes it over its own.
-            fallback(shared, "a write of another type older than a merged key");
+            fallback(
+                shared,
+                Fallback::TypeChange,
+                "a write of another type older than a merged key",
+            );
             if let Some(mut dirty) = main_state().dirty.get() {
                 dirty.mark(e.db, key);
             }
@@ -529,7 +545,7 @@ pub(super) fn flush_survivors(ctx: &Context, db: u32, keep: &[Box<[u8]>]) {
     for key in keep {
         if server::kind_of_type(server::key_info(ctx, key).kind).is_some() {
             crate::shared::with_shared(|s| {
-                crate::ops::status::Stats::add(&s.stats.merge_fallbacks, 1)
+                crate::ops::fallbacks::count(&s.stats, Fallback::FlushSurvivor, 1)
             });
             dirty.mark(db, key);
         }

@@ -261,6 +261,32 @@ impl Node {
             .unwrap()
     }
 
+    /// `merge_fallbacks` counted under `reason` (`merge_fallbacks_by_reason`);
+    /// panics when the reasons do not add up to the total.
+    pub fn fallbacks_for(&self, reason: &str) -> u64 {
+        let status = self.status();
+        let by_reason: Vec<(String, u64)> = status
+            .get("merge_fallbacks_by_reason")
+            .expect("no merge_fallbacks_by_reason")
+            .split(',')
+            .map(|kv| {
+                let (k, v) = kv.split_once('=').expect("reason=count");
+                (k.to_owned(), v.parse().expect("a count"))
+            })
+            .collect();
+        let total: u64 = by_reason.iter().map(|(_, n)| n).sum();
+        assert_eq!(
+            Some(total.to_string().as_str()),
+            status.get("merge_fallbacks").map(String::as_str),
+            "the reasons do not add up to merge_fallbacks: {status:?}"
+        );
+        by_reason
+            .into_iter()
+            .find(|(k, _)| k == reason)
+            .unwrap_or_else(|| panic!("no reason {reason}: {status:?}"))
+            .1
+    }
+
     /// Syncs this node sent its peer: of its whole keyspace (`full_syncs`)
     /// or since the peer's watermark (`since_syncs`).
     pub fn syncs_sent(&self) -> u64 {
