@@ -69,7 +69,7 @@ fn sources_and_destinations(pair: &Pair) {
     ] {
         run(&pair.a, words);
     }
-    or_explain(&pair, "dl", || pair.wait_converged(Duration::from_secs(30)));
+    or_explain(pair, "dl", || pair.wait_converged(Duration::from_secs(30)));
 }
 
 #[test]
