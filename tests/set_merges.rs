@@ -392,6 +392,41 @@ fn a_string_written_over_a_set_on_one_node_against_adds_on_the_other_converges()
 }
 
 #[test]
+fn adds_newer_than_a_string_written_over_the_set_win_on_both_nodes() {
+    // The other order: A writes a string over the set, then B adds members
+    // (the newest write). The set wins on both nodes, with B's members and
+    // the one at rest: the newest stamp's type wins whole, counted. Before,
+    // A wrote its string again at a new stamp when B's adds reached it,
+    // and the pair kept whichever node wrote again last.
+    for round in 0..3 {
+        let pair = started_merging();
+        let _: i64 = cmd(&["SADD", "k", "m"]).query(&mut pair.a.conn()).unwrap();
+        pair.wait_converged(Duration::from_secs(10));
+        common::cut(&pair);
+        let _: () = cmd(&["SET", "k", "string"])
+            .query(&mut pair.a.conn())
+            .unwrap();
+        thread::sleep(Duration::from_millis(5));
+        let _: i64 = cmd(&["SADD", "k", "b0", "b1"])
+            .query(&mut pair.b.conn())
+            .unwrap();
+        common::heal(&pair);
+        or_explain(&pair, "k", || pair.wait_converged(Duration::from_secs(30)));
+        for node in [&pair.a, &pair.b] {
+            let kind: String = cmd(&["TYPE", "k"]).query(&mut node.conn()).unwrap();
+            assert_eq!(
+                kind, "set",
+                "round {round}: the newest write, B's adds, wins"
+            );
+            let want: HashSet<String> = ["m", "b0", "b1"].map(String::from).into();
+            assert_eq!(members(&mut node.conn(), "k"), want, "round {round}");
+        }
+        let fallbacks = pair.a.fallbacks_for("type_change") + pair.b.fallbacks_for("type_change");
+        assert!(fallbacks > 0, "a type change is counted as one");
+    }
+}
+
+#[test]
 fn an_sadd_that_adds_some_members_adds_every_member_it_names() {
     // Both nodes hold {a}. Cut: B removes a; A's SADD of a and c adds c:
     // it ships a as added too (the client's add), so after the heal a is

@@ -308,9 +308,14 @@ fn note_own_delete(shared: &Shared, st: &mut Replication, (db, key): (u32, &[u8]
 /// removal had seen this value (the peer deleted the key and wrote these
 /// elements: they are the whole key; found by a test, a DEL and HSET made
 /// while the link was cut lost to the peer's older string). Another change
-/// of some elements cannot make the whole key here: this node's value
-/// ships again, newer, and the peer either takes it or (its key newer)
-/// ships its key whole.
+/// of some elements cannot make the whole key here, and is not applied:
+/// older than this value, this value ships again (newer still) and wins
+/// there; newer, this value stays until the peer's key arrives whole,
+/// which the peer ships when it meets this value, older than its key
+/// ([`plain`]). The peer still holds its key in the table then: its
+/// change stays held until this node acknowledges it in step, which
+/// comes after this node's backlog, this value included. So the newest
+/// stamp's type wins on both.
 fn over_other_type(
     ctx: &Context,
     opts: &CallOptions,
@@ -331,8 +336,10 @@ fn over_other_type(
             Fallback::TypeChange,
             "an element change over a write of another type",
         );
-        if let Some(mut dirty) = main_state().dirty.get() {
-            dirty.mark(e.db, key);
+        if newest <= here {
+            if let Some(mut dirty) = main_state().dirty.get() {
+                dirty.mark(e.db, key);
+            }
         }
         return Ok(Some(Outcome::Discarded));
     }
