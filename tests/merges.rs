@@ -457,3 +457,42 @@ fn a_counter_made_after_a_flush_keeps_its_value_once_at_rest() {
     assert_eq!(get_counter(&mut b), 7);
     merged_and_collected(&pair);
 }
+
+#[test]
+fn a_type_change_against_increments_keeps_the_newest_type_on_both_nodes() {
+    // With the link cut, one node writes a string that is no number over
+    // counter c, the other increments c; the newer write's type wins whole
+    // on both nodes, whichever it is (counted as a type change).
+    for string_first in [true, false] {
+        let pair = started_merging_counters();
+        let _: () = cmd(&["SET", "c", "5"]).query(&mut pair.a.conn()).unwrap();
+        pair.wait_converged(Duration::from_secs(10));
+        common::cut(&pair);
+        let string = || {
+            let _: () = cmd(&["SET", "c", "abc"]).query(&mut pair.a.conn()).unwrap();
+        };
+        let incr = || {
+            let _: i64 = cmd(&["INCRBY", "c", "2"])
+                .query(&mut pair.b.conn())
+                .unwrap();
+        };
+        if string_first {
+            string();
+            thread::sleep(Duration::from_millis(5));
+            incr();
+        } else {
+            incr();
+            thread::sleep(Duration::from_millis(5));
+            string();
+        }
+        common::heal(&pair);
+        or_explain(&pair, "c", || pair.wait_converged(Duration::from_secs(30)));
+        let want = if string_first { "7" } else { "abc" };
+        for node in [&pair.a, &pair.b] {
+            let got: String = cmd(&["GET", "c"]).query(&mut node.conn()).unwrap();
+            assert_eq!(got, want, "string first: {string_first}");
+        }
+        let changes = pair.a.fallbacks_for("type_change") + pair.b.fallbacks_for("type_change");
+        assert!(changes > 0, "a type change is counted as one");
+    }
+}
