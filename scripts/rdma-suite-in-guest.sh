@@ -41,7 +41,7 @@ fails=0
 #  - functions: what a library change ships (its code, a delete, a flush)
 #    is decided on the main thread from the function registry; it crosses
 #    the link as any batch (65 and 52 s in the guest in stop 48's CI runs).
-HOST_ONLY=" hotkeys faults durability fidelity merges set_merges hash_merges ttl_merges list_merges rewrite_merges big_values big_states architecture mixed keys_at_rest functions "
+HOST_ONLY=" hotkeys faults durability fidelity merges set_merges hash_merges ttl_merges list_merges rewrite_merges function_merges big_values big_states architecture mixed keys_at_rest functions "
 # The pair topology (one node per address, two rxe devices) runs the suites
 # that set up, lose and restore links; the single one (rxe0) runs the others.
 # Each suite runs over rdma once (stop 23's CI ran the pair suites in both

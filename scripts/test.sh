@@ -40,7 +40,7 @@ REDIS_SERVER=redis-server cargo nextest run --no-fail-fast -E "kind(lib) or ($OL
 # The suites every server in the matrix must pass (end to end,
 # durability, faults, merges): Valkey 8 and Redis 7.4 run these; the full
 # set runs on Redis 7.0 (the machine's server), Redis 8.0 and Valkey 9.1.
-MATRIX_SUITES='binary(replication) or binary(durability) or binary(faults) or binary(merges) or binary(hash_merges) or binary(set_merges) or binary(rewrite_merges)'
+MATRIX_SUITES='binary(replication) or binary(durability) or binary(faults) or binary(merges) or binary(hash_merges) or binary(set_merges) or binary(rewrite_merges) or binary(function_merges)'
 stage "integration suite on valkey-server"
 echo "== integration suite on $(valkey-server --version | cut -d' ' -f1-3) (replication, durability, faults, merges)"
 REDIS_SERVER=valkey-server cargo nextest run --no-fail-fast -E "$MATRIX_SUITES"
