@@ -169,6 +169,13 @@ pub(super) fn state(
             "a counter against another type",
         );
     }
+    if merged == Merged::Discarded {
+        // Older than this node's value of another type, which ships again,
+        // newer, so that the peer, which holds the older counter, takes it.
+        if let Some(mut dirty) = crate::capture::state::main_state().dirty.get() {
+            dirty.mark(e.db, key);
+        }
+    }
     settle(
         ctx,
         opts,
