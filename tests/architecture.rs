@@ -370,7 +370,7 @@ fn counters_are_read_only_where_they_are_reported() {
     // stage, read back only to report them (STATUS, INFO), never to decide.
     // Decisions take their facts from the state that owns them (the link
     // events in the apply queue, `MainState`, the peer's progress).
-    let readers = ["ops/status.rs"];
+    let readers = ["ops/status.rs", "ops/fallbacks.rs"];
     let reads = [
         "Stats::get(",
         "stats.link()",

@@ -222,25 +222,7 @@ pub(super) fn plain(
         .remote_plain(e.db, key, stamp, plain, seen.as_ref())
     {
         PlainOutcome::NotHeld => None,
-        PlainOutcome::WholeKey => {
-            fallback(
-                shared,
-                Fallback::TypeChange,
-                "a write of another type over a counter",
-            );
-            let held = st
-                .versions
-                .get(e.db, key)
-                .map_or(Stamp::ZERO, KeyVersion::stamp);
-            if stamp <= held {
-                // Older than the counter: it stays as it is.
-                return Some(Ok(Outcome::Discarded));
-            }
-            // It wins as any write of the key does (applied by the caller).
-            st.versions.counters.forget(e.db, key);
-            st.versions.journal_counter(e.db, key);
-            None
-        }
+        PlainOutcome::WholeKey => other_type_over_counter(shared, st, e, key),
         PlainOutcome::Merged(merged) => Some(settle(
             ctx,
             opts,
@@ -250,6 +232,36 @@ pub(super) fn plain(
             expiry_ms,
         )),
     }
+}
+
+/// The peer's value of another type meets a counter held here: newer, it
+/// wins as any write of the key does (`None`: the caller applies it);
+/// older, the counter stays and ships again, newer, so that the peer,
+/// which holds the older value, takes it.
+fn other_type_over_counter(
+    shared: &Shared,
+    st: &mut Replication,
+    e: &Entry,
+    key: &[u8],
+) -> Option<Result<Outcome, String>> {
+    fallback(
+        shared,
+        Fallback::TypeChange,
+        "a write of another type over a counter",
+    );
+    let held = st
+        .versions
+        .get(e.db, key)
+        .map_or(Stamp::ZERO, KeyVersion::stamp);
+    if Stamp::new(e.clock, e.origin) <= held {
+        if let Some(mut dirty) = crate::capture::state::main_state().dirty.get() {
+            dirty.mark(e.db, key);
+        }
+        return Some(Ok(Outcome::Discarded));
+    }
+    st.versions.counters.forget(e.db, key);
+    st.versions.journal_counter(e.db, key);
+    None
 }
 
 /// The peer's bound notice (`Op::Bound`): kept for the plain writes after
