@@ -16,29 +16,10 @@ use common::writers::cmd;
 use common::{Node, Pair};
 use redis::Connection;
 
-fn set(c: &mut Connection, key: &str) -> BTreeSet<String> {
-    redis::cmd("SMEMBERS").arg(key).query(c).unwrap()
-}
-
-fn zset(c: &mut Connection, key: &str) -> Vec<(String, f64)> {
-    redis::cmd("ZRANGE")
-        .arg(key)
-        .arg(0)
-        .arg(-1)
-        .arg("WITHSCORES")
-        .query(c)
-        .unwrap()
-}
-
-fn hash(c: &mut Connection, key: &str) -> BTreeMap<String, String> {
-    redis::cmd("HGETALL").arg(key).query(c).unwrap()
-}
-
-fn list(c: &mut Connection, key: &str) -> Vec<String> {
-    redis::cmd("LRANGE")
-        .arg(key)
-        .arg(0)
-        .arg(-1)
+/// The value of `key`, of type `kind`, read whole (`common::value_read`).
+fn read<T: redis::FromRedisValue>(c: &mut Connection, kind: &str, key: &str) -> T {
+    common::value_read(kind, key)
+        .expect("a type value_read knows")
         .query(c)
         .unwrap()
 }
@@ -111,26 +92,53 @@ fn rewrites_of_many_elements_keep_what_the_other_node_added_at_once() {
     for node in [&pair.a, &pair.b] {
         let c = &mut node.conn();
         let want: BTreeSet<String> = strings(&["x", "y", "z", "b1"]).into_iter().collect();
-        assert_eq!(set(c, "dset"), want, "SUNIONSTORE against SADD");
+        assert_eq!(
+            read::<BTreeSet<String>>(c, "set", "dset"),
+            want,
+            "SUNIONSTORE against SADD"
+        );
         let want: BTreeSet<String> = strings(&["y", "b1"]).into_iter().collect();
-        assert_eq!(set(c, "dinter"), want, "SINTERSTORE against SADD");
+        assert_eq!(
+            read::<BTreeSet<String>>(c, "set", "dinter"),
+            want,
+            "SINTERSTORE against SADD"
+        );
         let want = vec![
             ("x".to_owned(), 1.0),
             ("z".to_owned(), 3.0),
             ("b1".to_owned(), 5.0),
             ("y".to_owned(), 12.0),
         ];
-        assert_eq!(zset(c, "dz"), want, "ZUNIONSTORE against ZADD");
+        assert_eq!(
+            read::<Vec<(String, f64)>>(c, "zset", "dz"),
+            want,
+            "ZUNIONSTORE against ZADD"
+        );
         let want: BTreeMap<String, String> = [("f", "1"), ("g", "2"), ("bf", "bv")]
             .into_iter()
             .map(|(k, v)| (k.to_owned(), v.to_owned()))
             .collect();
-        assert_eq!(hash(c, "dh"), want, "COPY REPLACE against HSET");
-        assert_eq!(hash(c, "dh2"), want, "RESTORE REPLACE against HSET");
-        assert_eq!(hash(c, "dh3"), want, "RENAME against HSET");
-        assert!(hash(c, "hsrc2").is_empty(), "RENAME's source stays gone");
         assert_eq!(
-            list(c, "dl"),
+            read::<BTreeMap<String, String>>(c, "hash", "dh"),
+            want,
+            "COPY REPLACE against HSET"
+        );
+        assert_eq!(
+            read::<BTreeMap<String, String>>(c, "hash", "dh2"),
+            want,
+            "RESTORE REPLACE against HSET"
+        );
+        assert_eq!(
+            read::<BTreeMap<String, String>>(c, "hash", "dh3"),
+            want,
+            "RENAME against HSET"
+        );
+        assert!(
+            read::<BTreeMap<String, String>>(c, "hash", "hsrc2").is_empty(),
+            "RENAME's source stays gone"
+        );
+        assert_eq!(
+            read::<Vec<String>>(c, "list", "dl"),
             strings(&["a", "b", "c", "b1"]),
             "SORT STORE against RPUSH"
         );
