@@ -169,13 +169,6 @@ pub(super) fn state(
             "a counter against another type",
         );
     }
-    if merged == Merged::Discarded {
-        // Older than this node's value of another type, which ships again,
-        // newer, so that the peer, which holds the older counter, takes it.
-        if let Some(mut dirty) = crate::capture::state::main_state().dirty.get() {
-            dirty.mark(e.db, key);
-        }
-    }
     settle(
         ctx,
         opts,
@@ -236,8 +229,7 @@ pub(super) fn plain(
 
 /// The peer's value of another type meets a counter held here: newer, it
 /// wins as any write of the key does (`None`: the caller applies it);
-/// older, the counter stays and ships again, newer, so that the peer,
-/// which holds the older value, takes it.
+/// older, the counter stays as it is.
 fn other_type_over_counter(
     shared: &Shared,
     st: &mut Replication,
@@ -254,9 +246,6 @@ fn other_type_over_counter(
         .get(e.db, key)
         .map_or(Stamp::ZERO, KeyVersion::stamp);
     if Stamp::new(e.clock, e.origin) <= held {
-        if let Some(mut dirty) = crate::capture::state::main_state().dirty.get() {
-            dirty.mark(e.db, key);
-        }
         return Some(Ok(Outcome::Discarded));
     }
     st.versions.counters.forget(e.db, key);

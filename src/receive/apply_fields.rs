@@ -222,7 +222,7 @@ pub(super) fn state(
         expiry_ms: info.expiry_ms,
     };
     if info.exists() && server::kind_of_type(info.kind) != Some(incoming.kind) {
-        if let Some(outcome) = over_other_type(ctx, opts, shared, st, e, (&incoming, newest))? {
+        if let Some(outcome) = over_other_type(ctx, opts, shared, st, e, &incoming, newest)? {
             return Ok(outcome);
         }
         before = Before::default();
@@ -302,51 +302,53 @@ fn note_own_delete(shared: &Shared, st: &mut Replication, (db, key): (u32, &[u8]
     st.versions.hashes.note_delete((db, key), &seen);
 }
 
-/// The peer's state meets a value of another type here; the newer one's
-/// type wins on both nodes (issue 27). A state newer than this value
-/// replaces it (deleted here; `None`: go on). A change of only some
-/// elements (one whose removal had not seen this value) then makes the
-/// key here with those elements alone, and the key ships again whole
-/// from here: this value may never reach the peer now (a catch-up ships
-/// what a key holds), so the peer would keep its elements this node
-/// lacks. A state older than this value is not applied (`Some`), and this
-/// value ships again at a new stamp, so that the peer, which holds the
-/// older state, takes it. (A review found the pair keeping both types, or
-/// different elements, when only one side wrote again.)
+/// The peer's state meets a value of another type here: a whole write
+/// newer than it replaces it (deleted here; `None`: go on), else the state
+/// is not applied (`Some`). So does a change of some elements whose
+/// removal had seen this value (the peer deleted the key and wrote these
+/// elements: they are the whole key; found by a test, a DEL and HSET made
+/// while the link was cut lost to the peer's older string). Another change
+/// of some elements cannot make the whole key here: this node's value
+/// ships again, newer, and the peer either takes it or (its key newer)
+/// ships its key whole.
 fn over_other_type(
     ctx: &Context,
     opts: &CallOptions,
     shared: &Shared,
     st: &mut Replication,
     e: &Entry,
-    (incoming, newest): (&HashState, Stamp),
+    incoming: &HashState,
+    newest: Stamp,
 ) -> Result<Option<Outcome>, String> {
     let Some(key) = e.key() else {
         return Ok(Some(Outcome::Discarded));
     };
     let here = version_of(st, e.db, key);
-    if newest <= here {
+    let replaced_here = here != Stamp::ZERO && incoming.removed.covers(here);
+    if incoming.base.is_none() && !replaced_here {
         fallback(
             shared,
             Fallback::TypeChange,
-            "a state older than a write of another type",
+            "an element change over a write of another type",
         );
         if let Some(mut dirty) = main_state().dirty.get() {
             dirty.mark(e.db, key);
         }
         return Ok(Some(Outcome::Discarded));
     }
+    if newest <= here {
+        fallback(
+            shared,
+            Fallback::TypeChange,
+            "an element change older than a write of another type",
+        );
+        return Ok(Some(Outcome::Discarded));
+    }
     fallback(
         shared,
         Fallback::TypeChange,
-        "a state newer than a write of another type",
+        "an element change newer than a write of another type",
     );
-    let partial = incoming.base.is_none() && !incoming.removed.covers(here);
-    if partial {
-        if let Some(mut dirty) = main_state().dirty.get() {
-            dirty.mark(e.db, key);
-        }
-    }
     call(ctx, opts, "DEL", &[key])?;
     if st.versions.counters.forget(e.db, key) {
         st.versions.journal_counter(e.db, key);
