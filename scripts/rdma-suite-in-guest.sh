@@ -18,7 +18,8 @@ fails=0
 #    ship crosses the link as the batches, syncs, reconnects and restarts
 #    of replication, fullsync and lifecycle, which run here over rdma
 #    (stop 23's CI: 154 s and 67 s a pass in the guest);
-#  - merges, set_merges, hash_merges, ttl_merges and list_merges (171 s in
+#  - merges, set_merges, hash_merges, ttl_merges, list_merges,
+#    rewrite_merges and function_merges (171 s for the first five in
 #    the guest, stop 47): what a merge writes is decided on
 #    the main thread from the states a batch carries, the same for every
 #    transport; their states cross the link as the batches, catch-ups and

