@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use common::merging::{merged_and_collected, or_explain, started_merging};
 use common::writers::{at_once, cmd, integer, lost_on_both, report, write_all, UPDATES};
+use common::Pair;
 use redis::Connection;
 
 const LIBRARY: &str = "#!lua name=mergelib
@@ -76,13 +77,29 @@ fn missing(c: &mut Connection) -> usize {
     lost
 }
 
-#[test]
-fn function_calls_on_both_nodes_at_once_keep_every_update() {
-    let pair = started_merging();
+/// Loads the library on A and waits until B has it (the digests the
+/// convergence wait compares do not cover libraries).
+fn loaded_on_both(pair: &Pair) {
     let _: String = cmd(&["FUNCTION", "LOAD", LIBRARY])
         .query(&mut pair.a.conn())
         .unwrap();
-    or_explain(&pair, "l", || pair.wait_converged(Duration::from_secs(30)));
+    let has = || {
+        let listed: redis::Value = cmd(&["FUNCTION", "LIST", "LIBRARYNAME", "mergelib"])
+            .query(&mut pair.b.conn())
+            .unwrap();
+        matches!(listed, redis::Value::Array(ref l) if !l.is_empty())
+    };
+    assert!(
+        common::wait_until(Duration::from_secs(30), has),
+        "the library never reached B: {:?}",
+        pair.b.status()
+    );
+}
+
+#[test]
+fn function_calls_on_both_nodes_at_once_keep_every_update() {
+    let pair = started_merging();
+    loaded_on_both(&pair);
     at_once(&pair, fcall("a"), fcall("b"), integer);
     or_explain(&pair, "l", || pair.wait_converged(Duration::from_secs(60)));
     let lost = lost_on_both(&pair, missing);
@@ -94,10 +111,7 @@ fn function_calls_on_both_nodes_at_once_keep_every_update() {
 #[test]
 fn function_calls_on_both_nodes_while_the_link_is_cut_keep_every_update() {
     let pair = started_merging();
-    let _: String = cmd(&["FUNCTION", "LOAD", LIBRARY])
-        .query(&mut pair.a.conn())
-        .unwrap();
-    or_explain(&pair, "l", || pair.wait_converged(Duration::from_secs(30)));
+    loaded_on_both(&pair);
     common::cut(&pair);
     thread::scope(|s| {
         s.spawn(|| write_all(&pair.a, fcall("a"), integer));

@@ -277,13 +277,10 @@ fn increments_in_transactions_on_both_nodes_all_count() {
         "A's increments in transactions were not counted as fallbacks: {:?}",
         pair.a.status()
     );
-    let a = &pair.a;
-    let reasons = ["transaction", "unnoted"].map(|r| (r, a.fallbacks_for(r)));
-    eprintln!("A's fall-backs by reason: {reasons:?}");
     assert!(
-        reasons.iter().map(|(_, n)| n).sum::<u64>() >= UPDATES as u64,
+        pair.a.fallbacks_for("unnoted") >= UPDATES as u64,
         "counted under another reason: {:?}",
-        a.status()
+        pair.a.status()
     );
     assert_eq!(pair.b.stat("merge_fallbacks"), 0, "{:?}", pair.b.status());
 }
@@ -461,7 +458,7 @@ fn a_counter_made_after_a_flush_keeps_its_value_once_at_rest() {
 #[test]
 fn a_type_change_against_increments_keeps_the_newest_type_on_both_nodes() {
     // With the link cut, one node writes a string that is no number over
-    // counter c, the other increments c; the newer write's type wins whole
+    // c, the other increments c; the newer write's type wins whole
     // on both nodes, whichever it is (counted as a type change).
     for string_first in [true, false] {
         let pair = started_merging_counters();

@@ -14,9 +14,9 @@ pub enum Fallback {
     /// disagreed with it, a whole write had written the element, or too
     /// many increments wait for the peer.
     IncrementAsWrite,
-    /// A change the command filter had not noted (an increment or element
-    /// change in `MULTI` on Redis 7.0, whose filter does not name the
-    /// client; a push that served a blocked client).
+    /// An increment whose `incrby` event no note of the command filter
+    /// claimed (INCR-family commands in `MULTI` on Redis 7.0, whose filter
+    /// does not name the client).
     Unnoted,
     /// A transaction's queued change that raised no event: its key ships
     /// whole.
@@ -25,7 +25,8 @@ pub enum Fallback {
     /// which changed.
     InexactZadd,
     /// A write of another type met a merged key (or a merged change met a
-    /// key of another type): the newest stamp's type wins whole.
+    /// key of another type): one whole value wins. Also a held hash
+    /// written again where field TTLs may be, which ships whole.
     TypeChange,
     /// A list's pops or edits made here undone by a whole write of the
     /// list made at once elsewhere.
