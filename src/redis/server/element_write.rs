@@ -21,7 +21,7 @@ pub(super) const ELEMENTS_PER_COMMAND: usize = 512;
 struct Written {
     key_type: isize,
     class: i32,
-    commands: (&'static str, &'static str),
+    commands: (&'static CStr, &'static CStr),
     events: (&'static CStr, &'static CStr),
 }
 
@@ -47,13 +47,13 @@ fn written(kind: Kind) -> Option<Written> {
         Kind::Hash => Some(Written {
             key_type: raw::REDISMODULE_KEYTYPE_HASH,
             class: raw::REDISMODULE_NOTIFY_HASH,
-            commands: ("HSET", "HDEL"),
+            commands: (c"HSET", c"HDEL"),
             events: (c"hset", c"hdel"),
         }),
         Kind::SortedSet => Some(Written {
             key_type: raw::REDISMODULE_KEYTYPE_ZSET,
             class: raw::REDISMODULE_NOTIFY_ZSET,
-            commands: ("ZADD", "ZREM"),
+            commands: (c"ZADD", c"ZREM"),
             events: (c"zadd", c"zrem"),
         }),
         Kind::Set | Kind::List => None,
@@ -313,7 +313,7 @@ pub(super) fn string(bytes: &[u8]) -> RedisString {
 /// away), nothing propagated then.
 pub(super) fn propagate<'a>(
     ctx: &Context,
-    (command, key): (&str, &'a [u8]),
+    (command, key): (&CStr, &'a [u8]),
     args: impl Iterator<Item = &'a [u8]>,
     per: usize,
 ) -> bool {
@@ -322,9 +322,55 @@ pub(super) fn propagate<'a>(
         let mut all: Vec<&[u8]> = Vec::with_capacity(1 + chunk.len());
         all.push(key);
         all.extend_from_slice(chunk);
-        if raw::replicate(ctx.ctx, command, &all[..]) != redis_module::Status::Ok {
+        let done = match replicate_buffers(ctx, command, &all) {
+            Some(done) => done,
+            None => {
+                let command = command.to_str().unwrap_or_default();
+                raw::replicate(ctx.ctx, command, &all[..]) == redis_module::Status::Ok
+            }
+        };
+        if !done {
             return false;
         }
     }
     true
+}
+
+/// Propagates `command` with two or three arguments (a key and one
+/// element: the usual merged write) from their bytes, which the server
+/// copies into its own strings, where the general path makes a Redis
+/// string of each first; `None` for other counts (nothing propagated).
+fn replicate_buffers(ctx: &Context, command: &CStr, args: &[&[u8]]) -> Option<bool> {
+    // SAFETY: the API table is filled by RedisModule_Init; reading a pointer.
+    let replicate = unsafe { raw::RedisModule_Replicate }?;
+    let ptr = |bytes: &[u8]| bytes.as_ptr().cast::<std::ffi::c_char>();
+    // SAFETY: the live context on the main thread; `command` and the
+    // formats are NUL-terminated; each `b` of a format takes a pointer and
+    // its length (`size_t`), both live for the call, which copies them.
+    let status = unsafe {
+        match args {
+            [a, b] => replicate(
+                ctx.ctx,
+                command.as_ptr(),
+                c"bb".as_ptr(),
+                ptr(a),
+                a.len(),
+                ptr(b),
+                b.len(),
+            ),
+            [a, b, c] => replicate(
+                ctx.ctx,
+                command.as_ptr(),
+                c"bbb".as_ptr(),
+                ptr(a),
+                a.len(),
+                ptr(b),
+                b.len(),
+                ptr(c),
+                c.len(),
+            ),
+            _ => return None,
+        }
+    };
+    Some(status == raw::REDISMODULE_OK as i32)
 }

@@ -44,8 +44,8 @@ pub fn push_elements(
     // SAFETY: the API table is filled by RedisModule_Init; reading a pointer.
     let push = unsafe { raw::RedisModule_ListPush }?;
     let (command, event) = match end {
-        End::Head => ("LPUSH", c"lpush"),
-        End::Tail => ("RPUSH", c"rpush"),
+        End::Head => (c"LPUSH", c"lpush"),
+        End::Tail => (c"RPUSH", c"rpush"),
     };
     let write = |handle| {
         if !propagate(ctx, (command, key), elements.iter().copied(), 1) {
@@ -58,7 +58,8 @@ pub fn push_elements(
             // for writing; `value` is a live Redis string.
             if unsafe { push(handle, end.place(), value.inner) } != raw::REDISMODULE_OK as i32 {
                 let why = format!(
-                    "{command}: an element of {} bytes not pushed",
+                    "{}: an element of {} bytes not pushed",
+                    command.to_string_lossy(),
                     element.len()
                 );
                 failed.get_or_insert(why);
@@ -81,8 +82,8 @@ pub fn pop_elements(ctx: &Context, key: &[u8], end: End, count: usize) -> Option
     let (pop, free) = unsafe { (raw::RedisModule_ListPop, raw::RedisModule_FreeString) };
     let (pop, free) = (pop?, free?);
     let (command, event) = match end {
-        End::Head => ("LPOP", c"lpop"),
-        End::Tail => ("RPOP", c"rpop"),
+        End::Head => (c"LPOP", c"lpop"),
+        End::Tail => (c"RPOP", c"rpop"),
     };
     let write = |handle| {
         // A replica holds the same list: it pops as many as there are.
