@@ -16,7 +16,7 @@ use crate::converge::ttl_ops;
 use crate::converge::version::{KeyVersion, Stamp};
 use crate::ops::fallbacks::Fallback;
 use crate::proto::entry::{Encoding, Entry, Op};
-use crate::redis::server::{self, ElementKey, End, ReadAhead};
+use crate::redis::server::{self, ElementKey, End};
 use crate::shared::Shared;
 
 /// Elements set or deleted per command.
@@ -216,16 +216,23 @@ pub(super) fn state(
         // All of it was applied here before the bound went down.
         return Ok(Outcome::Discarded);
     };
-    let (before, ahead) = match read_before(ctx, opts, shared, st, e, &incoming, newest)? {
-        Ok(read) => read,
-        Err(outcome) => return Ok(outcome),
+    let info = server::key_info(ctx, key);
+    let mut before = Before {
+        exists: info.exists(),
+        expiry_ms: info.expiry_ms,
     };
+    if info.exists() && server::kind_of_type(info.kind) != Some(incoming.kind) {
+        if let Some(outcome) = over_other_type(ctx, opts, shared, st, e, &incoming, newest)? {
+            return Ok(outcome);
+        }
+        before = Before::default();
+    }
     note_own_delete(shared, st, (e.db, key), before.exists);
     let bound = st.versions.counters.bound().clone();
     let w = st
         .versions
         .hashes
-        .remote((e.db, key), &incoming, &bound, &ahead);
+        .remote((e.db, key), &incoming, &bound, &ElementKey::new(ctx, key));
     st.versions.journal_hashes();
     count_undone(shared, &w);
     let held = st.versions.ttls.get(e.db, key); // a newer TTL write here stays
@@ -241,42 +248,6 @@ pub(super) fn state(
         expiry,
         at,
     )
-}
-
-/// The key as the merge of `incoming` finds it: what it was and its
-/// elements read ahead, with one open of the key; a value of another type
-/// deleted first when `incoming` replaces it (`Err`: it does not, the
-/// state is not applied).
-fn read_before<'a>(
-    ctx: &'a Context,
-    opts: &CallOptions,
-    shared: &Shared,
-    st: &mut Replication,
-    e: &'a Entry,
-    incoming: &HashState,
-    newest: Stamp,
-) -> Result<Result<(Before, ReadAhead<'a>), Outcome>, String> {
-    let Some(key) = e.key() else {
-        return Ok(Err(Outcome::Discarded));
-    };
-    let names: Vec<&[u8]> = incoming
-        .elements
-        .iter()
-        .map(|(n, _)| n.as_slice())
-        .collect();
-    let mut ahead = ElementKey::new(ctx, key).read_ahead(incoming.kind, &names);
-    let (key_type, expiry_ms) = ahead
-        .type_and_expiry()
-        .unwrap_or_else(|| server::key_info(ctx, key).type_and_expiry());
-    let exists = key_type != server::ABSENT;
-    if exists && server::kind_of_type(key_type) != Some(incoming.kind) {
-        if let Some(outcome) = over_other_type(ctx, opts, shared, st, e, incoming, newest)? {
-            return Ok(Err(outcome));
-        }
-        ahead.deleted();
-        return Ok(Ok((Before::default(), ahead)));
-    }
-    Ok(Ok((Before { exists, expiry_ms }, ahead)))
 }
 
 /// `incoming` without what it lists again that this node applied and

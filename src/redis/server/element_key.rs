@@ -7,8 +7,6 @@
 //! key API on the servers supported (Redis 7.0-8, Valkey 8-9): it is a
 //! `SISMEMBER` through `RM_Call`, on the apply path only.
 
-use std::collections::HashMap;
-
 use redis_module::{raw, CallOptionsBuilder, CallReply, CallResult, Context, RedisString};
 
 use super::element_reads;
@@ -89,12 +87,10 @@ impl<'a> ElementKey<'a> {
     /// elements are not read (each value `None`): their changes say what
     /// they left.
     pub fn values_and_expiry(&self, kind: Kind, names: &[Bytes]) -> Result<ValuesAndExpiry, ()> {
-        let read = |handle, held| {
-            let names = names.iter().map(Vec::as_slice);
-            // SAFETY: `with_open` hands its reader a live key of `held`,
-            // opened on `ctx` on the main thread.
-            (held == kind).then(|| unsafe { self.read(handle, kind, names) })?
-        };
+        // SAFETY: `with_open` hands its reader a live key of `held`, opened
+        // on `ctx` on the main thread.
+        let read =
+            |handle, held| (held == kind).then(|| unsafe { self.read(handle, kind, names) })?;
         self.with_open(read).ok_or(())
     }
 
@@ -102,61 +98,9 @@ impl<'a> ElementKey<'a> {
     /// (as [`ElementKey::values_and_expiry`]), with one open of the key;
     /// `None` when it is absent, holds another type, or a read failed.
     pub fn kind_values_and_expiry(&self, names: &[Bytes]) -> Option<(Kind, ValuesAndExpiry)> {
-        let names = names.iter().map(Vec::as_slice);
         // SAFETY: `with_open` hands its reader a live key of `kind`, opened
         // on `ctx` on the main thread.
-        let read = |handle, kind| unsafe { self.read(handle, kind, names) };
-        self.with_open(|handle, kind| Some((kind, read(handle, kind)?)))
-    }
-
-    /// The key's type and expiry, and the values of `names` where it holds
-    /// `kind` and that is a hash or a sorted set, with one open of the
-    /// key: what a merge reads of the key before it writes it.
-    pub fn read_ahead(self, kind: Kind, names: &[&[u8]]) -> ReadAhead<'a> {
-        let mut ahead = ReadAhead {
-            key_type: raw::REDISMODULE_KEYTYPE_EMPTY as i32,
-            expiry_ms: None,
-            values: HashMap::new(),
-            key: self,
-        };
-        // SAFETY: the API table is filled by RedisModule_Init; reading pointers.
-        let api = unsafe {
-            (
-                raw::RedisModule_OpenKey,
-                raw::RedisModule_KeyType,
-                raw::RedisModule_CloseKey,
-            )
-        };
-        let (Some(open), Some(type_of), Some(close)) = api else {
-            ahead.key_type = UNREAD;
-            return ahead;
-        };
-        // SAFETY: main thread with a valid context; `name` is a live Redis
-        // string; the handle is checked for null, read here and closed.
-        unsafe {
-            let handle = open(ahead.key.ctx.ctx, ahead.key.name.inner, quiet_read_mode());
-            if handle.is_null() {
-                return ahead;
-            }
-            ahead.key_type = type_of(handle);
-            let reads = matches!(kind, Kind::Hash | Kind::SortedSet)
-                && kind_of_type(ahead.key_type) == Some(kind);
-            let read = match reads {
-                true => ahead.key.read(handle, kind, names.iter().copied()),
-                false => ahead.key.read(handle, kind, std::iter::empty()),
-            };
-            close(handle);
-            match read {
-                Some((values, expiry)) => {
-                    ahead.expiry_ms = expiry;
-                    let names = names.iter().map(|n| n.to_vec());
-                    ahead.values = names.zip(values).collect();
-                }
-                // A read failed: the merge reads each again.
-                None => ahead.key_type = UNREAD,
-            }
-        }
-        ahead
+        self.with_open(|handle, kind| Some((kind, unsafe { self.read(handle, kind, names) }?)))
     }
 
     /// The values of `names` in the open key `handle` of `kind`, and its
@@ -165,14 +109,14 @@ impl<'a> ElementKey<'a> {
     /// # Safety
     /// `handle` is a live key of `kind` opened on `self.ctx`, on the main
     /// thread, as [`ElementKey::with_open`] hands it to its reader.
-    unsafe fn read<'n>(
+    unsafe fn read(
         &self,
         handle: *mut raw::RedisModuleKey,
         kind: Kind,
-        names: impl IntoIterator<Item = &'n [u8]>,
+        names: &[Bytes],
     ) -> Option<ValuesAndExpiry> {
         let values = names
-            .into_iter()
+            .iter()
             .map(|n| {
                 let name = RedisString::create_from_slice(std::ptr::null_mut(), n);
                 // SAFETY: the caller's contract; `name` is live for the call.
@@ -250,7 +194,7 @@ impl LocalHash for ElementKey<'_> {
             Kind::Hash | Kind::SortedSet => {
                 // SAFETY: `with_open` hands its reader a live key of `kind`,
                 // opened on `ctx` on the main thread.
-                let (mut values, _) = unsafe { self.read(handle, kind, [name]) }?;
+                let (mut values, _) = unsafe { self.read(handle, kind, &[name.to_vec()]) }?;
                 values.pop().flatten()
             }
             Kind::Set | Kind::List => {
@@ -292,75 +236,5 @@ impl LocalHash for ElementKey<'_> {
         // live key `with_open` opened.
         self.with_open(|handle, _| unsafe { raw::RedisModule_ValueLength.map(|len| len(handle)) })
             .unwrap_or(0)
-    }
-}
-
-/// A key type no `REDISMODULE_KEYTYPE_*` is: the key was not read (the
-/// server lacks a call, or a read failed).
-const UNREAD: i32 = -1;
-
-/// A key of a merged type as a merge finds it before it writes: its type,
-/// its expiry and the values of the elements the merge reads, from one
-/// open of the key ([`ElementKey::read_ahead`]). Every other read goes to
-/// the server. Valid until the key is written.
-pub struct ReadAhead<'a> {
-    key: ElementKey<'a>,
-    key_type: i32,
-    expiry_ms: Option<u64>,
-    values: HashMap<Bytes, Option<Bytes>>,
-}
-
-impl ReadAhead<'_> {
-    /// The key's `REDISMODULE_KEYTYPE_*` and its absolute expiry in Unix
-    /// ms; `None` when it was not read.
-    pub fn type_and_expiry(&self) -> Option<(i32, Option<u64>)> {
-        (self.key_type != UNREAD).then_some((self.key_type, self.expiry_ms))
-    }
-
-    /// The key was deleted since the read: it holds nothing now.
-    pub fn deleted(&mut self) {
-        self.key_type = raw::REDISMODULE_KEYTYPE_EMPTY as i32;
-        self.expiry_ms = None;
-        self.values.clear();
-    }
-
-    /// Whether the key was read and found absent.
-    fn absent(&self) -> bool {
-        self.key_type == raw::REDISMODULE_KEYTYPE_EMPTY as i32
-    }
-}
-
-impl LocalHash for ReadAhead<'_> {
-    fn field(&self, name: &[u8]) -> Option<Bytes> {
-        if self.absent() {
-            return None;
-        }
-        match self.values.get(name) {
-            Some(value) => value.clone(),
-            None => self.key.field(name),
-        }
-    }
-
-    fn fields(&self) -> Vec<(Bytes, Bytes)> {
-        match self.absent() {
-            true => Vec::new(),
-            false => self.key.fields(),
-        }
-    }
-
-    fn field_count(&self) -> usize {
-        match self.absent() {
-            true => 0,
-            false => self.key.field_count(),
-        }
-    }
-
-    fn fields_of(&self, names: &[&[u8]]) -> Vec<Option<Bytes>> {
-        if self.absent() {
-            return vec![None; names.len()];
-        }
-        let known: Option<Vec<Option<Bytes>>> =
-            names.iter().map(|n| self.values.get(*n).cloned()).collect();
-        known.unwrap_or_else(|| self.key.fields_of(names))
     }
 }

@@ -43,15 +43,7 @@ impl Access {
     }
 }
 
-/// The `REDISMODULE_KEYTYPE_*` of an absent key.
-pub const ABSENT: i32 = raw::REDISMODULE_KEYTYPE_EMPTY as i32;
-
 impl KeyInfo {
-    /// Its type and expiry.
-    pub fn type_and_expiry(&self) -> (i32, Option<u64>) {
-        (self.kind, self.expiry_ms)
-    }
-
     /// Whether the key exists.
     pub fn exists(&self) -> bool {
         self.kind != raw::REDISMODULE_KEYTYPE_EMPTY as i32

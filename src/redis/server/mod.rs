@@ -17,11 +17,11 @@ mod sliced;
 
 pub use keys::{
     db_may_hold_field_ttls, field_ttls_possible, is_empty_hash, key_info, key_info_and_value,
-    restore_access, Access, InPlace, KeyInfo, ABSENT,
+    restore_access, Access, InPlace, KeyInfo,
 };
 // The module's load probes them (not built in unit tests).
 pub use build::{add_elements, build_key, built_len, is_build_key, memory_to_spare, BUILD_SLOTS};
-pub use element_key::{kind_of_type, ElementKey, ReadAhead};
+pub use element_key::{kind_of_type, ElementKey};
 pub use element_write::write_elements;
 pub use functions::{
     function_libraries, function_owner, functions_dump, libraries_count, libraries_held,
