@@ -1393,3 +1393,58 @@ fn a_sweep_owed_survives_a_restart_of_the_node_that_dropped_tombstones() {
     }
     assert!(pair.b.stat("keys_swept") >= 300, "{:?}", pair.b.status());
 }
+
+/// A node restored from an RDB older than its last writes, whose clock had
+/// followed the peer's (8 s ahead of its wall clock, within the default
+/// `max-clock-offset` of 10 s), stamps its first write after the restart
+/// from the newest stamp it loaded, below the writes it lost: the peer
+/// holds k's lost write under a newer stamp than the write A acknowledged
+/// after the restart, keeps it, and ships it back, and both nodes end with
+/// the value the restart took (`lost`). Found by a review in stop 48
+/// (docs/limitations.md); this test, written in stop 51, fails on today's
+/// code (both nodes `lost`) and passes without the skew. Ignored until
+/// stamps after a restore cannot fall below the ones made before it (a
+/// new origin per restored incarnation, or the first stamps raised above
+/// every clock this node can have given).
+#[test]
+#[ignore = "open defect: a node restored from an older copy can reuse a stamp it lost \
+            (docs/limitations.md); fails today"]
+fn a_write_after_a_restore_from_an_older_copy_beats_the_write_it_lost() {
+    let mut pair = pair_persisting(Persistence::Rdb);
+    let _: () = redis::cmd("RDMASYNC.DEBUG")
+        .arg("CLOCK-SKEW")
+        .arg("8000")
+        .query(&mut pair.b.conn())
+        .unwrap();
+    // A applies a write of B's: A's clock moves up to B's.
+    let _: () = pair.b.conn().set("from-b", 1).unwrap();
+    assert!(wait_value(&pair.a, "from-b", Some("1")));
+    let mut a = pair.a.conn();
+    let _: () = redis::cmd("SAVE").query(&mut a).unwrap();
+    // Lost with the kill: these writes, then k's, each stamped one above
+    // the last (A's wall clock is behind).
+    for i in 0..20 {
+        let _: () = a.set(format!("lost:{i}"), i).unwrap();
+    }
+    let _: () = a.set("k", "lost").unwrap();
+    assert!(wait_value(&pair.b, "k", Some("lost")));
+    drop(a);
+    // A comes back unlinked (as after an outage of both): its first write
+    // is stamped before it hears from B again.
+    cut(&pair);
+    for arg in pair.a.args.iter_mut().filter(|a| a.starts_with("port=")) {
+        *arg = format!("port={}", common::NOWHERE_PORT);
+    }
+    pair.a.restart();
+    assert_eq!(get(&pair.a, "k"), None, "lost with the kill");
+    let _: () = pair.a.conn().set("k", "after").unwrap();
+    common::heal(&pair);
+    for node in [&pair.a, &pair.b] {
+        assert!(
+            wait_value(node, "k", Some("after")),
+            "k on {}: {:?} (the write acknowledged after the restart)",
+            node.name,
+            get(node, "k")
+        );
+    }
+}
