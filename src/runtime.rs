@@ -6,8 +6,10 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use crate::converge::clock::default_node_id;
+use crate::converge::clock_lead;
 use crate::error::{report, Error, Result};
 use crate::link::accept;
+use crate::ops::clock_file;
 use crate::ops::config::{Config, TransportChoice};
 use crate::ops::status::{LinkState, Stats};
 use crate::proto::handshake::Local;
@@ -93,8 +95,15 @@ pub fn start(config: Config, server: ServerInfo) -> Result<String> {
         config, node_id, transport, local, tls, queue, apply,
     ));
     let listener = bind(transport, listen_addr, &shared.stop)?;
+    let kept_lead = start_from_kept_lead(&shared);
     let mut threads = Vec::new();
-    let started = spawn_threads(&shared, listener, (to_send, to_main), &mut threads);
+    let started =
+        spawn_threads(&shared, listener, (to_send, to_main), &mut threads).and_then(|()| {
+            threads.push(spawn("rdmasync-clock", &shared, move |s| {
+                keep_clock_lead(&s, kept_lead)
+            })?);
+            Ok(())
+        });
     let line = format!(
         "rdmasync: node {node_id} ({}, RDB format {}) listening on {listen_addr}, peer {}, {why}, auth {}{}",
         shared.local.server,
@@ -109,6 +118,73 @@ pub fn start(config: Config, server: ServerInfo) -> Result<String> {
         return Err(e);
     }
     Ok(line)
+}
+
+/// Starts the clock above every stamp this node gave while the lead its
+/// file kept held (`converge::clock_lead`): a restart from an older copy
+/// then never stamps a write below one it lost. The lead kept, if any.
+fn start_from_kept_lead(shared: &Shared) -> Option<u64> {
+    let path = clock_file::path(shared.node_id);
+    match clock_file::read(&path) {
+        Ok(Some(kept)) => {
+            let max_offset = shared.config.max_clock_offset_ms;
+            let wall = shared.clock.wall_ms();
+            shared
+                .clock
+                .observe(clock_lead::floor_after_restart(wall, kept, max_offset));
+            if kept > 0 {
+                redis_module::logging::log_notice(format!(
+                    "rdmasync: the clock ran {kept} ms ahead of the wall clock before this \
+                     start ({}); it starts that far ahead",
+                    path.display()
+                ));
+            }
+            Some(kept)
+        }
+        Ok(None) => None,
+        Err(why) => {
+            redis_module::logging::log_warning(format!(
+                "rdmasync: clock lead not read ({why}); the clock starts from the newest \
+                 stamp loaded"
+            ));
+            None
+        }
+    }
+}
+
+/// The clock thread's body: writes the clock's lead over the wall clock
+/// to the lead file where it grew (or fell far), every
+/// [`clock_lead::CHECK_EVERY_MS`], and once more at the stop.
+fn keep_clock_lead(shared: &Shared, mut kept: Option<u64>) {
+    let path = clock_file::path(shared.node_id);
+    let mut failing = false;
+    loop {
+        let stopping = shared.stop.is_stopped();
+        let lead = shared.clock.lead_ms();
+        if clock_lead::worth_writing(kept, lead) {
+            match clock_file::write(&path, lead) {
+                Ok(()) => {
+                    kept = Some(lead);
+                    failing = false;
+                    let gauge = &shared.stats.clock_lead_kept_ms;
+                    gauge.store(lead, std::sync::atomic::Ordering::Relaxed);
+                }
+                Err(e) if !failing => {
+                    failing = true;
+                    shared.stats.set_error(format!(
+                        "clock lead not written to {}: {e}; a restart from an older copy \
+                         may stamp writes below ones it lost",
+                        path.display()
+                    ));
+                }
+                Err(_) => {}
+            }
+        }
+        if stopping {
+            return;
+        }
+        std::thread::park_timeout(std::time::Duration::from_millis(clock_lead::CHECK_EVERY_MS));
+    }
 }
 
 /// What the operator should know about the configuration at load.

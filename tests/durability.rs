@@ -1394,21 +1394,17 @@ fn a_sweep_owed_survives_a_restart_of_the_node_that_dropped_tombstones() {
     assert!(pair.b.stat("keys_swept") >= 300, "{:?}", pair.b.status());
 }
 
-/// A node restored from an RDB older than its last writes, whose clock had
-/// followed the peer's (8 s ahead of its wall clock, within the default
-/// `max-clock-offset` of 10 s), stamps its first write after the restart
-/// from the newest stamp it loaded, below the writes it lost: the peer
-/// holds k's lost write under a newer stamp than the write A acknowledged
-/// after the restart, keeps it, and ships it back, and both nodes end with
-/// the value the restart took (`lost`). Found by a review in stop 48
-/// (docs/limitations.md); this test, written in stop 51, fails on today's
-/// code (both nodes `lost`) and passes without the skew. Ignored until
-/// stamps after a restore cannot fall below the ones made before it (a
-/// new origin per restored incarnation, or the first stamps raised above
-/// every clock this node can have given).
+/// A node restarted from an RDB older than its last writes, whose clock
+/// had followed the peer's (8 s ahead of its wall clock, within the
+/// default `max-clock-offset` of 10 s), stamped its first write after the
+/// restart from the newest stamp it loaded, below the writes it lost: the
+/// peer held k's lost write under a newer stamp than the write A
+/// acknowledged after the restart, kept it and shipped it back, and both
+/// nodes ended with the value the restart took (`lost`; found by a review
+/// in stop 48, this test failed so before stop 51's lead file, and passes
+/// without the skew). The clock now starts at the wall clock plus the
+/// lead the node kept (`converge::clock_lead`), above the lost stamps.
 #[test]
-#[ignore = "open defect: a node restored from an older copy can reuse a stamp it lost \
-            (docs/limitations.md); fails today"]
 fn a_write_after_a_restore_from_an_older_copy_beats_the_write_it_lost() {
     let mut pair = pair_persisting(Persistence::Rdb);
     let _: () = redis::cmd("RDMASYNC.DEBUG")
@@ -1416,9 +1412,15 @@ fn a_write_after_a_restore_from_an_older_copy_beats_the_write_it_lost() {
         .arg("8000")
         .query(&mut pair.b.conn())
         .unwrap();
-    // A applies a write of B's: A's clock moves up to B's.
+    // A applies a write of B's: A's clock moves up to B's, and A's lead
+    // file keeps how far ahead of its wall clock that is.
     let _: () = pair.b.conn().set("from-b", 1).unwrap();
     assert!(wait_value(&pair.a, "from-b", Some("1")));
+    assert!(
+        wait_until(SETTLE, || pair.a.stat("clock_lead_kept_ms") >= 7_000),
+        "A's lead not kept: {:?}",
+        pair.a.status()
+    );
     let mut a = pair.a.conn();
     let _: () = redis::cmd("SAVE").query(&mut a).unwrap();
     // Lost with the kill: these writes, then k's, each stamped one above

@@ -224,10 +224,11 @@ fn module_unload_is_refused_while_versions_are_persisted() {
 fn module_unload_joins_every_thread_and_reload_works() {
     let pair = Pair::start_with(&["persist-versions=no"], &["persist-versions=no"]);
     let pid = pair.b.pid();
-    // Each thread names itself once it runs: on a busy host the last may
-    // not have yet (a count of 2 failed a full run under load).
+    // rdmasync-send, -accept, -link and -clock. Each thread names itself
+    // once it runs: on a busy host the last may not have yet (a count of 2
+    // failed a full run under load).
     assert!(
-        wait_until(Duration::from_secs(10), || module_threads(pid) == 3),
+        wait_until(Duration::from_secs(10), || module_threads(pid) == 4),
         "{} module threads",
         module_threads(pid)
     );
@@ -398,10 +399,11 @@ fn module_unload_during_a_handshake_returns_without_waiting_it_out() {
             node.status()
         );
     }
-    // Each thread names itself once it runs: on a busy host the last may
-    // not have yet (a count of 2 failed a full run under load).
+    // rdmasync-send, -accept, -link and -clock. Each thread names itself
+    // once it runs: on a busy host the last may not have yet (a count of 2
+    // failed a full run under load).
     assert!(
-        wait_until(Duration::from_secs(10), || module_threads(pid) == 3),
+        wait_until(Duration::from_secs(10), || module_threads(pid) == 4),
         "{} module threads",
         module_threads(pid)
     );

@@ -111,6 +111,12 @@ impl HybridClock {
         }
     }
 
+    /// How far the newest clock handed out or observed runs ahead of the
+    /// wall clock, in whole ms (0 when it does not).
+    pub fn lead_ms(&self) -> u64 {
+        crate::converge::clock_lead::lead_ms(self.last.load(Ordering::Acquire), self.wall_ms())
+    }
+
     /// Moves the clock past a timestamp received from the peer.
     pub fn observe(&self, remote: u64) {
         self.last.fetch_max(remote, Ordering::AcqRel);

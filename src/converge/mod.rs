@@ -5,6 +5,7 @@
 
 pub mod changes;
 pub mod clock;
+pub mod clock_lead;
 pub mod db_versions;
 pub mod journal;
 pub mod key_table;

@@ -2,6 +2,7 @@
 //! RDMASYNC.STATUS and INFO (`status`), which handshake failures were
 //! logged (`failure_log`), fault injection for tests (`faults`).
 
+pub mod clock_file;
 pub mod config;
 pub mod failure_log;
 pub mod fallbacks;

@@ -37,6 +37,9 @@ pub struct Stats {
     pub link_since_ms: AtomicU64,
     /// Node id of the connected (or last connected) peer.
     pub peer_node_id: AtomicU64,
+    /// The clock's lead over the wall clock the lead file keeps, ms (0:
+    /// none, or none kept yet).
+    pub clock_lead_kept_ms: AtomicU64,
     /// Entries written into the peer's ring.
     pub entries_sent: AtomicU64,
     /// Batches written into the peer's ring.
@@ -305,6 +308,7 @@ fn link_fields(id: &Identity, stats: &Stats) -> Vec<(&'static str, Field)> {
         ("link_since_ms", counter(&stats.link_since_ms)),
         ("ring_size", Field::Int(id.ring_size as i64)),
         ("clock_ms", number(id.clock_ms)),
+        ("clock_lead_kept_ms", counter(&stats.clock_lead_kept_ms)),
     ]
 }
 
