@@ -132,6 +132,8 @@ fn start_from_kept_lead(shared: &Shared) -> Option<u64> {
             shared
                 .clock
                 .observe(clock_lead::floor_after_restart(wall, kept, max_offset));
+            let gauge = &shared.stats.clock_lead_kept_ms;
+            gauge.store(kept, std::sync::atomic::Ordering::Relaxed);
             if kept > 0 {
                 redis_module::logging::log_notice(format!(
                     "rdmasync: the clock ran {kept} ms ahead of the wall clock before this \
@@ -143,10 +145,11 @@ fn start_from_kept_lead(shared: &Shared) -> Option<u64> {
         }
         Ok(None) => None,
         Err(why) => {
-            redis_module::logging::log_warning(format!(
-                "rdmasync: clock lead not read ({why}); the clock starts from the newest \
-                 stamp loaded"
-            ));
+            let what = format!(
+                "clock lead not read ({why}); the clock starts from the newest stamp loaded"
+            );
+            redis_module::logging::log_warning(format!("rdmasync: {what}"));
+            shared.stats.set_error(what);
             None
         }
     }

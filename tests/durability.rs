@@ -1439,6 +1439,8 @@ fn a_write_after_a_restore_from_an_older_copy_beats_the_write_it_lost() {
     }
     pair.a.restart();
     assert_eq!(get(&pair.a, "k"), None, "lost with the kill");
+    let kept = pair.a.stat("clock_lead_kept_ms");
+    assert!(kept >= 7_000, "the lead read back at the start: {kept}");
     let _: () = pair.a.conn().set("k", "after").unwrap();
     common::heal(&pair);
     for node in [&pair.a, &pair.b] {

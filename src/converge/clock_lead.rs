@@ -36,8 +36,9 @@ pub fn worth_writing(kept: Option<u64>, now: u64) -> bool {
 /// The clock a node starts from after a restart (packed): its wall clock
 /// plus the lead it kept, one ms more for the logical part of its last
 /// stamp, and at most `max_offset_ms` ahead (a larger lead came from this
-/// node's own wall clock set back since; the peer would refuse stamps that
-/// far ahead of its own wall clock).
+/// node's own wall clock set back since). A peer whose wall clock is behind
+/// this one's by more than what the cap leaves still refuses the first
+/// stamps for as long (its link stops and heals by itself).
 pub fn floor_after_restart(wall_ms: u64, kept_ms: u64, max_offset_ms: u64) -> u64 {
     let lead = kept_ms.saturating_add(1).min(max_offset_ms);
     pack_millis(wall_ms.saturating_add(lead))

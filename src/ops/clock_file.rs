@@ -5,7 +5,7 @@
 //! renamed over the file: a reader finds the old text or the new one.
 
 use std::io::ErrorKind;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::converge::clock_lead;
 
@@ -18,7 +18,7 @@ pub fn path(node_id: u64) -> PathBuf {
 ///
 /// # Errors
 /// A file that cannot be read, or whose text is not a lead, said in words.
-pub fn read(path: &PathBuf) -> Result<Option<u64>, String> {
+pub fn read(path: &Path) -> Result<Option<u64>, String> {
     match std::fs::read_to_string(path) {
         Ok(text) => clock_lead::decode(&text)
             .map(Some)
@@ -32,8 +32,8 @@ pub fn read(path: &PathBuf) -> Result<Option<u64>, String> {
 ///
 /// # Errors
 /// The write or the rename failed.
-pub fn write(path: &PathBuf, ms: u64) -> std::io::Result<()> {
-    let mut next = path.clone().into_os_string();
+pub fn write(path: &Path, ms: u64) -> std::io::Result<()> {
+    let mut next = path.as_os_str().to_owned();
     next.push(".next");
     std::fs::write(&next, clock_lead::encode(ms))?;
     std::fs::rename(&next, path)
