@@ -132,8 +132,7 @@ fn start_from_kept_lead(shared: &Shared) -> Option<u64> {
             shared
                 .clock
                 .observe(clock_lead::floor_after_restart(wall, kept, max_offset));
-            let gauge = &shared.stats.clock_lead_kept_ms;
-            gauge.store(kept, std::sync::atomic::Ordering::Relaxed);
+            Stats::set(&shared.stats.clock_lead_kept_ms, kept);
             if kept > 0 {
                 redis_module::logging::log_notice(format!(
                     "rdmasync: the clock ran {kept} ms ahead of the wall clock before this \
@@ -169,8 +168,7 @@ fn keep_clock_lead(shared: &Shared, mut kept: Option<u64>) {
                 Ok(()) => {
                     kept = Some(lead);
                     failing = false;
-                    let gauge = &shared.stats.clock_lead_kept_ms;
-                    gauge.store(lead, std::sync::atomic::Ordering::Relaxed);
+                    Stats::set(&shared.stats.clock_lead_kept_ms, lead);
                 }
                 Err(e) if !failing => {
                     failing = true;

@@ -42,6 +42,12 @@ pub fn first_entry_ahead(
     })
 }
 
+/// The lead of the clock value `clock` over the wall clock `wall_ms`, in
+/// whole ms (0 when behind).
+pub fn lead_ms(clock: u64, wall_ms: u64) -> u64 {
+    millis_of(clock).saturating_sub(wall_ms)
+}
+
 /// Packs wall-clock milliseconds into the clock's format (logical part zero).
 pub fn pack_millis(ms: u64) -> u64 {
     ms << LOGICAL_BITS
@@ -114,7 +120,7 @@ impl HybridClock {
     /// How far the newest clock handed out or observed runs ahead of the
     /// wall clock, in whole ms (0 when it does not).
     pub fn lead_ms(&self) -> u64 {
-        crate::converge::clock_lead::lead_ms(self.last.load(Ordering::Acquire), self.wall_ms())
+        lead_ms(self.last.load(Ordering::Acquire), self.wall_ms())
     }
 
     /// Moves the clock past a timestamp received from the peer.

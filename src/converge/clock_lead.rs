@@ -7,7 +7,7 @@
 //! clock after a restart starts at its wall clock plus the lead it kept,
 //! above every stamp it gave while that lead held.
 
-use crate::converge::clock::{millis_of, pack_millis};
+use crate::converge::clock::pack_millis;
 
 /// How often the lead is looked at and, where it grew, written, in ms: a
 /// lead that grew in the last such interval before a crash is not kept.
@@ -16,12 +16,6 @@ pub const CHECK_EVERY_MS: u64 = 100;
 /// A lead that fell by less than this is not written again (the lead of a
 /// clock following a peer's moves by a few ms with every entry).
 const FALL_WRITTEN_MS: u64 = 100;
-
-/// The lead of the clock value `clock` over the wall clock `wall_ms`, in
-/// whole ms (0 when behind).
-pub fn lead_ms(clock: u64, wall_ms: u64) -> u64 {
-    millis_of(clock).saturating_sub(wall_ms)
-}
 
 /// Whether a lead `now` is written over the one `kept` in the file: when
 /// none is kept, when it grew, or when it fell by [`FALL_WRITTEN_MS`] or
@@ -63,6 +57,7 @@ pub fn decode(text: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::converge::clock::lead_ms;
 
     #[test]
     fn the_lead_is_whole_ms_ahead_of_the_wall_clock_and_never_below_zero() {
