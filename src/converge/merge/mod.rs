@@ -32,11 +32,15 @@ pub mod hashes;
 #[cfg(test)]
 mod hashes_sim;
 pub mod journaled;
+pub mod list_positions;
+#[cfg(test)]
+mod list_positions_sim;
 pub mod lists;
 #[cfg(test)]
 mod lists_sim;
 pub mod register;
 pub mod relisted;
+pub mod removals;
 pub mod seen;
 
 #[cfg(test)]

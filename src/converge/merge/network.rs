@@ -20,6 +20,11 @@ pub trait Replica: Clone + Default {
     fn merge(&mut self, other: &Self, bound: &Seen);
     /// Drops what no site can conflict with.
     fn collect(&mut self, bound: &Seen);
+    /// [`Replica::collect`], told also `settled`: the least of the bounds
+    /// every site reported reaching (what every site collected).
+    fn collect_settled(&mut self, bound: &Seen, _settled: &Seen) {
+        self.collect(bound);
+    }
 }
 
 /// What travels on a channel: an operation's fragment (none for an
@@ -28,6 +33,7 @@ pub trait Replica: Clone + Default {
 struct Message<F> {
     op: Option<(usize, Stamp, F)>,
     sender_applied: Seen,
+    sender_bound: Seen,
 }
 
 /// One site.
@@ -46,6 +52,8 @@ pub struct Site<R: Replica> {
     node: u64,
     /// What each other site had applied, from its latest message here.
     peers_applied: BTreeMap<usize, Seen>,
+    /// The bound each other site reached, from its latest message here.
+    peers_bound: BTreeMap<usize, Seen>,
     delivered: Vec<Message<R::Fragment>>,
 }
 
@@ -69,6 +77,7 @@ impl<R: Replica> Network<R> {
                 clock: 0,
                 node: i as u64 + 1,
                 peers_applied: BTreeMap::new(),
+                peers_bound: BTreeMap::new(),
                 delivered: Vec::new(),
             })
             .collect();
@@ -104,6 +113,7 @@ impl<R: Replica> Network<R> {
         let message = Message {
             op,
             sender_applied: self.sites[site].applied.clone(),
+            sender_bound: self.sites[site].bound.clone(),
         };
         for to in 0..self.sites.len() {
             if to != site {
@@ -133,6 +143,7 @@ impl<R: Replica> Network<R> {
         }
         site.peers_applied
             .insert(from, message.sender_applied.clone());
+        site.peers_bound.insert(from, message.sender_bound.clone());
         site.delivered.push(message);
     }
 
@@ -171,7 +182,11 @@ impl<R: Replica> Network<R> {
             bound = bound.meet(s.peers_applied.get(&other).unwrap_or(&Seen::new()));
         }
         s.bound.join(&bound);
-        s.state.collect(&s.bound);
+        let mut settled = s.bound.clone();
+        for other in (0..n).filter(|&o| o != site) {
+            settled = settled.meet(s.peers_bound.get(&other).unwrap_or(&Seen::new()));
+        }
+        s.state.collect_settled(&s.bound, &settled);
     }
 
     /// Delivers everything still on a channel.
