@@ -51,24 +51,45 @@ use crate::converge::merge::removals::{Pos, Removals};
 use crate::converge::merge::Seen;
 use crate::converge::version::Stamp;
 
+/// A run's name: the stamp of the flush that pushed it and its end (one
+/// flush can push at both ends; of its two runs the left one counts as
+/// the older).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct RunId {
+    /// The flush's stamp.
+    pub stamp: Stamp,
+    /// The end it pushed at.
+    pub end: End,
+}
+
+impl RunId {
+    /// No run: the lineage of a list that never collected one.
+    pub const NONE: RunId = RunId {
+        stamp: Stamp::ZERO,
+        end: End::Left,
+    };
+}
+
+impl Default for RunId {
+    fn default() -> Self {
+        RunId::NONE
+    }
+}
+
 /// The element a pop took.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Taken {
-    /// Element `index` of the run pushed at `end` by the flush stamped
-    /// `run`.
+    /// Element `index` of the run `run`.
     Run {
-        /// The run's end.
-        end: End,
-        /// The run's stamp.
-        run: Stamp,
+        /// The run.
+        run: RunId,
         /// The element's index in the run, head to tail.
         index: Pos,
     },
-    /// Position `pos` of the lineage started by the run stamped
-    /// `lineage`.
+    /// Position `pos` of the lineage started by the run `lineage`.
     Pos {
         /// The lineage.
-        lineage: Stamp,
+        lineage: RunId,
         /// The position.
         pos: Pos,
     },
@@ -119,8 +140,8 @@ impl Run {
 /// The positions given to collected runs.
 #[derive(Debug, Clone, Default)]
 struct Lineage {
-    /// The run that started it ([`Stamp::ZERO`]: none yet).
-    id: Stamp,
+    /// The run that started it ([`RunId::NONE`]: none yet).
+    id: RunId,
     low: Pos,
     high: Pos,
     removed: Removals,
@@ -136,7 +157,7 @@ impl Lineage {
 /// Where a collected run's elements went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Placed {
-    lineage: Stamp,
+    lineage: RunId,
     base: Pos,
 }
 
@@ -148,8 +169,8 @@ struct Placed {
 /// had not collected they are exact enough (they are older than `before`).
 #[derive(Debug, Clone, Copy)]
 struct Copied {
-    lineage: Stamp,
-    before: Option<Stamp>,
+    lineage: RunId,
+    before: Option<RunId>,
 }
 
 /// A list's merge metadata under pops of one element: its runs, its
@@ -159,7 +180,7 @@ pub struct ListPositions {
     lineage: Lineage,
     left: BTreeMap<Stamp, Run>,
     right: BTreeMap<Stamp, Run>,
-    placed: BTreeMap<Stamp, Placed>,
+    placed: BTreeMap<RunId, Placed>,
     /// The bound collection reached (a state handed over carries it).
     bound: Seen,
     /// Pops that named a run or lineage this state cannot place (the
@@ -206,10 +227,10 @@ impl ListPositions {
     /// The server's index of `taken`, where this state holds it present.
     fn index_of(&self, taken: Taken) -> Option<usize> {
         match taken {
-            Taken::Run { end, run, index } => {
-                let held = self.runs(end).get(&run)?;
+            Taken::Run { run, index } => {
+                let held = self.runs(run.end).get(&run.stamp)?;
                 let present = (0..held.len()).contains(&index) && !held.removed.contains(index);
-                present.then(|| self.run_start(end, run) + held.rank(index))
+                present.then(|| self.run_start(run.end, run.stamp) + held.rank(index))
             }
             Taken::Pos { lineage, pos } => {
                 let l = &self.lineage;
@@ -232,9 +253,10 @@ impl ListPositions {
     /// The element at `end` of the list, as a pop names it.
     pub fn edge(&self, end: End) -> Option<Taken> {
         let up = end == End::Left;
-        let run_edge = |(&run, r): (&Stamp, &Run), end: End| {
+        let run_edge = |(&stamp, r): (&Stamp, &Run), end: End| {
             let index = r.removed.first_kept(0, r.len(), up)?;
-            Some(Taken::Run { end, run, index })
+            let run = RunId { stamp, end };
+            Some(Taken::Run { run, index })
         };
         let l = &self.lineage;
         let lineage = || {
@@ -267,9 +289,9 @@ impl ListPositions {
     /// position of the lineage.
     fn mark(&mut self, taken: Taken, stamp: Stamp) {
         match taken {
-            Taken::Run { end, run, index } => {
-                self.runs_mut(end)
-                    .entry(run)
+            Taken::Run { run, index } => {
+                self.runs_mut(run.end)
+                    .entry(run.stamp)
                     .or_default()
                     .removed
                     .remove(index, stamp);
@@ -280,8 +302,10 @@ impl ListPositions {
         }
     }
 
-    /// Another site's pop of `taken`, stamped `stamp`.
-    pub fn apply_pop(&mut self, taken: Taken, stamp: Stamp) -> Option<ListChange> {
+    /// Another site's pop of `taken`, stamped `stamp`; `bound`: the
+    /// site's collection bound.
+    pub fn apply_pop(&mut self, taken: Taken, stamp: Stamp, bound: &Seen) -> Option<ListChange> {
+        self.bound.join(bound);
         let taken = self.resolve(taken)?;
         let index = self.index_of(taken);
         self.mark(taken, stamp);
@@ -292,8 +316,8 @@ impl ListPositions {
     /// position of its lineage; `None` where the pop changes nothing here.
     fn resolve(&mut self, taken: Taken) -> Option<Taken> {
         match taken {
-            Taken::Run { end, run, index } => {
-                if self.runs(end).contains_key(&run) {
+            Taken::Run { run, index } => {
+                if self.runs(run.end).contains_key(&run.stamp) {
                     return Some(taken);
                 }
                 if let Some(p) = self.placed.get(&run) {
@@ -303,9 +327,10 @@ impl ListPositions {
                         pos,
                     });
                 }
-                // Collected and every site said so: a resend. Else the
-                // run has not arrived yet (a third site's).
-                (!self.bound.covers(run)).then_some(taken)
+                // Collected and every site said so (or before this state
+                // began): a resend. Else the run has not arrived yet (a
+                // third site's).
+                (!self.bound.covers(run.stamp)).then_some(taken)
             }
             Taken::Pos { lineage, pos } => {
                 let l = &self.lineage;
@@ -315,13 +340,13 @@ impl ListPositions {
                     }
                     return self.walk(pos, None);
                 }
-                if let Some(end) = [End::Left, End::Right]
-                    .into_iter()
-                    .find(|&e| self.runs(e).contains_key(&lineage))
-                {
-                    return self.walk(pos, Some((end, lineage)));
+                if self.runs(lineage.end).contains_key(&lineage.stamp) {
+                    return self.walk(pos, Some(lineage));
                 }
-                if lineage > l.id {
+                // An older lineage (all of it popped), or one collected
+                // before this state began. One not here yet cannot be:
+                // its sender collected it, so it arrived everywhere.
+                if !self.bound.covers(lineage.stamp) {
                     self.unplaced += 1;
                 }
                 None
@@ -333,14 +358,16 @@ impl ListPositions {
     /// collects as far as the sender did: from the lineage's edge (or, in
     /// a lineage that `restart` starts, from 0), through the runs held at
     /// that end, innermost first.
-    fn walk(&mut self, pos: Pos, restart: Option<(End, Stamp)>) -> Option<Taken> {
+    fn walk(&mut self, pos: Pos, restart: Option<RunId>) -> Option<Taken> {
         let (low, high, from) = match restart {
-            None => (self.lineage.low, self.lineage.high, Stamp::ZERO),
-            Some((_, first)) => (0, 0, first),
+            None => (self.lineage.low, self.lineage.high, RunId::NONE),
+            Some(first) => (0, 0, first),
         };
         let end = if pos < low { End::Left } else { End::Right };
         let mut cursor = if end == End::Left { low } else { high };
-        let found = self.runs(end).range(from..).find_map(|(&run, r)| {
+        let runs = self.runs(end).iter();
+        let mut runs = runs.filter(|(&stamp, _)| RunId { stamp, end } >= from);
+        let found = runs.find_map(|(&stamp, r)| {
             let (start, past) = match end {
                 End::Left => (cursor - r.len(), cursor),
                 End::Right => (cursor, cursor + r.len()),
@@ -348,8 +375,7 @@ impl ListPositions {
             cursor = if end == End::Left { start } else { past };
             let runs_values = r.values.is_some();
             (runs_values && (start..past).contains(&pos)).then_some(Taken::Run {
-                end,
-                run,
+                run: RunId { stamp, end },
                 index: pos - start,
             })
         });
@@ -360,11 +386,17 @@ impl ListPositions {
     }
 
     /// Another site's run: `values` pushed at `end` by the flush stamped
-    /// `stamp`.
-    pub fn apply_push(&mut self, end: End, stamp: Stamp, values: &[Bytes]) -> Option<ListChange> {
-        if self.placed.contains_key(&stamp)
-            || (self.bound.covers(stamp) && !self.runs(end).contains_key(&stamp))
-        {
+    /// `stamp`; `bound`: the site's collection bound.
+    pub fn apply_push(
+        &mut self,
+        end: End,
+        stamp: Stamp,
+        values: &[Bytes],
+        bound: &Seen,
+    ) -> Option<ListChange> {
+        self.bound.join(bound);
+        let held = self.runs(end).contains_key(&stamp);
+        if self.placed.contains_key(&RunId { stamp, end }) || (self.bound.covers(stamp) && !held) {
             return None;
         }
         let run = self.runs_mut(end).entry(stamp).or_default();
@@ -396,30 +428,36 @@ impl ListPositions {
     ) -> Vec<ListChange> {
         self.bound.join(bound);
         let mut changes = Vec::new();
-        while let Some((end, stamp)) = self.oldest_run() {
-            let arrived = self
-                .runs(end)
-                .get(&stamp)
-                .is_some_and(|r| r.values.is_some());
-            if !arrived || !self.bound.covers(stamp) {
+        while let Some(run) = self.oldest_run() {
+            if !self.bound.covers(run.stamp) {
                 break;
+            }
+            let arrived = self
+                .runs(run.end)
+                .get(&run.stamp)
+                .is_some_and(|r| r.values.is_some());
+            if !arrived {
+                // Pops of a run collected before this state began (a
+                // resend): the run will not come again.
+                self.runs_mut(run.end).remove(&run.stamp);
+                continue;
             }
             let l = &self.lineage;
             let restart = match copied {
-                Some(c) if c.before.is_none_or(|b| stamp < b) => stamp == c.lineage,
-                _ => l.removed.all_removed_before(l.low, l.high, stamp),
+                Some(c) if c.before.is_none_or(|b| run < b) => run == c.lineage,
+                _ => l.removed.all_removed_before(l.low, l.high, run.stamp),
             };
             if restart {
                 let at = self.left_count();
                 changes.extend((0..l.present()).map(|_| ListChange::Remove(at)));
                 self.lineage = Lineage {
-                    id: stamp,
+                    id: run,
                     ..Lineage::default()
                 };
             }
-            self.collect_run(end, stamp);
+            self.collect_run(run);
         }
-        let below = self.oldest_run().map(|(_, s)| s);
+        let below = self.oldest_run().map(|r| r.stamp);
         self.lineage.removed.settle(&self.bound, below);
         for run in self.left.values_mut().chain(self.right.values_mut()) {
             run.removed.settle(&self.bound, below);
@@ -427,7 +465,7 @@ impl ListPositions {
         // A site whose bound covers a run collected it only once its bound
         // covers every older run too: forget places oldest first.
         while let Some(entry) = self.placed.first_entry() {
-            if !settled.covers(*entry.key()) {
+            if !settled.covers(entry.key().stamp) {
                 break;
             }
             entry.remove();
@@ -435,20 +473,26 @@ impl ListPositions {
         changes
     }
 
-    /// The oldest run held, and its end.
-    fn oldest_run(&self) -> Option<(End, Stamp)> {
-        let left = self.left.keys().next().map(|&s| (End::Left, s));
-        let right = self.right.keys().next().map(|&s| (End::Right, s));
-        [left, right].into_iter().flatten().min_by_key(|&(_, s)| s)
+    /// The oldest run held.
+    fn oldest_run(&self) -> Option<RunId> {
+        let left = self.left.keys().next().map(|&stamp| RunId {
+            stamp,
+            end: End::Left,
+        });
+        let right = self.right.keys().next().map(|&stamp| RunId {
+            stamp,
+            end: End::Right,
+        });
+        [left, right].into_iter().flatten().min()
     }
 
-    /// Gives the run `stamp` at `end` its positions.
-    fn collect_run(&mut self, end: End, stamp: Stamp) {
-        let Some(run) = self.runs_mut(end).remove(&stamp) else {
+    /// Gives the run `id` its positions.
+    fn collect_run(&mut self, id: RunId) {
+        let Some(run) = self.runs_mut(id.end).remove(&id.stamp) else {
             return;
         };
         let l = &mut self.lineage;
-        let base = match end {
+        let base = match id.end {
             End::Left => {
                 l.low -= run.len();
                 l.low
@@ -464,7 +508,7 @@ impl ListPositions {
             }
         }
         self.placed.insert(
-            stamp,
+            id,
             Placed {
                 lineage: l.id,
                 base,
@@ -482,7 +526,7 @@ impl ListPositions {
         for (end, runs) in runs() {
             for (&stamp, run) in runs {
                 if let Some(values) = &run.values {
-                    changes.extend(self.apply_push(end, stamp, values));
+                    changes.extend(self.apply_push(end, stamp, values, &Seen::new()));
                 }
             }
         }
@@ -490,14 +534,9 @@ impl ListPositions {
             for (&stamp, run) in runs {
                 for (from, to, by) in run.removed.iter() {
                     for index in from..to {
-                        changes.extend(self.apply_pop(
-                            Taken::Run {
-                                end,
-                                run: stamp,
-                                index,
-                            },
-                            by,
-                        ));
+                        let run = RunId { stamp, end };
+                        let taken = Taken::Run { run, index };
+                        changes.extend(self.apply_pop(taken, by, &Seen::new()));
                     }
                 }
             }
@@ -505,14 +544,14 @@ impl ListPositions {
         let lineage = other.lineage.id;
         for (from, to, by) in other.lineage.removed.iter() {
             for pos in from..to {
-                changes.extend(self.apply_pop(Taken::Pos { lineage, pos }, by));
+                changes.extend(self.apply_pop(Taken::Pos { lineage, pos }, by, &Seen::new()));
             }
         }
         let mut bound = self.bound.clone();
         bound.join(&other.bound);
         let copied = Copied {
             lineage,
-            before: other.oldest_run().map(|(_, s)| s),
+            before: other.oldest_run(),
         };
         changes.extend(self.collect_to(&bound, &Seen::new(), Some(copied)));
         changes
@@ -522,6 +561,22 @@ impl ListPositions {
     /// spans (the metadata a list keeps at rest).
     pub fn at_rest(&self) -> bool {
         self.left.is_empty() && self.right.is_empty() && self.placed.is_empty()
+    }
+
+    /// Whether the list is empty and nothing of it can still be decided
+    /// on: no run, no place, and every pop's stamp settled. Its metadata
+    /// may then go; the next run collected starts a new lineage here as it
+    /// does everywhere else.
+    pub fn forgettable(&self) -> bool {
+        let l = &self.lineage;
+        self.at_rest()
+            && l.present() == 0
+            && l.removed.iter().all(|(_, _, stamp)| stamp == Stamp::ZERO)
+    }
+
+    /// Runs held (not collected yet).
+    pub fn runs_held(&self) -> usize {
+        self.left.len() + self.right.len()
     }
 
     /// Removed spans the lineage holds.

@@ -32,7 +32,7 @@ use crate::converge::version::Stamp;
 pub const REST: &[u8] = b"";
 
 /// An end of a list.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum End {
     /// The head (`LPUSH`).
     Left,
