@@ -32,6 +32,14 @@ pub enum DecodeError {
     /// Bytes left after the state.
     #[error("merge state followed by {0} byte(s)")]
     Trailing(usize),
+    /// Fields that decode but break a rule of the state.
+    #[error("merge state breaks a rule at byte {at}: {rule}")]
+    Invalid {
+        /// The rule.
+        rule: &'static str,
+        /// Where.
+        at: usize,
+    },
 }
 
 /// Appends `seen`.
@@ -97,6 +105,10 @@ impl<'a> Cursor<'a> {
 
     pub(super) fn u64(&mut self) -> Result<u64, DecodeError> {
         Ok(u64::from_le_bytes(self.array()?))
+    }
+
+    pub(super) fn i64(&mut self) -> Result<i64, DecodeError> {
+        Ok(i64::from_le_bytes(self.array()?))
     }
 
     pub(super) fn i128(&mut self) -> Result<i128, DecodeError> {

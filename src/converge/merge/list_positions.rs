@@ -107,9 +107,9 @@ pub enum ListChange {
 /// A run: what one flush pushed at one end (`None`: only pops of it have
 /// arrived), and which of its indexes were popped.
 #[derive(Debug, Clone, Default)]
-struct Run {
-    values: Option<Vec<Bytes>>,
-    removed: Removals,
+pub(super) struct Run {
+    pub(super) values: Option<Vec<Bytes>>,
+    pub(super) removed: Removals,
 }
 
 impl Run {
@@ -139,12 +139,12 @@ impl Run {
 
 /// The positions given to collected runs.
 #[derive(Debug, Clone, Default)]
-struct Lineage {
+pub(super) struct Lineage {
     /// The run that started it ([`RunId::NONE`]: none yet).
-    id: RunId,
-    low: Pos,
-    high: Pos,
-    removed: Removals,
+    pub(super) id: RunId,
+    pub(super) low: Pos,
+    pub(super) high: Pos,
+    pub(super) removed: Removals,
 }
 
 impl Lineage {
@@ -156,9 +156,9 @@ impl Lineage {
 
 /// Where a collected run's elements went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Placed {
-    lineage: RunId,
-    base: Pos,
+pub(super) struct Placed {
+    pub(super) lineage: RunId,
+    pub(super) base: Pos,
 }
 
 /// Another site's decisions, copied while a merge collects what it had
@@ -177,12 +177,12 @@ struct Copied {
 /// lineage and the runs it collected lately.
 #[derive(Debug, Clone, Default)]
 pub struct ListPositions {
-    lineage: Lineage,
-    left: BTreeMap<Stamp, Run>,
-    right: BTreeMap<Stamp, Run>,
-    placed: BTreeMap<RunId, Placed>,
+    pub(super) lineage: Lineage,
+    pub(super) left: BTreeMap<Stamp, Run>,
+    pub(super) right: BTreeMap<Stamp, Run>,
+    pub(super) placed: BTreeMap<RunId, Placed>,
     /// The bound collection reached (a state handed over carries it).
-    bound: Seen,
+    pub(super) bound: Seen,
     /// Pops that named a run or lineage this state cannot place (the
     /// rules say none can: counted, for the tests).
     unplaced: u64,

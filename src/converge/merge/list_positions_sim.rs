@@ -13,6 +13,7 @@ use std::collections::BTreeSet;
 use proptest::prelude::*;
 
 use crate::converge::merge::hashes::Bytes;
+use crate::converge::merge::list_codec::{decode_list, decode_pop, encode_list, encode_pop};
 use crate::converge::merge::list_positions::{apply_change, ListChange, ListPositions, Taken};
 use crate::converge::merge::lists::End;
 use crate::converge::merge::network::{Network, Replica};
@@ -185,6 +186,9 @@ fn pop(net: &mut Network<ListSite>, history: &mut Vec<Op>, site: usize, end: End
         taken.push(t);
         values.extend(value);
     }
+    // As it travels.
+    let bytes = encode_pop(stamp, &taken);
+    assert_eq!(decode_pop(&bytes), Ok((stamp, taken.clone())));
     history.push(Op::Pop(values));
     net.ship(site, history.len() - 1, stamp, Fragment::Pop(stamp, taken));
 }
@@ -213,6 +217,9 @@ fn run(sites: usize, plan: &[Step]) -> Result<(), TestCaseError> {
         for (i, site) in net.sites.iter().enumerate() {
             let want = model(&history, &site.known);
             prop_assert_eq!(&site.state.server, &want, "site {} after {:?}", i, step);
+            let bytes = encode_list(&site.state.meta);
+            let back = decode_list(&bytes).map(|m| encode_list(&m));
+            prop_assert_eq!(back, Ok(bytes), "site {}'s state travels", i);
         }
     }
     for _ in 0..4 {

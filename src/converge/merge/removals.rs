@@ -144,6 +144,21 @@ impl Removals {
         }
     }
 
+    /// Removals from spans `(start, end, stamp)`; `None` unless they are
+    /// non-empty, in order and apart (what [`Removals::iter`] gives).
+    pub fn from_spans(spans: impl IntoIterator<Item = (Pos, Pos, Stamp)>) -> Option<Self> {
+        let mut out = Self::new();
+        let mut last_end = None;
+        for (start, end, stamp) in spans {
+            if start >= end || last_end.is_some_and(|e| start < e) {
+                return None;
+            }
+            last_end = Some(end);
+            out.spans.insert(start, (end, stamp));
+        }
+        Some(out)
+    }
+
     /// Spans held (for the tests and the metadata's size).
     pub fn span_count(&self) -> usize {
         self.spans.len()

@@ -1,0 +1,319 @@
+//! How a list's pops and its positions state travel (`list_positions`):
+//! pure encode and decode, little-endian, in the style of `codec`.
+//!
+//! ```text
+//! RunId:    u64 clock, u64 node, u8 end (0 head, 1 tail)
+//! Taken:    u8 tag (0 a run's element, 1 a position), RunId (the run, or
+//!           the run that started the lineage), i64 index or position
+//! Pop:      u64 clock, u64 node, u32 count, count x Taken
+//! Removals: u32 count, count x (i64 start, i64 end, u64 clock, u64 node),
+//!           in order and apart
+//! State:    RunId lineage, i64 low, i64 high, Removals of the lineage,
+//!           u32 runs, runs x (RunId, u8 values (0 none, 1 some),
+//!                            [u32 count, count x (u32 len, bytes)],
+//!                            Removals), by RunId,
+//!           u32 places, places x (RunId run, RunId lineage, i64 base),
+//!           by run,
+//!           Seen bound
+//! ```
+//!
+//! Decoding takes bytes from the network or the journal: every count is
+//! checked against what is left before anything is allocated, nothing may
+//! follow, and a state that breaks a rule of the type (a removal outside
+//! the lineage, runs out of order...) is refused.
+
+use std::collections::BTreeMap;
+
+use crate::converge::merge::codec::{put_seen, put_stamp, Cursor, DecodeError};
+use crate::converge::merge::hashes::Bytes;
+use crate::converge::merge::list_positions::{Lineage, ListPositions, Placed, Run, RunId, Taken};
+use crate::converge::merge::lists::End;
+use crate::converge::merge::removals::Removals;
+use crate::converge::version::Stamp;
+
+fn put_run_id(out: &mut Vec<u8>, id: RunId) {
+    put_stamp(out, id.stamp);
+    out.push(match id.end {
+        End::Left => 0,
+        End::Right => 1,
+    });
+}
+
+fn put_taken(out: &mut Vec<u8>, taken: Taken) {
+    let (tag, id, at) = match taken {
+        Taken::Run { run, index } => (0, run, index),
+        Taken::Pos { lineage, pos } => (1, lineage, pos),
+    };
+    out.push(tag);
+    put_run_id(out, id);
+    out.extend_from_slice(&at.to_le_bytes());
+}
+
+fn put_removals(out: &mut Vec<u8>, removals: &Removals) {
+    out.extend_from_slice(&(removals.span_count() as u32).to_le_bytes());
+    for (start, end, stamp) in removals.iter() {
+        out.extend_from_slice(&start.to_le_bytes());
+        out.extend_from_slice(&end.to_le_bytes());
+        put_stamp(out, stamp);
+    }
+}
+
+fn put_run(out: &mut Vec<u8>, id: RunId, run: &Run) {
+    put_run_id(out, id);
+    match &run.values {
+        None => out.push(0),
+        Some(values) => {
+            out.push(1);
+            out.extend_from_slice(&(values.len() as u32).to_le_bytes());
+            for v in values {
+                out.extend_from_slice(&(v.len() as u32).to_le_bytes());
+                out.extend_from_slice(v);
+            }
+        }
+    }
+    put_removals(out, &run.removed);
+}
+
+/// A pop stamped `stamp` that took `taken`, as it travels.
+pub fn encode_pop(stamp: Stamp, taken: &[Taken]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(20 + 26 * taken.len());
+    put_stamp(&mut out, stamp);
+    out.extend_from_slice(&(taken.len() as u32).to_le_bytes());
+    for &t in taken {
+        put_taken(&mut out, t);
+    }
+    out
+}
+
+/// A list's positions state as it travels.
+pub fn encode_list(state: &ListPositions) -> Vec<u8> {
+    let mut out = Vec::new();
+    let l = &state.lineage;
+    put_run_id(&mut out, l.id);
+    out.extend_from_slice(&l.low.to_le_bytes());
+    out.extend_from_slice(&l.high.to_le_bytes());
+    put_removals(&mut out, &l.removed);
+    let ends = [(End::Left, &state.left), (End::Right, &state.right)];
+    let mut runs: Vec<(RunId, &Run)> = ends
+        .into_iter()
+        .flat_map(|(end, runs)| {
+            runs.iter()
+                .map(move |(&stamp, r)| (RunId { stamp, end }, r))
+        })
+        .collect();
+    runs.sort_by_key(|&(id, _)| id);
+    out.extend_from_slice(&(runs.len() as u32).to_le_bytes());
+    for (id, run) in runs {
+        put_run(&mut out, id, run);
+    }
+    out.extend_from_slice(&(state.placed.len() as u32).to_le_bytes());
+    for (&run, p) in &state.placed {
+        put_run_id(&mut out, run);
+        put_run_id(&mut out, p.lineage);
+        out.extend_from_slice(&p.base.to_le_bytes());
+    }
+    put_seen(&mut out, &state.bound);
+    out
+}
+
+impl Cursor<'_> {
+    fn run_id(&mut self) -> Result<RunId, DecodeError> {
+        let stamp = self.stamp()?;
+        let at = self.at;
+        let end = match self.array::<1>()? {
+            [0] => End::Left,
+            [1] => End::Right,
+            [tag] => return Err(DecodeError::BadTag { tag, at }),
+        };
+        Ok(RunId { stamp, end })
+    }
+
+    fn taken(&mut self) -> Result<Taken, DecodeError> {
+        let at = self.at;
+        let [tag] = self.array()?;
+        let id = self.run_id()?;
+        let index = self.i64()?;
+        match tag {
+            0 if index >= 0 => Ok(Taken::Run { run: id, index }),
+            0 => Err(invalid("a run's element has a negative index", at)),
+            1 => Ok(Taken::Pos {
+                lineage: id,
+                pos: index,
+            }),
+            tag => Err(DecodeError::BadTag { tag, at }),
+        }
+    }
+
+    fn removals(&mut self) -> Result<Removals, DecodeError> {
+        let n = self.count(4, 32)?;
+        let at = self.at;
+        let mut spans = Vec::with_capacity(n);
+        for _ in 0..n {
+            let (start, end) = (self.i64()?, self.i64()?);
+            spans.push((start, end, self.stamp()?));
+        }
+        Removals::from_spans(spans).ok_or(invalid("removed spans out of order", at))
+    }
+
+    fn values(&mut self) -> Result<Option<Vec<Bytes>>, DecodeError> {
+        let at = self.at;
+        match self.array::<1>()? {
+            [0] => return Ok(None),
+            [1] => {}
+            [tag] => return Err(DecodeError::BadTag { tag, at }),
+        }
+        let n = self.count(4, 4)?;
+        let mut values = Vec::with_capacity(n);
+        for _ in 0..n {
+            let len = self.count(4, 1)?;
+            values.push(self.take(len)?.to_vec());
+        }
+        Ok(Some(values))
+    }
+}
+
+fn invalid(rule: &'static str, at: usize) -> DecodeError {
+    DecodeError::Invalid { rule, at }
+}
+
+/// A pop from its bytes: its stamp and what it took.
+pub fn decode_pop(bytes: &[u8]) -> Result<(Stamp, Vec<Taken>), DecodeError> {
+    let mut c = Cursor { bytes, at: 0 };
+    let stamp = c.stamp()?;
+    let n = c.count(4, 26)?;
+    let mut taken = Vec::with_capacity(n);
+    for _ in 0..n {
+        taken.push(c.taken()?);
+    }
+    c.end()?;
+    Ok((stamp, taken))
+}
+
+/// The lineage, checked: it holds 0 and its removals lie inside it.
+fn decode_lineage(c: &mut Cursor<'_>) -> Result<Lineage, DecodeError> {
+    let at = c.at;
+    let id = c.run_id()?;
+    let (low, high) = (c.i64()?, c.i64()?);
+    let removed = c.removals()?;
+    let inside = removed.iter().all(|(s, e, _)| low <= s && e <= high);
+    if !(low <= 0 && 0 <= high && inside) {
+        return Err(invalid("a lineage's removals lie outside it", at));
+    }
+    Ok(Lineage {
+        id,
+        low,
+        high,
+        removed,
+    })
+}
+
+/// The runs, checked: by name, none twice, removals inside known values.
+fn decode_runs(c: &mut Cursor<'_>, state: &mut ListPositions) -> Result<(), DecodeError> {
+    let n = c.count(4, 22)?;
+    let mut last = None;
+    for _ in 0..n {
+        let at = c.at;
+        let id = c.run_id()?;
+        let values = c.values()?;
+        let removed = c.removals()?;
+        let run = Run { values, removed };
+        let len = run.values.as_ref().map_or(i64::MAX, |v| v.len() as i64);
+        let inside = run.removed.iter().all(|(s, e, _)| 0 <= s && e <= len);
+        if last.is_some_and(|l| l >= id) || !inside {
+            return Err(invalid("runs out of order or removals outside a run", at));
+        }
+        last = Some(id);
+        match id.end {
+            End::Left => state.left.insert(id.stamp, run),
+            End::Right => state.right.insert(id.stamp, run),
+        };
+    }
+    Ok(())
+}
+
+/// A list's positions state from its bytes.
+pub fn decode_list(bytes: &[u8]) -> Result<ListPositions, DecodeError> {
+    let mut c = Cursor { bytes, at: 0 };
+    let mut state = ListPositions::default();
+    state.lineage = decode_lineage(&mut c)?;
+    decode_runs(&mut c, &mut state)?;
+    let n = c.count(4, 42)?;
+    let mut placed = BTreeMap::new();
+    for _ in 0..n {
+        let at = c.at;
+        let run = c.run_id()?;
+        let lineage = c.run_id()?;
+        let base = c.i64()?;
+        if placed.last_key_value().is_some_and(|(&l, _)| l >= run) {
+            return Err(invalid("places out of order", at));
+        }
+        placed.insert(run, Placed { lineage, base });
+    }
+    state.placed = placed;
+    state.bound = c.seen()?;
+    c.end()?;
+    Ok(state)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn id(clock: u64, end: End) -> RunId {
+        RunId {
+            stamp: Stamp::new(clock, 1),
+            end,
+        }
+    }
+
+    #[test]
+    fn a_pop_comes_back_as_it_went() {
+        let taken = [
+            Taken::Run {
+                run: id(3, End::Right),
+                index: 2,
+            },
+            Taken::Pos {
+                lineage: id(1, End::Left),
+                pos: -4,
+            },
+        ];
+        let bytes = encode_pop(Stamp::new(9, 2), &taken);
+        assert_eq!(decode_pop(&bytes), Ok((Stamp::new(9, 2), taken.to_vec())));
+        let mut bad = bytes.clone();
+        bad[20] = 7;
+        assert_eq!(
+            decode_pop(&bad),
+            Err(DecodeError::BadTag { tag: 7, at: 20 })
+        );
+    }
+
+    #[test]
+    fn a_state_that_breaks_a_rule_is_refused() {
+        let mut state = ListPositions::default();
+        state.local_push(End::Left, Stamp::new(1, 1), vec![b"a".to_vec()]);
+        let good = encode_list(&state);
+        assert_eq!(encode_list(&decode_list(&good).expect("decodes")), good);
+        // low = 1: a lineage that does not hold 0.
+        let mut bad = good.clone();
+        bad[17] = 1;
+        assert!(matches!(
+            decode_list(&bad),
+            Err(DecodeError::Invalid { .. })
+        ));
+        // The run's one removal span, claimed: a count with no spans.
+        let mut cut = good.clone();
+        let at = cut.len() - 2 - 4 - 4;
+        cut[at] = 1;
+        assert!(decode_list(&cut).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn any_bytes_decode_or_fail_without_panic(b in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let _ = decode_pop(&b);
+            let _ = decode_list(&b);
+        }
+    }
+}
