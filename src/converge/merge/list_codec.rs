@@ -3,17 +3,22 @@
 //!
 //! ```text
 //! RunId:    u64 clock, u64 node, u8 end (0 head, 1 tail)
-//! Taken:    u8 tag (0 a run's element, 1 a position), RunId (the run, or
-//!           the run that started the lineage), i64 index or position
+//! Origin:   u8 tag (0 a run, 1 a whole write), RunId or u64 clock, u64 node
+//! Taken:    u8 tag (0 a run's element: RunId; 1 a position: Origin;
+//!           2 a whole write's element: u64 clock, u64 node), i64 index
+//!           or position
 //! Pop:      u64 clock, u64 node, u32 count, count x Taken
 //! Removals: u32 count, count x (i64 start, i64 end, u64 clock, u64 node),
 //!           in order and apart
-//! State:    RunId lineage, i64 low, i64 high, Removals of the lineage,
-//!           u32 runs, runs x (RunId, u8 values (0 none, 1 some),
-//!                            [u32 count, count x (u32 len, bytes)],
-//!                            Removals), by RunId,
-//!           u32 places, places x (RunId run, RunId lineage, i64 base),
+//! List:     u8 values (0 none, 1 some), [u32 count, count x (u32 len,
+//!           bytes)], Removals
+//! State:    Origin lineage, i64 low, i64 high, Removals of the lineage,
+//!           u32 runs, runs x (RunId, List), by RunId,
+//!           u32 writes, writes x (u64 clock, u64 node, List, Seen), by stamp,
+//!           u32 places, places x (RunId run, Origin lineage, i64 base),
 //!           by run,
+//!           u32 settling, settling x (u64 clock, u64 node, u8 what
+//!           (0 a whole write, 1 a head run, 2 a tail run)), in order,
 //!           Seen bound
 //! ```
 //!
@@ -26,7 +31,9 @@ use std::collections::BTreeMap;
 
 use crate::converge::merge::codec::{put_seen, put_stamp, Cursor, DecodeError};
 use crate::converge::merge::hashes::Bytes;
-use crate::converge::merge::list_positions::{Lineage, ListPositions, Placed, Run, RunId, Taken};
+use crate::converge::merge::list_positions::{
+    Lineage, ListPositions, Origin, Placed, Run, RunId, Taken, Whole,
+};
 use crate::converge::merge::lists::End;
 use crate::converge::merge::removals::Removals;
 use crate::converge::version::Stamp;
@@ -39,13 +46,37 @@ fn put_run_id(out: &mut Vec<u8>, id: RunId) {
     });
 }
 
+fn put_origin(out: &mut Vec<u8>, origin: Origin) {
+    match origin {
+        Origin::Run(run) => {
+            out.push(0);
+            put_run_id(out, run);
+        }
+        Origin::Write(stamp) => {
+            out.push(1);
+            put_stamp(out, stamp);
+        }
+    }
+}
+
 fn put_taken(out: &mut Vec<u8>, taken: Taken) {
-    let (tag, id, at) = match taken {
-        Taken::Run { run, index } => (0, run, index),
-        Taken::Pos { lineage, pos } => (1, lineage, pos),
+    let at = match taken {
+        Taken::Run { run, index } => {
+            out.push(0);
+            put_run_id(out, run);
+            index
+        }
+        Taken::Pos { lineage, pos } => {
+            out.push(1);
+            put_origin(out, lineage);
+            pos
+        }
+        Taken::Write { write, index } => {
+            out.push(2);
+            put_stamp(out, write);
+            index
+        }
     };
-    out.push(tag);
-    put_run_id(out, id);
     out.extend_from_slice(&at.to_le_bytes());
 }
 
@@ -58,8 +89,7 @@ fn put_removals(out: &mut Vec<u8>, removals: &Removals) {
     }
 }
 
-fn put_run(out: &mut Vec<u8>, id: RunId, run: &Run) {
-    put_run_id(out, id);
+fn put_list(out: &mut Vec<u8>, run: &Run) {
     match &run.values {
         None => out.push(0),
         Some(values) => {
@@ -76,7 +106,7 @@ fn put_run(out: &mut Vec<u8>, id: RunId, run: &Run) {
 
 /// A pop stamped `stamp` that took `taken`, as it travels.
 pub fn encode_pop(stamp: Stamp, taken: &[Taken]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(20 + 26 * taken.len());
+    let mut out = Vec::with_capacity(20 + 27 * taken.len());
     put_stamp(&mut out, stamp);
     out.extend_from_slice(&(taken.len() as u32).to_le_bytes());
     for &t in taken {
@@ -89,7 +119,7 @@ pub fn encode_pop(stamp: Stamp, taken: &[Taken]) -> Vec<u8> {
 pub fn encode_list(state: &ListPositions) -> Vec<u8> {
     let mut out = Vec::new();
     let l = &state.lineage;
-    put_run_id(&mut out, l.id);
+    put_origin(&mut out, l.id);
     out.extend_from_slice(&l.low.to_le_bytes());
     out.extend_from_slice(&l.high.to_le_bytes());
     put_removals(&mut out, &l.removed);
@@ -104,13 +134,29 @@ pub fn encode_list(state: &ListPositions) -> Vec<u8> {
     runs.sort_by_key(|&(id, _)| id);
     out.extend_from_slice(&(runs.len() as u32).to_le_bytes());
     for (id, run) in runs {
-        put_run(&mut out, id, run);
+        put_run_id(&mut out, id);
+        put_list(&mut out, run);
+    }
+    out.extend_from_slice(&(state.wholes.len() as u32).to_le_bytes());
+    for (&stamp, whole) in &state.wholes {
+        put_stamp(&mut out, stamp);
+        put_list(&mut out, &whole.list);
+        put_seen(&mut out, &whole.seen);
     }
     out.extend_from_slice(&(state.placed.len() as u32).to_le_bytes());
     for (&run, p) in &state.placed {
         put_run_id(&mut out, run);
-        put_run_id(&mut out, p.lineage);
+        put_origin(&mut out, p.lineage);
         out.extend_from_slice(&p.base.to_le_bytes());
+    }
+    out.extend_from_slice(&(state.settling.len() as u32).to_le_bytes());
+    for &(stamp, run) in &state.settling {
+        put_stamp(&mut out, stamp);
+        out.push(match run.map(|r| r.end) {
+            None => 0,
+            Some(End::Left) => 1,
+            Some(End::Right) => 2,
+        });
     }
     put_seen(&mut out, &state.bound);
     out
@@ -128,19 +174,37 @@ impl Cursor<'_> {
         Ok(RunId { stamp, end })
     }
 
+    fn origin(&mut self) -> Result<Origin, DecodeError> {
+        let at = self.at;
+        match self.array::<1>()? {
+            [0] => Ok(Origin::Run(self.run_id()?)),
+            [1] => Ok(Origin::Write(self.stamp()?)),
+            [tag] => Err(DecodeError::BadTag { tag, at }),
+        }
+    }
+
     fn taken(&mut self) -> Result<Taken, DecodeError> {
         let at = self.at;
-        let [tag] = self.array()?;
-        let id = self.run_id()?;
-        let index = self.i64()?;
-        match tag {
-            0 if index >= 0 => Ok(Taken::Run { run: id, index }),
-            0 => Err(invalid("a run's element has a negative index", at)),
-            1 => Ok(Taken::Pos {
-                lineage: id,
-                pos: index,
-            }),
-            tag => Err(DecodeError::BadTag { tag, at }),
+        let taken = match self.array::<1>()? {
+            [0] => Taken::Run {
+                run: self.run_id()?,
+                index: self.i64()?,
+            },
+            [1] => Taken::Pos {
+                lineage: self.origin()?,
+                pos: self.i64()?,
+            },
+            [2] => Taken::Write {
+                write: self.stamp()?,
+                index: self.i64()?,
+            },
+            [tag] => return Err(DecodeError::BadTag { tag, at }),
+        };
+        match taken {
+            Taken::Run { index, .. } | Taken::Write { index, .. } if index < 0 => {
+                Err(invalid("an element has a negative index", at))
+            }
+            taken => Ok(taken),
         }
     }
 
@@ -153,6 +217,19 @@ impl Cursor<'_> {
             spans.push((start, end, self.stamp()?));
         }
         Removals::from_spans(spans).ok_or(invalid("removed spans out of order", at))
+    }
+
+    /// A run's or a whole write's list, its removals inside it.
+    fn list(&mut self) -> Result<Run, DecodeError> {
+        let values = self.values()?;
+        let at = self.at;
+        let removed = self.removals()?;
+        let run = Run { values, removed };
+        let len = run.values.as_ref().map_or(i64::MAX, |v| v.len() as i64);
+        if !run.removed.iter().all(|(s, e, _)| 0 <= s && e <= len) {
+            return Err(invalid("removals outside a list", at));
+        }
+        Ok(run)
     }
 
     fn values(&mut self) -> Result<Option<Vec<Bytes>>, DecodeError> {
@@ -180,7 +257,7 @@ fn invalid(rule: &'static str, at: usize) -> DecodeError {
 pub fn decode_pop(bytes: &[u8]) -> Result<(Stamp, Vec<Taken>), DecodeError> {
     let mut c = Cursor { bytes, at: 0 };
     let stamp = c.stamp()?;
-    let n = c.count(4, 26)?;
+    let n = c.count(4, 25)?;
     let mut taken = Vec::with_capacity(n);
     for _ in 0..n {
         taken.push(c.taken()?);
@@ -192,7 +269,7 @@ pub fn decode_pop(bytes: &[u8]) -> Result<(Stamp, Vec<Taken>), DecodeError> {
 /// The lineage, checked: it holds 0 and its removals lie inside it.
 fn decode_lineage(c: &mut Cursor<'_>) -> Result<Lineage, DecodeError> {
     let at = c.at;
-    let id = c.run_id()?;
+    let id = c.origin()?;
     let (low, high) = (c.i64()?, c.i64()?);
     let removed = c.removals()?;
     let inside = removed.iter().all(|(s, e, _)| low <= s && e <= high);
@@ -214,13 +291,9 @@ fn decode_runs(c: &mut Cursor<'_>, state: &mut ListPositions) -> Result<(), Deco
     for _ in 0..n {
         let at = c.at;
         let id = c.run_id()?;
-        let values = c.values()?;
-        let removed = c.removals()?;
-        let run = Run { values, removed };
-        let len = run.values.as_ref().map_or(i64::MAX, |v| v.len() as i64);
-        let inside = run.removed.iter().all(|(s, e, _)| 0 <= s && e <= len);
-        if last.is_some_and(|l| l >= id) || !inside {
-            return Err(invalid("runs out of order or removals outside a run", at));
+        let run = c.list()?;
+        if last.is_some_and(|l| l >= id) {
+            return Err(invalid("runs out of order", at));
         }
         last = Some(id);
         match id.end {
@@ -234,15 +307,32 @@ fn decode_runs(c: &mut Cursor<'_>, state: &mut ListPositions) -> Result<(), Deco
 /// A list's positions state from its bytes.
 pub fn decode_list(bytes: &[u8]) -> Result<ListPositions, DecodeError> {
     let mut c = Cursor { bytes, at: 0 };
-    let mut state = ListPositions::default();
-    state.lineage = decode_lineage(&mut c)?;
+    let mut state = ListPositions {
+        lineage: decode_lineage(&mut c)?,
+        ..ListPositions::default()
+    };
     decode_runs(&mut c, &mut state)?;
+    let n = c.count(4, 23)?;
+    for _ in 0..n {
+        let at = c.at;
+        let stamp = c.stamp()?;
+        let list = c.list()?;
+        let seen = c.seen()?;
+        if state
+            .wholes
+            .last_key_value()
+            .is_some_and(|(&l, _)| l >= stamp)
+        {
+            return Err(invalid("whole writes out of order", at));
+        }
+        state.wholes.insert(stamp, Whole { list, seen });
+    }
     let n = c.count(4, 42)?;
     let mut placed = BTreeMap::new();
     for _ in 0..n {
         let at = c.at;
         let run = c.run_id()?;
-        let lineage = c.run_id()?;
+        let lineage = c.origin()?;
         let base = c.i64()?;
         if placed.last_key_value().is_some_and(|(&l, _)| l >= run) {
             return Err(invalid("places out of order", at));
@@ -250,6 +340,24 @@ pub fn decode_list(bytes: &[u8]) -> Result<ListPositions, DecodeError> {
         placed.insert(run, Placed { lineage, base });
     }
     state.placed = placed;
+    let n = c.count(4, 17)?;
+    for _ in 0..n {
+        let stamp = c.stamp()?;
+        let at = c.at;
+        let run = match c.array::<1>()? {
+            [0] => None,
+            [1] => Some(RunId {
+                stamp,
+                end: End::Left,
+            }),
+            [2] => Some(RunId {
+                stamp,
+                end: End::Right,
+            }),
+            [tag] => return Err(DecodeError::BadTag { tag, at }),
+        };
+        state.settling.push_back((stamp, run));
+    }
     state.bound = c.seen()?;
     c.end()?;
     Ok(state)
@@ -275,8 +383,12 @@ mod tests {
                 index: 2,
             },
             Taken::Pos {
-                lineage: id(1, End::Left),
+                lineage: Origin::Run(id(1, End::Left)),
                 pos: -4,
+            },
+            Taken::Write {
+                write: Stamp::new(4, 2),
+                index: 0,
             },
         ];
         let bytes = encode_pop(Stamp::new(9, 2), &taken);
@@ -297,14 +409,14 @@ mod tests {
         assert_eq!(encode_list(&decode_list(&good).expect("decodes")), good);
         // low = 1: a lineage that does not hold 0.
         let mut bad = good.clone();
-        bad[17] = 1;
+        bad[18] = 1;
         assert!(matches!(
             decode_list(&bad),
             Err(DecodeError::Invalid { .. })
         ));
         // The run's one removal span, claimed: a count with no spans.
         let mut cut = good.clone();
-        let at = cut.len() - 2 - 4 - 4;
+        let at = cut.len() - 2 - 4 - 4 - 4 - 4;
         cut[at] = 1;
         assert!(decode_list(&cut).is_err());
     }

@@ -31,6 +31,8 @@ enum Fragment {
     /// One flush's runs: at one end, or at both.
     Push(Stamp, Vec<(End, Vec<Bytes>)>),
     Pop(Stamp, Vec<Taken>),
+    /// A whole write: its list, what its site had applied.
+    Whole(Stamp, Seen, Vec<Bytes>),
 }
 
 impl ListSite {
@@ -53,6 +55,9 @@ impl Replica for ListSite {
                 .iter()
                 .filter_map(|t| self.meta.apply_pop(*t, *stamp, bound))
                 .collect(),
+            Fragment::Whole(stamp, seen, values) => {
+                self.meta.apply_whole(*stamp, seen, values, bound)
+            }
         };
         self.change(changes);
     }
@@ -68,9 +73,11 @@ impl Replica for ListSite {
     }
 }
 
-/// What the history records: a run pushed, or the values a pop took.
+/// What the history records: runs pushed, the values a pop took, or a
+/// whole write.
 #[derive(Debug, Clone)]
 enum Op {
+    Whole(Stamp, Seen, Vec<Bytes>),
     Push(Stamp, Vec<(End, Vec<Bytes>)>),
     Pop(Vec<Bytes>),
 }
@@ -81,22 +88,34 @@ fn model(history: &[Op], known: &BTreeSet<usize>) -> Vec<Bytes> {
     let mut runs: Vec<(End, Stamp, &Vec<Bytes>)> = ops()
         .filter_map(|op| match op {
             Op::Push(stamp, runs) => Some(runs.iter().map(|(end, v)| (*end, *stamp, v))),
-            Op::Pop(_) => None,
+            _ => None,
         })
         .flatten()
         .collect();
+    let wholes: Vec<(Stamp, &Seen, &Vec<Bytes>)> = ops()
+        .filter_map(|op| match op {
+            Op::Whole(stamp, seen, values) => Some((*stamp, seen, values)),
+            _ => None,
+        })
+        .collect();
+    // A run a whole write had seen is gone; the newest whole write's list
+    // is the middle.
+    runs.retain(|&(_, stamp, _)| !wholes.iter().any(|(_, seen, _)| seen.covers(stamp)));
+    let middle = wholes.iter().max_by_key(|w| w.0).map(|w| w.2);
     let popped: BTreeSet<&Bytes> = ops()
         .filter_map(|op| match op {
             Op::Pop(values) => Some(values),
-            Op::Push(..) => None,
+            _ => None,
         })
         .flatten()
         .collect();
     runs.sort_by_key(|&(_, stamp, _)| stamp);
     let left = runs.iter().rev().filter(|r| r.0 == End::Left);
     let right = runs.iter().filter(|r| r.0 == End::Right);
-    left.chain(right)
-        .flat_map(|r| r.2.iter())
+    let left = left.flat_map(|r| r.2.iter());
+    let right = right.flat_map(|r| r.2.iter());
+    left.chain(middle.into_iter().flatten())
+        .chain(right)
         .filter(|v| !popped.contains(v))
         .cloned()
         .collect()
@@ -104,6 +123,7 @@ fn model(history: &[Op], known: &BTreeSet<usize>) -> Vec<Bytes> {
 
 #[derive(Debug, Clone)]
 enum Step {
+    Whole(usize, u8),
     Push(usize, bool, u8),
     PushBoth(usize, u8),
     Forget(usize),
@@ -122,6 +142,7 @@ fn steps(sites: usize) -> impl Strategy<Value = Step> {
         4 => (site.clone(), any::<bool>(), 1u8..3).prop_map(|(s, l, n)| Step::Pop(s, l, n)),
         1 => (site.clone(), 1u8..3).prop_map(|(s, n)| Step::PushBoth(s, n)),
         1 => site.clone().prop_map(Step::Forget),
+        1 => (site.clone(), 0u8..3).prop_map(|(s, n)| Step::Whole(s, n)),
         6 => (site.clone(), site.clone()).prop_map(|(a, b)| Step::Deliver(a, b)),
         2 => (site.clone(), any::<usize>()).prop_map(|(a, p)| Step::Duplicate(a, p)),
         1 => (site.clone(), site.clone()).prop_map(|(a, b)| Step::Sync(a, b)),
@@ -158,6 +179,25 @@ fn push(net: &mut Network<ListSite>, history: &mut Vec<Op>, site: usize, ends: &
     }
     history.push(Op::Push(stamp, runs.clone()));
     net.ship(site, history.len() - 1, stamp, Fragment::Push(stamp, runs));
+}
+
+/// A whole write of `n` new elements (an index operation; none: a DEL).
+fn whole(net: &mut Network<ListSite>, history: &mut Vec<Op>, site: usize, n: u8) {
+    let stamp = net.stamp(site);
+    let seen = net.sites[site].applied.clone();
+    let values: Vec<Bytes> = (0..n)
+        .map(|i| format!("{}.{}.W{i}", stamp.node, stamp.clock).into_bytes())
+        .collect();
+    let s = &mut net.sites[site].state;
+    let changes = s.meta.apply_whole(stamp, &seen, &values, &Seen::new());
+    s.change(changes);
+    history.push(Op::Whole(stamp, seen.clone(), values.clone()));
+    net.ship(
+        site,
+        history.len() - 1,
+        stamp,
+        Fragment::Whole(stamp, seen, values),
+    );
 }
 
 /// Drops an emptied list's metadata at rest.
@@ -199,6 +239,7 @@ fn play(net: &mut Network<ListSite>, history: &mut Vec<Op>, step: &Step) {
         Step::Push(s, left, n) => push(net, history, s, &[end_of(left)], n),
         Step::PushBoth(s, n) => push(net, history, s, &[End::Left, End::Right], n),
         Step::Forget(s) => forget(net, s),
+        Step::Whole(s, n) => whole(net, history, s, n),
         Step::Pop(s, left, n) => pop(net, history, s, end_of(left), n),
         Step::Deliver(a, b) if a != b => net.deliver(a, b),
         Step::Duplicate(a, pick) => net.duplicate(a, pick),

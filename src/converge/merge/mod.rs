@@ -32,7 +32,9 @@ pub mod hashes;
 #[cfg(test)]
 mod hashes_sim;
 pub mod journaled;
+pub mod list_apply;
 pub mod list_codec;
+pub mod list_collect;
 pub mod list_positions;
 #[cfg(test)]
 mod list_positions_sim;
