@@ -8,7 +8,7 @@ use crate::converge::merge::list_positions::{
     ListChange, ListPositions, Origin, Run, RunId, Taken, Whole,
 };
 use crate::converge::merge::lists::End;
-use crate::converge::merge::removals::Pos;
+use crate::converge::merge::removals::{Pos, MAX_POS};
 use crate::converge::merge::Seen;
 use crate::converge::version::Stamp;
 
@@ -48,6 +48,8 @@ impl ListPositions {
             return None;
         }
         run.values = Some(values.to_vec());
+        let len = run.len();
+        run.removed.clip(0, len);
         if let Some(write) = wiped_by {
             run.wipe(write);
         }
@@ -97,6 +99,8 @@ impl ListPositions {
         }
         let whole = self.wholes.entry(stamp).or_default();
         whole.list.values = Some(values.to_vec());
+        let len = whole.list.len();
+        whole.list.removed.clip(0, len);
         whole.seen = seen.clone();
         if let Some((middle, list)) = self.middle_write() {
             if middle == stamp {
@@ -118,14 +122,43 @@ impl ListPositions {
     /// awaited, or a position of its lineage; `None` where the pop changes
     /// nothing here.
     fn resolve(&mut self, taken: Taken) -> Option<Taken> {
+        let resolved = self.resolve_named(taken);
+        if resolved.is_none_or(|t| self.within(t)) {
+            return resolved;
+        }
+        // An index past its run or list: no site names one.
+        self.unplaced += 1;
+        None
+    }
+
+    /// Whether `taken` (as resolved) lies inside what it names.
+    fn within(&self, taken: Taken) -> bool {
+        let inside = |index: Pos, len: Option<Pos>| (0..len.unwrap_or(MAX_POS)).contains(&index);
+        match taken {
+            Taken::Run { run, index } => {
+                let held = self.runs(run.end).get(&run.stamp);
+                inside(index, held.and_then(|r| r.values.as_ref().map(|_| r.len())))
+            }
+            Taken::Write { write, index } => {
+                let held = self.wholes.get(&write).map(|w| &w.list);
+                inside(index, held.and_then(|r| r.values.as_ref().map(|_| r.len())))
+            }
+            Taken::Pos { pos, .. } => pos.abs() < MAX_POS,
+        }
+    }
+
+    fn resolve_named(&mut self, taken: Taken) -> Option<Taken> {
         match taken {
             Taken::Run { run, index } => {
                 if self.runs(run.end).contains_key(&run.stamp) {
                     return Some(taken);
                 }
                 if let Some(p) = self.placed.get(&run) {
-                    let pos = p.base + index;
-                    return (p.lineage == self.lineage.id).then_some(Taken::Pos {
+                    let fits = (0..p.len).contains(&index);
+                    let pos = p.base + index.clamp(0, MAX_POS);
+                    let here = p.lineage == self.lineage.id && fits;
+                    self.unplaced += u64::from(!fits);
+                    return here.then_some(Taken::Pos {
                         lineage: p.lineage,
                         pos,
                     });
@@ -141,7 +174,8 @@ impl ListPositions {
                 }
                 let lineage = Origin::Write(write);
                 if self.lineage.id == lineage {
-                    return Some(Taken::Pos {
+                    let fits = (0..self.lineage.written).contains(&index);
+                    return fits.then_some(Taken::Pos {
                         lineage,
                         pos: index,
                     });

@@ -12,11 +12,12 @@
 //!           in order and apart
 //! List:     u8 values (0 none, 1 some), [u32 count, count x (u32 len,
 //!           bytes)], Removals
-//! State:    Origin lineage, i64 low, i64 high, Removals of the lineage,
+//! State:    Origin lineage, i64 written, i64 low, i64 high, Removals of
+//!           the lineage,
 //!           u32 runs, runs x (RunId, List), by RunId,
 //!           u32 writes, writes x (u64 clock, u64 node, List, Seen), by stamp,
-//!           u32 places, places x (RunId run, Origin lineage, i64 base),
-//!           by run,
+//!           u32 places, places x (RunId run, Origin lineage, i64 base,
+//!           i64 len), by run,
 //!           u32 settling, settling x (u64 clock, u64 node, u8 what
 //!           (0 a whole write, 1 a head run, 2 a tail run)), in order,
 //!           Seen bound
@@ -35,7 +36,7 @@ use crate::converge::merge::list_positions::{
     Lineage, ListPositions, Origin, Placed, Run, RunId, Taken, Whole,
 };
 use crate::converge::merge::lists::End;
-use crate::converge::merge::removals::Removals;
+use crate::converge::merge::removals::{Removals, MAX_POS};
 use crate::converge::version::Stamp;
 
 fn put_run_id(out: &mut Vec<u8>, id: RunId) {
@@ -120,6 +121,7 @@ pub fn encode_list(state: &ListPositions) -> Vec<u8> {
     let mut out = Vec::new();
     let l = &state.lineage;
     put_origin(&mut out, l.id);
+    out.extend_from_slice(&l.written.to_le_bytes());
     out.extend_from_slice(&l.low.to_le_bytes());
     out.extend_from_slice(&l.high.to_le_bytes());
     put_removals(&mut out, &l.removed);
@@ -148,6 +150,7 @@ pub fn encode_list(state: &ListPositions) -> Vec<u8> {
         put_run_id(&mut out, run);
         put_origin(&mut out, p.lineage);
         out.extend_from_slice(&p.base.to_le_bytes());
+        out.extend_from_slice(&p.len.to_le_bytes());
     }
     out.extend_from_slice(&(state.settling.len() as u32).to_le_bytes());
     for &(stamp, run) in &state.settling {
@@ -225,7 +228,7 @@ impl Cursor<'_> {
         let at = self.at;
         let removed = self.removals()?;
         let run = Run { values, removed };
-        let len = run.values.as_ref().map_or(i64::MAX, |v| v.len() as i64);
+        let len = run.values.as_ref().map_or(MAX_POS, |v| v.len() as i64);
         if !run.removed.iter().all(|(s, e, _)| 0 <= s && e <= len) {
             return Err(invalid("removals outside a list", at));
         }
@@ -266,18 +269,25 @@ pub fn decode_pop(bytes: &[u8]) -> Result<(Stamp, Vec<Taken>), DecodeError> {
     Ok((stamp, taken))
 }
 
-/// The lineage, checked: it holds 0 and its removals lie inside it.
+/// The lineage, checked: it holds 0 and a whole write's list, lies within
+/// the positions allowed, and its removals lie inside it.
 fn decode_lineage(c: &mut Cursor<'_>) -> Result<Lineage, DecodeError> {
     let at = c.at;
     let id = c.origin()?;
+    let written = c.i64()?;
     let (low, high) = (c.i64()?, c.i64()?);
     let removed = c.removals()?;
     let inside = removed.iter().all(|(s, e, _)| low <= s && e <= high);
-    if !(low <= 0 && 0 <= high && inside) {
-        return Err(invalid("a lineage's removals lie outside it", at));
+    let bounded = -MAX_POS < low && low <= 0 && 0 <= written && written <= high && high < MAX_POS;
+    if !(bounded && inside) {
+        return Err(invalid(
+            "a lineage out of bounds, or removals outside it",
+            at,
+        ));
     }
     Ok(Lineage {
         id,
+        written,
         low,
         high,
         removed,
@@ -327,17 +337,18 @@ pub fn decode_list(bytes: &[u8]) -> Result<ListPositions, DecodeError> {
         }
         state.wholes.insert(stamp, Whole { list, seen });
     }
-    let n = c.count(4, 42)?;
+    let n = c.count(4, 50)?;
     let mut placed = BTreeMap::new();
     for _ in 0..n {
         let at = c.at;
         let run = c.run_id()?;
         let lineage = c.origin()?;
-        let base = c.i64()?;
-        if placed.last_key_value().is_some_and(|(&l, _)| l >= run) {
-            return Err(invalid("places out of order", at));
+        let (base, len) = (c.i64()?, c.i64()?);
+        let bounded = -MAX_POS < base && (0..MAX_POS).contains(&len) && base + len < MAX_POS;
+        if placed.last_key_value().is_some_and(|(&l, _)| l >= run) || !bounded {
+            return Err(invalid("places out of order or out of bounds", at));
         }
-        placed.insert(run, Placed { lineage, base });
+        placed.insert(run, Placed { lineage, base, len });
     }
     state.placed = placed;
     let n = c.count(4, 17)?;
@@ -357,6 +368,10 @@ pub fn decode_list(bytes: &[u8]) -> Result<ListPositions, DecodeError> {
             [tag] => return Err(DecodeError::BadTag { tag, at }),
         };
         state.settling.push_back((stamp, run));
+    }
+    let settling: Vec<RunId> = state.settling.iter().filter_map(|&(_, r)| r).collect();
+    if !state.placed.keys().all(|r| settling.contains(r)) {
+        return Err(invalid("a place that is not settling", c.at));
     }
     state.bound = c.seen()?;
     c.end()?;
@@ -409,9 +424,16 @@ mod tests {
         assert_eq!(encode_list(&decode_list(&good).expect("decodes")), good);
         // low = 1: a lineage that does not hold 0.
         let mut bad = good.clone();
-        bad[18] = 1;
+        bad[26] = 1;
         assert!(matches!(
             decode_list(&bad),
+            Err(DecodeError::Invalid { .. })
+        ));
+        // A lineage reaching past the positions allowed.
+        let mut far = good.clone();
+        far[26..34].copy_from_slice(&(-(1i64 << 62)).to_le_bytes());
+        assert!(matches!(
+            decode_list(&far),
             Err(DecodeError::Invalid { .. })
         ));
         // The run's one removal span, claimed: a count with no spans.

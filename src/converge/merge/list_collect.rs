@@ -21,10 +21,13 @@ use crate::converge::version::Stamp;
 /// run only at `lineage`, its last. Its removals carry [`Stamp::ZERO`]
 /// where the stamps settled, which could start a lineage it did not; for
 /// items it had not collected they are exact enough.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Copied {
     lineage: Origin,
     before: Option<Item>,
+    /// Its bound: only what this covers it had collected (a state handed
+    /// over late may be behind what this site's bound covers).
+    bound: Seen,
 }
 
 /// A run or a whole write, in collection order: by stamp, a flush's runs
@@ -65,6 +68,9 @@ impl ListPositions {
     /// runs went that every site collected (`settled`: the least of the
     /// bounds the sites reported having collected at).
     pub fn collect(&mut self, bound: &Seen, settled: &Seen) {
+        // Under this site's own rule a new lineage starts only where every
+        // position was popped: nothing of the old one is on the server, so
+        // there is no change to make.
         self.collect_to(bound, settled, None);
     }
 
@@ -72,7 +78,7 @@ impl ListPositions {
         &mut self,
         bound: &Seen,
         settled: &Seen,
-        copied: Option<Copied>,
+        copied: Option<&Copied>,
     ) -> Vec<ListChange> {
         self.bound.join(bound);
         let mut changes = Vec::new();
@@ -196,12 +202,12 @@ impl ListPositions {
     /// the present one popped by a pop older than the run (or, copying
     /// another site, where it started one). The server drops what it still
     /// held of a lineage left that way.
-    fn restart_if(&mut self, run: RunId, copied: Option<Copied>) -> Vec<ListChange> {
+    fn restart_if(&mut self, run: RunId, copied: Option<&Copied>) -> Vec<ListChange> {
         let l = &self.lineage;
+        let item = Item::Run(run.stamp, run.end);
         let restart = match copied {
             Some(c)
-                if c.before
-                    .is_none_or(|b| Item::Run(run.stamp, run.end).key() < b.key()) =>
+                if c.bound.covers(run.stamp) && c.before.is_none_or(|b| item.key() < b.key()) =>
             {
                 Origin::Run(run) == c.lineage
             }
@@ -245,7 +251,8 @@ impl ListPositions {
             }
         }
         let lineage = l.id;
-        self.placed.insert(id, Placed { lineage, base });
+        let len = run.len();
+        self.placed.insert(id, Placed { lineage, base, len });
         self.settling.push_back((id.stamp, Some(id)));
     }
 
@@ -257,6 +264,7 @@ impl ListPositions {
         };
         self.lineage = Lineage {
             id: Origin::Write(stamp),
+            written: whole.list.len(),
             low: 0,
             high: whole.list.len(),
             removed: whole.list.removed,
@@ -292,8 +300,9 @@ impl ListPositions {
         let copied = Copied {
             lineage: other.lineage.id,
             before: other.oldest_item(),
+            bound: other.bound.clone(),
         };
-        changes.extend(self.collect_to(&bound, &Seen::new(), Some(copied)));
+        changes.extend(self.collect_to(&bound, &Seen::new(), Some(&copied)));
         changes
     }
 

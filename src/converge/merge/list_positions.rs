@@ -191,6 +191,9 @@ pub(super) struct Whole {
 pub(super) struct Lineage {
     /// What started it.
     pub(super) id: Origin,
+    /// A whole write's length, its positions `[0, written)` (0 for a
+    /// lineage a run started).
+    pub(super) written: Pos,
     pub(super) low: Pos,
     pub(super) high: Pos,
     pub(super) removed: Removals,
@@ -208,6 +211,8 @@ impl Lineage {
 pub(super) struct Placed {
     pub(super) lineage: Origin,
     pub(super) base: Pos,
+    /// The run's whole length.
+    pub(super) len: Pos,
 }
 
 /// A list's merge metadata under pops of one element: its runs, its

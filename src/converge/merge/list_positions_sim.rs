@@ -14,7 +14,9 @@ use proptest::prelude::*;
 
 use crate::converge::merge::hashes::Bytes;
 use crate::converge::merge::list_codec::{decode_list, decode_pop, encode_list, encode_pop};
-use crate::converge::merge::list_positions::{apply_change, ListChange, ListPositions, Taken};
+use crate::converge::merge::list_positions::{
+    apply_change, ListChange, ListPositions, RunId, Taken,
+};
 use crate::converge::merge::lists::End;
 use crate::converge::merge::network::{Network, Replica};
 use crate::converge::merge::Seen;
@@ -430,5 +432,49 @@ mod tests {
             assert_eq!(site.state.server, model(&history, &all));
             assert_eq!(site.state.meta.unplaced(), 0);
         }
+    }
+
+    /// A pop naming an index past its run is refused (counted), not
+    /// taken for the next run's element once the runs are collected.
+    #[test]
+    fn a_pop_past_its_run_takes_nothing() {
+        use Step::*;
+        let plan = [
+            Push(0, false, 1),
+            Push(0, false, 1),
+            Deliver(0, 1),
+            Deliver(0, 1),
+            Collect(1),
+        ];
+        let mut net: Network<ListSite> = Network::new(2, ListSite::default());
+        let mut history = Vec::new();
+        for step in &plan {
+            play(&mut net, &mut history, step);
+        }
+        let b = &mut net.sites[1].state;
+        assert_eq!(
+            b.meta.runs_held(),
+            0,
+            "both runs collected, their places kept"
+        );
+        let first = RunId {
+            stamp: Stamp::new(1, 1),
+            end: End::Right,
+        };
+        let past = Taken::Run {
+            run: first,
+            index: 1,
+        };
+        assert_eq!(b.meta.apply_pop(past, Stamp::new(9, 1), &Seen::new()), None);
+        let huge = Taken::Run {
+            run: first,
+            index: i64::MAX,
+        };
+        assert_eq!(b.meta.apply_pop(huge, Stamp::new(9, 1), &Seen::new()), None);
+        assert_eq!(b.meta.unplaced(), 2);
+        assert_eq!(
+            b.server,
+            vec![b"1.1.Right0".to_vec(), b"1.2.Right0".to_vec()]
+        );
     }
 }

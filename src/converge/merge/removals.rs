@@ -12,6 +12,11 @@ use crate::converge::version::Stamp;
 /// A position in a list's lineage, or an index in a run.
 pub type Pos = i64;
 
+/// Positions and indexes stay within `(-MAX_POS, MAX_POS)`: far beyond any
+/// list's length, far from overflow. A pop or a state naming one outside
+/// is refused.
+pub const MAX_POS: Pos = 1 << 40;
+
 /// Removed positions: span start -> (span end, exclusive; stamp of the
 /// oldest pop that removed them).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -157,6 +162,16 @@ impl Removals {
             out.spans.insert(start, (end, stamp));
         }
         Some(out)
+    }
+
+    /// Drops what lies outside `[from, to)` (removals named before a
+    /// list's length was known).
+    pub fn clip(&mut self, from: Pos, to: Pos) {
+        let spans = self.iter().filter_map(|(s, e, st)| {
+            let (s, e) = (s.max(from), e.min(to));
+            (s < e).then_some((s, e, st))
+        });
+        self.spans = spans.map(|(s, e, st)| (s, (e, st))).collect();
     }
 
     /// Spans held (for the tests and the metadata's size).
