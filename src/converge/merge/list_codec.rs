@@ -28,8 +28,6 @@
 //! follow, and a state that breaks a rule of the type (a removal outside
 //! the lineage, runs out of order...) is refused.
 
-use std::collections::BTreeMap;
-
 use crate::converge::merge::codec::{put_seen, put_stamp, Cursor, DecodeError};
 use crate::converge::merge::hashes::Bytes;
 use crate::converge::merge::list_positions::{
@@ -322,6 +320,15 @@ pub fn decode_list(bytes: &[u8]) -> Result<ListPositions, DecodeError> {
         ..ListPositions::default()
     };
     decode_runs(&mut c, &mut state)?;
+    decode_wholes(&mut c, &mut state)?;
+    decode_places(&mut c, &mut state)?;
+    state.bound = c.seen()?;
+    c.end()?;
+    Ok(state)
+}
+
+/// The whole writes held, by stamp.
+fn decode_wholes(c: &mut Cursor<'_>, state: &mut ListPositions) -> Result<(), DecodeError> {
     let n = c.count(4, 23)?;
     for _ in 0..n {
         let at = c.at;
@@ -337,45 +344,48 @@ pub fn decode_list(bytes: &[u8]) -> Result<ListPositions, DecodeError> {
         }
         state.wholes.insert(stamp, Whole { list, seen });
     }
+    Ok(())
+}
+
+/// The places of collected runs, then the settling order, every place in
+/// it.
+fn decode_places(c: &mut Cursor<'_>, state: &mut ListPositions) -> Result<(), DecodeError> {
     let n = c.count(4, 50)?;
-    let mut placed = BTreeMap::new();
     for _ in 0..n {
         let at = c.at;
         let run = c.run_id()?;
         let lineage = c.origin()?;
         let (base, len) = (c.i64()?, c.i64()?);
         let bounded = -MAX_POS < base && (0..MAX_POS).contains(&len) && base + len < MAX_POS;
-        if placed.last_key_value().is_some_and(|(&l, _)| l >= run) || !bounded {
+        if state
+            .placed
+            .last_key_value()
+            .is_some_and(|(&l, _)| l >= run)
+            || !bounded
+        {
             return Err(invalid("places out of order or out of bounds", at));
         }
-        placed.insert(run, Placed { lineage, base, len });
+        state.placed.insert(run, Placed { lineage, base, len });
     }
-    state.placed = placed;
     let n = c.count(4, 17)?;
     for _ in 0..n {
         let stamp = c.stamp()?;
         let at = c.at;
         let run = match c.array::<1>()? {
             [0] => None,
-            [1] => Some(RunId {
-                stamp,
-                end: End::Left,
-            }),
-            [2] => Some(RunId {
-                stamp,
-                end: End::Right,
-            }),
+            [1] => Some(End::Left),
+            [2] => Some(End::Right),
             [tag] => return Err(DecodeError::BadTag { tag, at }),
         };
-        state.settling.push_back((stamp, run));
+        state
+            .settling
+            .push_back((stamp, run.map(|end| RunId { stamp, end })));
     }
     let settling: Vec<RunId> = state.settling.iter().filter_map(|&(_, r)| r).collect();
     if !state.placed.keys().all(|r| settling.contains(r)) {
         return Err(invalid("a place that is not settling", c.at));
     }
-    state.bound = c.seen()?;
-    c.end()?;
-    Ok(state)
+    Ok(())
 }
 
 #[cfg(test)]
