@@ -17,11 +17,12 @@
 //! holds the run, else by its position. A site that receives a pop
 //! - of a run it holds removes that index;
 //! - of a run it collected removes the position it gave it ([`Placed`],
-//!   kept until every site says it collected the run: after that no pop
-//!   names it);
+//!   kept until every site collected the run and everything before it:
+//!   after that no pop names it; `list_collect`);
 //! - of a position beyond the ones it gave out finds the run that will
-//!   get it: the sender collected it, so it arrived here too, and the
-//!   runs between it and the lineage are the same ones here ([`walk`]).
+//!   get it: the sender collected it, so it arrived here too, and this
+//!   site will collect the same items in the same order before it (the
+//!   walk in `list_apply`, along `collection_order`).
 //!
 //! Removals are a union, so two sites that pop one element at once both
 //! return it and remove it once.
@@ -35,7 +36,8 @@
 //! site that drops an emptied list's metadata at rest starts the same
 //! lineage. Pops of an older lineage are then no-ops: all its positions
 //! were removed. A position named in a lineage that this site has not
-//! started yet (it holds the run that starts it) is found by a walk from 0.
+//! started yet (it holds the run or whole write that starts it) is found
+//! by the same walk, from that lineage's first positions.
 //!
 //! Stamps of removals matter only for that decision; once the bound
 //! covers them and no run still to be collected is older, they become
