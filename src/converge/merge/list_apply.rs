@@ -90,11 +90,8 @@ impl ListPositions {
                     end,
                 };
                 let len = self.runs(end).get(&run_stamp).map_or(0, Run::len);
-                for index in 0..len {
-                    let taken = Taken::Run { run, index };
-                    changes.extend(self.index_of(taken).map(ListChange::Remove));
-                    self.mark(taken, stamp);
-                }
+                let first = Taken::Run { run, index: 0 };
+                changes.extend(self.remove_stretch(first, len, stamp));
             }
         }
         let whole = self.wholes.entry(stamp).or_default();
@@ -121,7 +118,7 @@ impl ListPositions {
     /// `taken` as this state holds it: a run or whole write held or
     /// awaited, or a position of its lineage; `None` where the pop changes
     /// nothing here.
-    fn resolve(&mut self, taken: Taken) -> Option<Taken> {
+    pub(super) fn resolve(&mut self, taken: Taken) -> Option<Taken> {
         let resolved = self.resolve_named(taken);
         if resolved.is_none_or(|t| self.within(t)) {
             return resolved;

@@ -9,7 +9,7 @@
 //! before its site applied a covered run, arrived first everywhere.
 
 use crate::converge::merge::list_positions::{
-    Lineage, ListChange, ListPositions, Origin, Placed, RunId, Taken,
+    Lineage, ListChange, ListPositions, Origin, Placed, RunId,
 };
 use crate::converge::merge::lists::End;
 use crate::converge::merge::Seen;
@@ -246,9 +246,7 @@ impl ListPositions {
             }
         };
         for (from, to, removed_by) in run.removed.iter() {
-            for index in from..to {
-                l.removed.remove(base + index, removed_by);
-            }
+            l.removed.remove_span(base + from, base + to, removed_by);
         }
         let lineage = l.id;
         let len = run.len();
@@ -291,9 +289,8 @@ impl ListPositions {
                 }
             }
         }
-        for taken in other.removals() {
-            let (t, by) = taken;
-            changes.extend(self.apply_pop(t, by, &none));
+        for (first, len, by) in other.removed_spans_named() {
+            changes.extend(self.apply_removed_span(first, len, by));
         }
         let mut bound = self.bound.clone();
         bound.join(&other.bound);
@@ -304,28 +301,5 @@ impl ListPositions {
         };
         changes.extend(self.collect_to(&bound, &Seen::new(), Some(&copied)));
         changes
-    }
-
-    /// Every removal this state holds, as the pop that would make it.
-    fn removals(&self) -> Vec<(Taken, Stamp)> {
-        let mut out = Vec::new();
-        for (end, runs) in [(End::Left, &self.left), (End::Right, &self.right)] {
-            for (&stamp, run) in runs {
-                let run_id = RunId { stamp, end };
-                for (from, to, by) in run.removed.iter() {
-                    out.extend((from..to).map(|index| (Taken::Run { run: run_id, index }, by)));
-                }
-            }
-        }
-        for (&write, whole) in &self.wholes {
-            for (from, to, by) in whole.list.removed.iter() {
-                out.extend((from..to).map(|index| (Taken::Write { write, index }, by)));
-            }
-        }
-        let lineage = self.lineage.id;
-        for (from, to, by) in self.lineage.removed.iter() {
-            out.extend((from..to).map(|pos| (Taken::Pos { lineage, pos }, by)));
-        }
-        out
     }
 }

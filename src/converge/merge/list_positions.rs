@@ -174,9 +174,7 @@ impl Run {
 
     /// Removes every element (a whole write that had seen the run).
     pub(super) fn wipe(&mut self, stamp: Stamp) {
-        for index in 0..self.len() {
-            self.removed.remove(index, stamp);
-        }
+        self.removed.remove_span(0, self.len(), stamp);
     }
 }
 
@@ -371,7 +369,13 @@ impl ListPositions {
     /// Notes `taken` removed; `taken` names a run or whole write held (or
     /// awaited) or a position of the lineage.
     pub(super) fn mark(&mut self, taken: Taken, stamp: Stamp) {
-        let removed = match taken {
+        self.mark_span(taken, 1, stamp);
+    }
+
+    /// Notes `len` elements removed from `first` on, all in the run, whole
+    /// write or lineage `first` names (see [`ListPositions::mark`]).
+    pub(super) fn mark_span(&mut self, first: Taken, len: Pos, stamp: Stamp) {
+        let (removed, from) = match first {
             Taken::Run { run, index } => {
                 let run = self.runs_mut(run.end).entry(run.stamp).or_default();
                 (&mut run.removed, index)
@@ -382,7 +386,20 @@ impl ListPositions {
             }
             Taken::Pos { pos, .. } => (&mut self.lineage.removed, pos),
         };
-        removed.0.remove(removed.1, stamp);
+        removed.remove_span(from, from.saturating_add(len), stamp);
+    }
+
+    /// The removals of what `taken` names, where this state holds it, and
+    /// `taken`'s index or position in them.
+    pub(super) fn removals_of(&self, taken: Taken) -> Option<(&Removals, Pos)> {
+        match taken {
+            Taken::Run { run, index } => {
+                let held = self.runs(run.end).get(&run.stamp)?;
+                Some((&held.removed, index))
+            }
+            Taken::Write { write, index } => Some((&self.wholes.get(&write)?.list.removed, index)),
+            Taken::Pos { pos, .. } => Some((&self.lineage.removed, pos)),
+        }
     }
 
     /// Whether nothing is held but the lineage's edges and its removed

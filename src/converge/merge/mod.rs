@@ -38,6 +38,7 @@ pub mod list_collect;
 pub mod list_positions;
 #[cfg(test)]
 mod list_positions_sim;
+pub mod list_spans;
 pub mod lists;
 #[cfg(test)]
 mod lists_sim;

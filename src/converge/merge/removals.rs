@@ -87,6 +87,64 @@ impl Removals {
         self.spans.insert(start, (end, stamp));
     }
 
+    /// Notes every position of `[from, to)` removed by a pop stamped
+    /// `stamp`, as [`Removals::remove`] of each would, at the cost of the
+    /// spans it meets: a position already removed keeps the older stamp.
+    pub fn remove_span(&mut self, from: Pos, to: Pos, stamp: Stamp) {
+        if from >= to {
+            return;
+        }
+        let first = self.span_of(from).map_or(from, |(s, _, _)| s);
+        let met: Vec<(Pos, Pos, Stamp)> = (self.spans.range(first..to))
+            .map(|(&s, &(e, st))| (s, e, st))
+            .collect();
+        let mut pieces = Vec::with_capacity(2 * met.len() + 3);
+        let mut cursor = from;
+        for &(s, e, st) in &met {
+            self.spans.remove(&s);
+            if s < from {
+                pieces.push((s, from, st));
+            }
+            let (inner_from, inner_to) = (s.max(from), e.min(to));
+            if cursor < inner_from {
+                pieces.push((cursor, inner_from, stamp));
+            }
+            pieces.push((inner_from, inner_to, st.min(stamp)));
+            cursor = inner_to;
+            if e > to {
+                pieces.push((to, e, st));
+            }
+        }
+        if cursor < to {
+            pieces.push((cursor, to, stamp));
+        }
+        let (low, high) = (first.min(from), met.last().map_or(to, |m| m.1.max(to)));
+        for (s, e, st) in pieces {
+            self.spans.insert(s, (e, st));
+        }
+        self.coalesce_within(low - 1, high);
+    }
+
+    /// Joins the spans touching `[from, to]` that touch one another and
+    /// share a stamp.
+    fn coalesce_within(&mut self, from: Pos, to: Pos) {
+        let first = self.span_of(from).map_or(from, |(s, _, _)| s);
+        let met: Vec<(Pos, Pos, Stamp)> = (self.spans.range(first..=to))
+            .map(|(&s, &(e, st))| (s, e, st))
+            .collect();
+        let mut joined: Vec<(Pos, Pos, Stamp)> = Vec::with_capacity(met.len());
+        for (s, e, st) in met {
+            self.spans.remove(&s);
+            match joined.last_mut() {
+                Some(last) if last.1 == s && last.2 == st => last.1 = e,
+                _ => joined.push((s, e, st)),
+            }
+        }
+        for (s, e, st) in joined {
+            self.spans.insert(s, (e, st));
+        }
+    }
+
     /// How many positions in `[from, to)` were removed.
     pub fn count_in(&self, from: Pos, to: Pos) -> usize {
         let first = self.span_of(from).map_or(from, |(s, _, _)| s);
@@ -211,6 +269,39 @@ mod tests {
         assert_eq!(r.count_in(3, 4), 1);
         assert_eq!(r.count_in(4, 9), 1);
         assert!(r.contains(4) && !r.contains(5) && !r.contains(1));
+    }
+
+    #[test]
+    fn a_span_removed_at_once_is_what_removing_each_position_gives() {
+        let mut r = Removals::new();
+        r.remove(2, st(5));
+        r.remove(6, st(1));
+        r.remove_span(0, 8, st(3));
+        assert_eq!(
+            r.iter().collect::<Vec<_>>(),
+            [(0, 6, st(3)), (6, 7, st(1)), (7, 8, st(3))]
+        );
+        r.remove_span(1 << 30, 1 << 39, st(9));
+        assert_eq!(r.count_in(0, 1 << 40), 8 + (1 << 39) - (1 << 30));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn spans_removed_at_once_match_positions_removed_one_by_one(
+            ops in proptest::collection::vec((-6i64..20, 0i64..8, 1u64..6), 1..12)
+        ) {
+            let (mut by_span, mut by_pos) = (Removals::new(), Removals::new());
+            for (from, len, clock) in ops {
+                by_span.remove_span(from, from + len, st(clock));
+                for p in from..from + len {
+                    by_pos.remove(p, st(clock));
+                }
+                proptest::prop_assert_eq!(
+                    by_span.iter().collect::<Vec<_>>(),
+                    by_pos.iter().collect::<Vec<_>>()
+                );
+            }
+        }
     }
 
     #[test]
