@@ -423,6 +423,17 @@ impl ListPositions {
             && l.removed.iter().all(|(_, _, stamp)| stamp == Stamp::ZERO)
     }
 
+    /// Elements the server's list holds by this state.
+    pub fn len(&self) -> usize {
+        let right: usize = self.right.values().map(Run::present).sum();
+        self.left_count() + self.middle_count() + right
+    }
+
+    /// Whether the server's list is empty by this state.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Runs and whole writes held (not collected yet).
     pub fn runs_held(&self) -> usize {
         self.left.len() + self.right.len() + self.wholes.len()

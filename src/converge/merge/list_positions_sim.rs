@@ -133,6 +133,7 @@ enum Step {
     Deliver(usize, usize),
     Duplicate(usize, usize),
     Sync(usize, usize),
+    SyncInTurn(usize, usize),
     Acknowledge(usize),
     Collect(usize),
 }
@@ -148,6 +149,7 @@ fn steps(sites: usize) -> impl Strategy<Value = Step> {
         6 => (site.clone(), site.clone()).prop_map(|(a, b)| Step::Deliver(a, b)),
         2 => (site.clone(), any::<usize>()).prop_map(|(a, p)| Step::Duplicate(a, p)),
         1 => (site.clone(), site.clone()).prop_map(|(a, b)| Step::Sync(a, b)),
+        1 => (site.clone(), site.clone()).prop_map(|(a, b)| Step::SyncInTurn(a, b)),
         3 => site.clone().prop_map(Step::Acknowledge),
         3 => site.prop_map(Step::Collect),
     ]
@@ -246,6 +248,7 @@ fn play(net: &mut Network<ListSite>, history: &mut Vec<Op>, step: &Step) {
         Step::Deliver(a, b) if a != b => net.deliver(a, b),
         Step::Duplicate(a, pick) => net.duplicate(a, pick),
         Step::Sync(a, b) if a != b => net.sync(a, b),
+        Step::SyncInTurn(a, b) if a != b => net.sync_in_turn(a, b),
         Step::Acknowledge(a) => net.acknowledge(a),
         Step::Collect(a) => net.collect(a),
         _ => {}

@@ -28,10 +28,13 @@ pub trait Replica: Clone + Default {
 }
 
 /// What travels on a channel: an operation's fragment (none for an
-/// acknowledgement) and what the sender had applied when it sent.
+/// acknowledgement), or the sender's whole state with the operations it
+/// knows (a catch-up sent in turn with the changes), and what the sender
+/// had applied when it sent.
 #[derive(Debug, Clone)]
-struct Message<F> {
+struct Message<F, R> {
     op: Option<(usize, Stamp, F)>,
+    state: Option<(R, BTreeSet<usize>)>,
     sender_applied: Seen,
     sender_bound: Seen,
 }
@@ -54,7 +57,7 @@ pub struct Site<R: Replica> {
     peers_applied: BTreeMap<usize, Seen>,
     /// The bound each other site reached, from its latest message here.
     peers_bound: BTreeMap<usize, Seen>,
-    delivered: Vec<Message<R::Fragment>>,
+    delivered: Vec<Message<R::Fragment, R>>,
 }
 
 /// Every site and channel.
@@ -62,7 +65,7 @@ pub struct Site<R: Replica> {
 pub struct Network<R: Replica> {
     /// The sites, by index; site `i` is node `i + 1`.
     pub sites: Vec<Site<R>>,
-    channels: BTreeMap<(usize, usize), VecDeque<Message<R::Fragment>>>,
+    channels: BTreeMap<(usize, usize), VecDeque<Message<R::Fragment, R>>>,
 }
 
 impl<R: Replica> Network<R> {
@@ -110,11 +113,7 @@ impl<R: Replica> Network<R> {
     }
 
     fn send(&mut self, site: usize, op: Option<(usize, Stamp, R::Fragment)>) {
-        let message = Message {
-            op,
-            sender_applied: self.sites[site].applied.clone(),
-            sender_bound: self.sites[site].bound.clone(),
-        };
+        let message = self.message(site, op, None);
         for to in 0..self.sites.len() {
             if to != site {
                 self.channels
@@ -123,6 +122,33 @@ impl<R: Replica> Network<R> {
                     .push_back(message.clone());
             }
         }
+    }
+
+    fn message(
+        &self,
+        site: usize,
+        op: Option<(usize, Stamp, R::Fragment)>,
+        state: Option<(R, BTreeSet<usize>)>,
+    ) -> Message<R::Fragment, R> {
+        Message {
+            op,
+            state,
+            sender_applied: self.sites[site].applied.clone(),
+            sender_bound: self.sites[site].bound.clone(),
+        }
+    }
+
+    /// Sends `from`'s whole state to `to` in turn with its changes: it
+    /// arrives after what `from` sent before, and `to` may have moved on
+    /// by then (a catch-up that a third site's changes overtake).
+    pub fn sync_in_turn(&mut self, from: usize, to: usize) {
+        let f = &self.sites[from];
+        let state = Some((f.state.clone(), f.known.clone()));
+        let message = self.message(from, None, state);
+        self.channels
+            .entry((from, to))
+            .or_default()
+            .push_back(message);
     }
 
     /// Delivers the oldest message from `from` to `to`, if any.
@@ -141,6 +167,10 @@ impl<R: Replica> Network<R> {
             site.applied.observe(*stamp);
             site.clock = site.clock.max(stamp.clock);
         }
+        if let Some((state, known)) = &message.state {
+            site.state.merge(state, &site.bound);
+            site.known.extend(known);
+        }
         site.peers_applied
             .insert(from, message.sender_applied.clone());
         site.peers_bound.insert(from, message.sender_bound.clone());
@@ -156,6 +186,9 @@ impl<R: Replica> Network<R> {
         let message = &site.delivered[pick % site.delivered.len()];
         if let Some((_, _, fragment)) = &message.op {
             site.state.apply(fragment, &site.bound);
+        }
+        if let Some((state, _)) = &message.state {
+            site.state.merge(state, &site.bound);
         }
     }
 
