@@ -39,6 +39,9 @@ struct Message<F, R> {
     sender_bound: Seen,
 }
 
+/// A channel's messages, oldest first.
+type Channel<R> = VecDeque<Message<<R as Replica>::Fragment, R>>;
+
 /// One site.
 #[derive(Debug, Clone)]
 pub struct Site<R: Replica> {
@@ -65,7 +68,7 @@ pub struct Site<R: Replica> {
 pub struct Network<R: Replica> {
     /// The sites, by index; site `i` is node `i + 1`.
     pub sites: Vec<Site<R>>,
-    channels: BTreeMap<(usize, usize), VecDeque<Message<R::Fragment, R>>>,
+    channels: BTreeMap<(usize, usize), Channel<R>>,
 }
 
 impl<R: Replica> Network<R> {
