@@ -3,11 +3,15 @@
 //!
 //! The command filter sees `HSET`, `HMSET`, `HSETNX`, `HDEL`, `HINCRBY`,
 //! `HINCRBYFLOAT`, `SADD`, `SREM`, `ZADD`, `ZINCRBY`, `ZREM`, `LPUSH`,
-//! `LPUSHX`, `RPUSH` and `RPUSHX` with their arguments just before each
-//! runs and notes the key and elements (a push's: the values it pushes);
+//! `LPUSHX`, `RPUSH`, `RPUSHX`, `LPOP` and `RPOP` with their arguments
+//! just before each runs and notes the key and elements (a push's: the
+//! values it pushes; a pop's: its count, as one element with no name);
 //! the keyspace event the command raises once it took effect (`hset`,
 //! `hdel`, `hincrby`, `hincrbyfloat`, `sadd`, `srem`, `zadd`, `zincr`,
-//! `zrem`, `lpush`, `rpush`) claims that note. A note no event claims (a failed command, `HSETNX` of
+//! `zrem`, `lpush`, `rpush`, `lpop`, `rpop`) claims that note. A flush
+//! with a pop still writes the list whole (`capture::hashes::list_runs`);
+//! [`list_notes`] gives the pops and pushes in order for
+//! `converge::merge::list_flush`, which is not on the data path yet. A note no event claims (a failed command, `HSETNX` of
 //! a field that exists, one queued in `MULTI`) is dropped by the next
 //! filtered command. What a set's command left is known from the command
 //! (`SADD`: present, `SREM`: absent); a field's value or a score is read at
@@ -32,6 +36,8 @@ use hashbrown::HashMap;
 use crate::capture::transactions::{TransactionWindow, Transactions};
 use crate::converge::merge::counters::integer_of;
 use crate::converge::merge::hashes::Kind;
+use crate::converge::merge::list_flush::ListNote;
+use crate::converge::merge::lists::End;
 
 /// `merge-elements`, set at load.
 static ENABLED: AtomicBool = AtomicBool::new(false);
@@ -62,6 +68,11 @@ pub enum Post {
     PushLeft,
     /// A list's element pushed at the tail (`RPUSH`, `RPUSHX`).
     PushRight,
+    /// Up to this many elements popped at a list's head (`LPOP`); noted
+    /// as one element with no name.
+    PopLeft(u64),
+    /// Up to this many elements popped at a list's tail (`RPOP`).
+    PopRight(u64),
 }
 
 impl Post {
@@ -143,6 +154,17 @@ pub fn change_of<'a>(args: &[&'a [u8]]) -> Option<FieldChange<'a>> {
             (elements(2)?, b"lpush", Post::PushLeft)
         } else if (is("rpush") || is("rpushx")) && n >= 3 {
             (elements(2)?, b"rpush", Post::PushRight)
+        } else if (is("lpop") || is("rpop")) && (n == 2 || n == 3) {
+            let count = match args.get(2) {
+                None => 1,
+                Some(count) => u64::try_from(integer_of(count)?).ok()?,
+            };
+            let (event, post): (&'static [u8], Post) = if is("lpop") {
+                (b"lpop", Post::PopLeft(count))
+            } else {
+                (b"rpop", Post::PopRight(count))
+            };
+            (vec![&b""[..]], event, post)
         } else if is("sadd") && n >= 3 {
             (elements(2)?, b"sadd", Post::Present)
         } else if is("srem") && n >= 3 {
@@ -194,7 +216,9 @@ fn zadd_members<'a>(rest: &[&'a [u8]]) -> Option<(Elements<'a>, bool)> {
 /// Whether a command named `name` may change elements of a hash, set or
 /// sorted set (checked before its arguments are read).
 pub fn may_change_fields(name: &[u8]) -> bool {
-    const NAMES: [&str; 15] = [
+    const NAMES: [&str; 17] = [
+        "lpop",
+        "rpop",
         "lpush",
         "lpushx",
         "rpush",
@@ -262,9 +286,32 @@ fn kind_of_event(event: &[u8]) -> Option<Kind> {
         b"hset" | b"hdel" | b"hincrby" | b"hincrbyfloat" => Some(Kind::Hash),
         b"sadd" | b"srem" => Some(Kind::Set),
         b"zadd" | b"zincr" | b"zrem" => Some(Kind::SortedSet),
-        b"lpush" | b"rpush" => Some(Kind::List),
+        b"lpush" | b"rpush" | b"lpop" | b"rpop" => Some(Kind::List),
         _ => None,
     }
+}
+
+/// A list's noted changes (in the order made) as the flush replays them
+/// (`converge::merge::list_flush`): each push command's values, each
+/// pop's count; `None` when one is not a push or pop.
+pub fn list_notes(changed: &[(Vec<u8>, Post)]) -> Option<Vec<ListNote>> {
+    let mut notes: Vec<ListNote> = Vec::new();
+    for (value, post) in changed {
+        let note = match *post {
+            Post::PushLeft => ListNote::Push(End::Left, vec![value.clone()]),
+            Post::PushRight => ListNote::Push(End::Right, vec![value.clone()]),
+            Post::PopLeft(count) => ListNote::Pop(End::Left, usize::try_from(count).ok()?),
+            Post::PopRight(count) => ListNote::Pop(End::Right, usize::try_from(count).ok()?),
+            _ => return None,
+        };
+        match (notes.last_mut(), note) {
+            (Some(ListNote::Push(end, values)), ListNote::Push(next, more)) if *end == next => {
+                values.extend(more);
+            }
+            (_, note) => notes.push(note),
+        }
+    }
+    Some(notes)
 }
 
 /// Elements changed, each with what the change left, in order.
@@ -616,8 +663,55 @@ mod tests {
         filtered(None);
         w.event(0, b"l", b"lpop", true);
         assert_eq!(w.take(0, b"l"), None);
-        assert!(may_change_fields(b"RPUSHX") && !may_change_fields(b"LPOP"));
+        assert!(may_change_fields(b"RPUSHX") && may_change_fields(b"LPOP"));
+        assert!(
+            !may_change_fields(b"LMOVE"),
+            "a move names no element it pushes"
+        );
         assert!(change_of(&args("LPUSH l")).is_none(), "malformed");
+    }
+
+    #[test]
+    fn a_list_s_pops_are_noted_with_their_counts_among_its_pushes_in_order() {
+        let mut w = FieldWindow::default();
+        let commands: [(&str, &[u8]); 4] = [
+            ("RPUSH l a b", b"rpush"),
+            ("LPOP l", b"lpop"),
+            ("rpop l 2", b"rpop"),
+            ("RPUSH l c", b"rpush"),
+        ];
+        for (i, (words, event)) in commands.into_iter().enumerate() {
+            filtered(Some(&args(words)));
+            w.event(0, b"l", event, i > 0);
+        }
+        let noted = w
+            .take(0, b"l")
+            .expect("pushes and pops are element changes");
+        let want = vec![
+            (b"a".to_vec(), Post::PushRight),
+            (b"b".to_vec(), Post::PushRight),
+            (Vec::new(), Post::PopLeft(1)),
+            (Vec::new(), Post::PopRight(2)),
+            (b"c".to_vec(), Post::PushRight),
+        ];
+        assert_eq!(noted, changes(Kind::List, want, false));
+        let notes = list_notes(&noted.changed);
+        let ab = vec![b"a".to_vec(), b"b".to_vec()];
+        let want = vec![
+            ListNote::Push(End::Right, ab),
+            ListNote::Pop(End::Left, 1),
+            ListNote::Pop(End::Right, 2),
+            ListNote::Push(End::Right, vec![b"c".to_vec()]),
+        ];
+        assert_eq!(notes, Some(want));
+        for malformed in ["LPOP l -1", "LPOP l x", "RPOP l 1 2", "LPOP"] {
+            assert!(change_of(&args(malformed)).is_none(), "{malformed}");
+        }
+        // A pop that empties the list deletes it: the key is written whole.
+        filtered(Some(&args("LPOP l")));
+        w.event(0, b"l", b"lpop", false);
+        w.event(0, b"l", b"del", true);
+        assert_eq!(w.take(0, b"l"), None);
     }
 
     #[test]

@@ -104,7 +104,7 @@ pub fn field_change(
 
 /// A list's pushes (in the order made) as the runs they add at each end,
 /// named by `stamp` (see `converge::merge::lists`); `None` when a change
-/// is no push.
+/// is no push (a pop: the list is read whole).
 fn list_runs(noted: Vec<(Bytes, Post)>, stamp: Stamp) -> Option<Vec<(Bytes, Change)>> {
     let mut left = std::collections::VecDeque::new();
     let mut right = Vec::new();
@@ -142,6 +142,7 @@ fn element_changes(noted: Vec<(Bytes, Post)>, values: Vec<Option<Bytes>>) -> Vec
                 Post::Present => Change::Write(Vec::new()),
                 // A list's pushes go by `list_runs`.
                 Post::Absent | Post::PushLeft | Post::PushRight => Change::Remove,
+                Post::PopLeft(_) | Post::PopRight(_) => Change::Remove,
             };
             (name, change)
         })
