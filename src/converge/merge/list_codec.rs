@@ -8,6 +8,9 @@
 //!           2 a whole write's element: u64 clock, u64 node), i64 index
 //!           or position
 //! Pop:      u64 clock, u64 node, u32 count, count x Taken
+//! Flush:    u64 clock, u64 node, u8 runs (0 to 2, the head's first),
+//!           runs x (u8 end, u32 count, count x (u32 len, bytes)),
+//!           u32 count, count x Taken
 //! Removals: u32 count, count x (i64 start, i64 end, u64 clock, u64 node),
 //!           in order and apart
 //! List:     u8 values (0 none, 1 some), [u32 count, count x (u32 len,
@@ -30,6 +33,7 @@
 
 use crate::converge::merge::codec::{put_seen, put_stamp, Cursor, DecodeError};
 use crate::converge::merge::hashes::Bytes;
+use crate::converge::merge::list_flush::FlushedList;
 use crate::converge::merge::list_positions::{
     Lineage, ListPositions, Origin, Placed, Run, RunId, Taken, Whole,
 };
@@ -109,6 +113,29 @@ pub fn encode_pop(stamp: Stamp, taken: &[Taken]) -> Vec<u8> {
     put_stamp(&mut out, stamp);
     out.extend_from_slice(&(taken.len() as u32).to_le_bytes());
     for &t in taken {
+        put_taken(&mut out, t);
+    }
+    out
+}
+
+/// One flush of a list stamped `stamp` (`list_flush`), as it travels.
+pub fn encode_flush(stamp: Stamp, flushed: &FlushedList) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64);
+    put_stamp(&mut out, stamp);
+    out.push(flushed.runs.len() as u8);
+    for (end, values) in &flushed.runs {
+        out.push(match end {
+            End::Left => 0,
+            End::Right => 1,
+        });
+        out.extend_from_slice(&(values.len() as u32).to_le_bytes());
+        for v in values {
+            out.extend_from_slice(&(v.len() as u32).to_le_bytes());
+            out.extend_from_slice(v);
+        }
+    }
+    out.extend_from_slice(&(flushed.taken.len() as u32).to_le_bytes());
+    for &t in &flushed.taken {
         put_taken(&mut out, t);
     }
     out
@@ -265,6 +292,44 @@ pub fn decode_pop(bytes: &[u8]) -> Result<(Stamp, Vec<Taken>), DecodeError> {
     }
     c.end()?;
     Ok((stamp, taken))
+}
+
+/// A flush of a list from its bytes: its stamp, runs and pops. At most
+/// one run per end, the head's first, none empty.
+pub fn decode_flush(bytes: &[u8]) -> Result<(Stamp, FlushedList), DecodeError> {
+    let mut c = Cursor { bytes, at: 0 };
+    let stamp = c.stamp()?;
+    let at = c.at;
+    let n = c.count(1, 5)?;
+    let mut runs: Vec<(End, Vec<Bytes>)> = Vec::with_capacity(n.min(2));
+    for _ in 0..n {
+        let at = c.at;
+        let end = match c.array::<1>()? {
+            [0] => End::Left,
+            [1] => End::Right,
+            [tag] => return Err(DecodeError::BadTag { tag, at }),
+        };
+        if runs.last().is_some_and(|(last, _)| *last >= end) {
+            return Err(invalid("a flush's runs: one per end, the head's first", at));
+        }
+        let count = c.count(4, 4)?;
+        let mut values = Vec::with_capacity(count);
+        for _ in 0..count {
+            let len = c.count(4, 1)?;
+            values.push(c.take(len)?.to_vec());
+        }
+        runs.push((end, values));
+    }
+    if runs.iter().any(|(_, values)| values.is_empty()) {
+        return Err(invalid("a flush's run holds no element", at));
+    }
+    let n = c.count(4, 25)?;
+    let mut taken = Vec::with_capacity(n);
+    for _ in 0..n {
+        taken.push(c.taken()?);
+    }
+    c.end()?;
+    Ok((stamp, FlushedList { runs, taken }))
 }
 
 /// The lineage, checked: it holds 0 and a whole write's list, lies within
@@ -427,6 +492,38 @@ mod tests {
     }
 
     #[test]
+    fn a_flush_with_two_runs_at_one_end_or_an_empty_run_is_refused() {
+        let run = |end| (end, vec![b"v".to_vec()]);
+        let twice = FlushedList {
+            runs: vec![run(End::Right), run(End::Right)],
+            taken: Vec::new(),
+        };
+        let bytes = encode_flush(Stamp::new(2, 1), &twice);
+        assert!(matches!(
+            decode_flush(&bytes),
+            Err(DecodeError::Invalid { .. })
+        ));
+        let tail_first = FlushedList {
+            runs: vec![run(End::Right), run(End::Left)],
+            taken: Vec::new(),
+        };
+        let bytes = encode_flush(Stamp::new(2, 1), &tail_first);
+        assert!(matches!(
+            decode_flush(&bytes),
+            Err(DecodeError::Invalid { .. })
+        ));
+        let empty = FlushedList {
+            runs: vec![(End::Left, Vec::new())],
+            taken: Vec::new(),
+        };
+        let bytes = encode_flush(Stamp::new(2, 1), &empty);
+        assert!(matches!(
+            decode_flush(&bytes),
+            Err(DecodeError::Invalid { .. })
+        ));
+    }
+
+    #[test]
     fn a_state_that_breaks_a_rule_is_refused() {
         let mut state = ListPositions::default();
         state.local_push(End::Left, Stamp::new(1, 1), vec![b"a".to_vec()]);
@@ -458,6 +555,32 @@ mod tests {
         fn any_bytes_decode_or_fail_without_panic(b in proptest::collection::vec(any::<u8>(), 0..300)) {
             let _ = decode_pop(&b);
             let _ = decode_list(&b);
+            let _ = decode_flush(&b);
+        }
+
+        #[test]
+        fn a_flush_comes_back_as_it_went(
+            left in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..4), 0..3),
+            right in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..4), 0..3),
+            popped in proptest::collection::vec((1u64..9, -3i64..9), 0..4),
+        ) {
+            let runs: Vec<(End, Vec<Bytes>)> = [(End::Left, left), (End::Right, right)]
+                .into_iter()
+                .filter(|(_, v)| !v.is_empty())
+                .collect();
+            let taken = popped
+                .into_iter()
+                .map(|(clock, at)| match at {
+                    ..0 => Taken::Pos { lineage: Origin::Write(Stamp::new(clock, 2)), pos: at },
+                    _ => Taken::Run { run: id(clock, End::Right), index: at },
+                })
+                .collect();
+            let flushed = FlushedList { runs, taken };
+            let bytes = encode_flush(Stamp::new(9, 1), &flushed);
+            prop_assert_eq!(decode_flush(&bytes), Ok((Stamp::new(9, 1), flushed)));
+            for cut in 0..bytes.len() {
+                prop_assert!(decode_flush(&bytes[..cut]).is_err());
+            }
         }
     }
 }
