@@ -4,6 +4,7 @@
 
 use crate::converge::merge::hashes::Bytes;
 use crate::converge::merge::list_collect::Item;
+use crate::converge::merge::list_flush::FlushedList;
 use crate::converge::merge::list_positions::{
     ListChange, ListPositions, Origin, Run, RunId, Taken, Whole,
 };
@@ -21,6 +22,24 @@ impl ListPositions {
         let index = self.index_of(taken);
         self.mark(taken, stamp);
         index.map(ListChange::Remove)
+    }
+
+    /// Another site's flush of the list stamped `stamp` (`list_flush`):
+    /// the elements its pops took, then its runs.
+    pub fn apply_flush(
+        &mut self,
+        stamp: Stamp,
+        flushed: &FlushedList,
+        bound: &Seen,
+    ) -> Vec<ListChange> {
+        let mut changes = Vec::new();
+        for &taken in &flushed.taken {
+            changes.extend(self.apply_pop(taken, stamp, bound));
+        }
+        for (end, values) in &flushed.runs {
+            changes.extend(self.apply_push(*end, stamp, values, bound));
+        }
+        changes
     }
 
     /// Another site's run: `values` pushed at `end` by the flush stamped

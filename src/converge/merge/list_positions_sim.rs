@@ -13,7 +13,10 @@ use std::collections::BTreeSet;
 use proptest::prelude::*;
 
 use crate::converge::merge::hashes::Bytes;
-use crate::converge::merge::list_codec::{decode_list, decode_pop, encode_list, encode_pop};
+use crate::converge::merge::list_codec::{
+    decode_flush, decode_list, decode_pop, encode_flush, encode_list, encode_pop,
+};
+use crate::converge::merge::list_flush::{name_flush, FlushedList, ListNote};
 use crate::converge::merge::list_positions::{
     apply_change, ListChange, ListPositions, RunId, Taken,
 };
@@ -35,6 +38,8 @@ enum Fragment {
     Pop(Stamp, Vec<Taken>),
     /// A whole write: its list, what its site had applied.
     Whole(Stamp, Seen, Vec<Bytes>),
+    /// One flush's pushes and pops (`list_flush`).
+    Flush(Stamp, FlushedList),
 }
 
 impl ListSite {
@@ -60,6 +65,7 @@ impl Replica for ListSite {
             Fragment::Whole(stamp, seen, values) => {
                 self.meta.apply_whole(*stamp, seen, values, bound)
             }
+            Fragment::Flush(stamp, flushed) => self.meta.apply_flush(*stamp, flushed, bound),
         };
         self.change(changes);
     }
@@ -82,6 +88,9 @@ enum Op {
     Whole(Stamp, Seen, Vec<Bytes>),
     Push(Stamp, Vec<(End, Vec<Bytes>)>),
     Pop(Vec<Bytes>),
+    /// One flush: the runs it shipped, the values its pops took that were
+    /// there before it.
+    Flush(Stamp, Vec<(End, Vec<Bytes>)>, Vec<Bytes>),
 }
 
 /// The model's list over `known` of `history`.
@@ -89,7 +98,9 @@ fn model(history: &[Op], known: &BTreeSet<usize>) -> Vec<Bytes> {
     let ops = || known.iter().filter_map(|&i| history.get(i));
     let mut runs: Vec<(End, Stamp, &Vec<Bytes>)> = ops()
         .filter_map(|op| match op {
-            Op::Push(stamp, runs) => Some(runs.iter().map(|(end, v)| (*end, *stamp, v))),
+            Op::Push(stamp, runs) | Op::Flush(stamp, runs, _) => {
+                Some(runs.iter().map(|(end, v)| (*end, *stamp, v)))
+            }
             _ => None,
         })
         .flatten()
@@ -106,7 +117,7 @@ fn model(history: &[Op], known: &BTreeSet<usize>) -> Vec<Bytes> {
     let middle = wholes.iter().max_by_key(|w| w.0).map(|w| w.2);
     let popped: BTreeSet<&Bytes> = ops()
         .filter_map(|op| match op {
-            Op::Pop(values) => Some(values),
+            Op::Pop(values) | Op::Flush(_, _, values) => Some(values),
             _ => None,
         })
         .flatten()
@@ -130,6 +141,8 @@ enum Step {
     PushBoth(usize, u8),
     Forget(usize),
     Pop(usize, bool, u8),
+    /// One flush's commands: (push or pop, at the head, how many).
+    Flush(usize, Vec<(bool, bool, u8)>),
     Deliver(usize, usize),
     Duplicate(usize, usize),
     Sync(usize, usize),
@@ -144,6 +157,8 @@ fn steps(sites: usize) -> impl Strategy<Value = Step> {
         4 => (site.clone(), any::<bool>(), 1u8..4).prop_map(|(s, l, n)| Step::Push(s, l, n)),
         4 => (site.clone(), any::<bool>(), 1u8..3).prop_map(|(s, l, n)| Step::Pop(s, l, n)),
         1 => (site.clone(), 1u8..3).prop_map(|(s, n)| Step::PushBoth(s, n)),
+        3 => (site.clone(), prop::collection::vec((any::<bool>(), any::<bool>(), 1u8..3), 1..5))
+            .prop_map(|(s, notes)| Step::Flush(s, notes)),
         1 => site.clone().prop_map(Step::Forget),
         1 => (site.clone(), 0u8..3).prop_map(|(s, n)| Step::Whole(s, n)),
         6 => (site.clone(), site.clone()).prop_map(|(a, b)| Step::Deliver(a, b)),
@@ -237,6 +252,57 @@ fn pop(net: &mut Network<ListSite>, history: &mut Vec<Op>, site: usize, end: End
     net.ship(site, history.len() - 1, stamp, Fragment::Pop(stamp, taken));
 }
 
+/// One flush of pushes and pops at `site` (`list_flush`): the server runs
+/// the commands, the flush names them and ships one record.
+fn flush(
+    net: &mut Network<ListSite>,
+    history: &mut Vec<Op>,
+    site: usize,
+    plan: &[(bool, bool, u8)],
+) {
+    let stamp = net.stamp(site);
+    let own = format!("{}.{}.F", stamp.node, stamp.clock).into_bytes();
+    let s = &mut net.sites[site].state;
+    let (mut notes, mut popped) = (Vec::new(), Vec::new());
+    for (k, &(is_push, left, n)) in plan.iter().enumerate() {
+        let end = end_of(left);
+        if is_push {
+            let values: Vec<Bytes> = (0..n)
+                .map(|i| [own.clone(), format!("{k}.{i}").into_bytes()].concat())
+                .collect();
+            for v in &values {
+                match end {
+                    End::Left => s.server.insert(0, v.clone()),
+                    End::Right => s.server.push(v.clone()),
+                }
+            }
+            notes.push(ListNote::Push(end, values));
+        } else {
+            for _ in 0..usize::from(n).min(s.server.len()) {
+                let value = match end {
+                    End::Left => s.server.remove(0),
+                    End::Right => s.server.pop().unwrap_or_default(),
+                };
+                popped.push(value);
+            }
+            notes.push(ListNote::Pop(end, usize::from(n)));
+        }
+    }
+    let flushed = name_flush(&mut s.meta, stamp, &notes, s.server.len());
+    let flushed = flushed.expect("the notes account for the server's list");
+    // As it travels.
+    let bytes = encode_flush(stamp, &flushed);
+    assert_eq!(decode_flush(&bytes), Ok((stamp, flushed.clone())));
+    popped.retain(|v| !v.starts_with(&own));
+    history.push(Op::Flush(stamp, flushed.runs.clone(), popped));
+    net.ship(
+        site,
+        history.len() - 1,
+        stamp,
+        Fragment::Flush(stamp, flushed),
+    );
+}
+
 /// Takes `step` on `net`, recording operations in `history`.
 fn play(net: &mut Network<ListSite>, history: &mut Vec<Op>, step: &Step) {
     match *step {
@@ -245,6 +311,7 @@ fn play(net: &mut Network<ListSite>, history: &mut Vec<Op>, step: &Step) {
         Step::Forget(s) => forget(net, s),
         Step::Whole(s, n) => whole(net, history, s, n),
         Step::Pop(s, left, n) => pop(net, history, s, end_of(left), n),
+        Step::Flush(s, ref notes) => flush(net, history, s, notes),
         Step::Deliver(a, b) if a != b => net.deliver(a, b),
         Step::Duplicate(a, pick) => net.duplicate(a, pick),
         Step::Sync(a, b) if a != b => net.sync(a, b),
