@@ -35,6 +35,7 @@ pub mod journaled;
 pub mod list_apply;
 pub mod list_codec;
 pub mod list_collect;
+pub mod list_edit;
 pub mod list_flush;
 pub mod list_positions;
 #[cfg(test)]
