@@ -4,17 +4,22 @@
 # cargo-fuzz needs nightly features; RUSTC_BOOTSTRAP lets the stable toolchain build it.
 # The targets are built once (all with the same flags), then fuzzed two at
 # a time: libFuzzer runs one process per target, one core each.
+# No sanitizer: the project's code the targets drive is safe Rust (unsafe
+# lives in the FFI folders, tests/architecture.rs, which no target reaches;
+# the checksum's SIMD is crc-fast's, tested upstream), where
+# AddressSanitizer finds nothing a panic or a debug assertion (-O keeps
+# them) would not; without it the build took 115 s against 155 s (stop 53).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-20}
 cargo fuzz --version >/dev/null 2>&1 || cargo install cargo-fuzz --locked
 export RUSTC_BOOTSTRAP=1
-cargo fuzz build -O
+cargo fuzz build -O --sanitizer none
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 fuzz() { # target: runs it, its output in $logs/target.log, its status in $logs/target.rc
   local rc=0
-  cargo fuzz run "$1" -O -- -max_total_time="$SECS" -print_final_stats=1 >"$logs/$1.log" 2>&1 || rc=$?
+  cargo fuzz run "$1" -O --sanitizer none -- -max_total_time="$SECS" -print_final_stats=1 >"$logs/$1.log" 2>&1 || rc=$?
   echo "$rc" > "$logs/$1.rc"
 }
 report() { # target: prints its summary; fails if it failed
