@@ -29,12 +29,12 @@ pub trait Replica: Clone + Default {
 
 /// What travels on a channel: an operation's fragment (none for an
 /// acknowledgement), or the sender's whole state with the operations it
-/// knows (a catch-up sent in turn with the changes), and what the sender
-/// had applied when it sent.
+/// knows and its clock (a catch-up sent in turn with the changes), and
+/// what the sender had applied when it sent.
 #[derive(Debug, Clone)]
 struct Message<F, R> {
     op: Option<(usize, Stamp, F)>,
-    state: Option<(R, BTreeSet<usize>)>,
+    state: Option<(R, BTreeSet<usize>, u64)>,
     sender_applied: Seen,
     sender_bound: Seen,
 }
@@ -131,7 +131,7 @@ impl<R: Replica> Network<R> {
         &self,
         site: usize,
         op: Option<(usize, Stamp, R::Fragment)>,
-        state: Option<(R, BTreeSet<usize>)>,
+        state: Option<(R, BTreeSet<usize>, u64)>,
     ) -> Message<R::Fragment, R> {
         Message {
             op,
@@ -146,7 +146,7 @@ impl<R: Replica> Network<R> {
     /// by then (a catch-up that a third site's changes overtake).
     pub fn sync_in_turn(&mut self, from: usize, to: usize) {
         let f = &self.sites[from];
-        let state = Some((f.state.clone(), f.known.clone()));
+        let state = Some((f.state.clone(), f.known.clone(), f.clock));
         let message = self.message(from, None, state);
         self.channels
             .entry((from, to))
@@ -170,9 +170,10 @@ impl<R: Replica> Network<R> {
             site.applied.observe(*stamp);
             site.clock = site.clock.max(stamp.clock);
         }
-        if let Some((state, known)) = &message.state {
+        if let Some((state, known, clock)) = &message.state {
             site.state.merge(state, &site.bound);
             site.known.extend(known);
+            site.clock = site.clock.max(*clock);
         }
         site.peers_applied
             .insert(from, message.sender_applied.clone());
@@ -190,7 +191,7 @@ impl<R: Replica> Network<R> {
         if let Some((_, _, fragment)) = &message.op {
             site.state.apply(fragment, &site.bound);
         }
-        if let Some((state, _)) = &message.state {
+        if let Some((state, _, _)) = &message.state {
             site.state.merge(state, &site.bound);
         }
     }
