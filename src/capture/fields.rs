@@ -3,15 +3,14 @@
 //!
 //! The command filter sees `HSET`, `HMSET`, `HSETNX`, `HDEL`, `HINCRBY`,
 //! `HINCRBYFLOAT`, `SADD`, `SREM`, `ZADD`, `ZINCRBY`, `ZREM`, `LPUSH`,
-//! `LPUSHX`, `RPUSH`, `RPUSHX`, `LPOP` and `RPOP` with their arguments
-//! just before each runs and notes the key and elements (a push's: the
-//! values it pushes; a pop's: its count, as one element with no name);
+//! `LPUSHX`, `RPUSH` and `RPUSHX` with their arguments just before each
+//! runs and notes the key and elements (a push's: the values it pushes);
 //! the keyspace event the command raises once it took effect (`hset`,
 //! `hdel`, `hincrby`, `hincrbyfloat`, `sadd`, `srem`, `zadd`, `zincr`,
-//! `zrem`, `lpush`, `rpush`, `lpop`, `rpop`) claims that note. A flush
-//! with a pop still writes the list whole (`capture::hashes::list_runs`);
-//! [`list_notes`] gives the pops and pushes in order for
-//! `converge::merge::list_flush`, which is not on the data path yet. A note no event claims (a failed command, `HSETNX` of
+//! `zrem`, `lpush`, `rpush`) claims that note. A pop is not noted yet (a
+//! popped list is written whole): [`pop_of`] and [`list_notes`] are what
+//! `converge::merge::list_flush` will take once pops are on the data
+//! path. A note no event claims (a failed command, `HSETNX` of
 //! a field that exists, one queued in `MULTI`) is dropped by the next
 //! filtered command. What a set's command left is known from the command
 //! (`SADD`: present, `SREM`: absent); a field's value or a score is read at
@@ -154,17 +153,6 @@ pub fn change_of<'a>(args: &[&'a [u8]]) -> Option<FieldChange<'a>> {
             (elements(2)?, b"lpush", Post::PushLeft)
         } else if (is("rpush") || is("rpushx")) && n >= 3 {
             (elements(2)?, b"rpush", Post::PushRight)
-        } else if (is("lpop") || is("rpop")) && (n == 2 || n == 3) {
-            let count = match args.get(2) {
-                None => 1,
-                Some(count) => u64::try_from(integer_of(count)?).ok()?,
-            };
-            let (event, post): (&'static [u8], Post) = if is("lpop") {
-                (b"lpop", Post::PopLeft(count))
-            } else {
-                (b"rpop", Post::PopRight(count))
-            };
-            (vec![&b""[..]], event, post)
         } else if is("sadd") && n >= 3 {
             (elements(2)?, b"sadd", Post::Present)
         } else if is("srem") && n >= 3 {
@@ -187,6 +175,36 @@ pub fn change_of<'a>(args: &[&'a [u8]]) -> Option<FieldChange<'a>> {
         event,
         post,
         inexact,
+    })
+}
+
+/// The pop `LPOP` or `RPOP` (`args`, the name at 0) will make: its key,
+/// one element with no name, the event it raises and its count; `None`
+/// for anything else or a malformed call. Not noted on the data path yet
+/// (`change_of` leaves pops out, so a popped list is written whole):
+/// noted, a pop in `MULTI` that raises no event (an empty list, a count
+/// of 0) would leave its key's notes unclaimed and the key written whole.
+pub fn pop_of<'a>(args: &[&'a [u8]]) -> Option<FieldChange<'a>> {
+    let name = args.first()?;
+    let left = name.eq_ignore_ascii_case(b"lpop");
+    if !(left || name.eq_ignore_ascii_case(b"rpop")) || !(2..=3).contains(&args.len()) {
+        return None;
+    }
+    let count = match args.get(2) {
+        None => 1,
+        Some(count) => u64::try_from(integer_of(count)?).ok()?,
+    };
+    let (event, post): (&'static [u8], Post) = if left {
+        (b"lpop", Post::PopLeft(count))
+    } else {
+        (b"rpop", Post::PopRight(count))
+    };
+    Some(FieldChange {
+        key: args[1],
+        fields: vec![&b""[..]],
+        event,
+        post,
+        inexact: false,
     })
 }
 
@@ -216,9 +234,7 @@ fn zadd_members<'a>(rest: &[&'a [u8]]) -> Option<(Elements<'a>, bool)> {
 /// Whether a command named `name` may change elements of a hash, set or
 /// sorted set (checked before its arguments are read).
 pub fn may_change_fields(name: &[u8]) -> bool {
-    const NAMES: [&str; 17] = [
-        "lpop",
-        "rpop",
+    const NAMES: [&str; 15] = [
         "lpush",
         "lpushx",
         "rpush",
@@ -286,7 +302,7 @@ fn kind_of_event(event: &[u8]) -> Option<Kind> {
         b"hset" | b"hdel" | b"hincrby" | b"hincrbyfloat" => Some(Kind::Hash),
         b"sadd" | b"srem" => Some(Kind::Set),
         b"zadd" | b"zincr" | b"zrem" => Some(Kind::SortedSet),
-        b"lpush" | b"rpush" | b"lpop" | b"rpop" => Some(Kind::List),
+        b"lpush" | b"rpush" => Some(Kind::List),
         _ => None,
     }
 }
@@ -663,39 +679,33 @@ mod tests {
         filtered(None);
         w.event(0, b"l", b"lpop", true);
         assert_eq!(w.take(0, b"l"), None);
-        assert!(may_change_fields(b"RPUSHX") && may_change_fields(b"LPOP"));
-        assert!(
-            !may_change_fields(b"LMOVE"),
-            "a move names no element it pushes"
-        );
+        assert!(may_change_fields(b"RPUSHX") && !may_change_fields(b"LPOP"));
         assert!(change_of(&args("LPUSH l")).is_none(), "malformed");
     }
 
     #[test]
-    fn a_list_s_pops_are_noted_with_their_counts_among_its_pushes_in_order() {
-        let mut w = FieldWindow::default();
-        let commands: [(&str, &[u8]); 4] = [
-            ("RPUSH l a b", b"rpush"),
-            ("LPOP l", b"lpop"),
-            ("rpop l 2", b"rpop"),
-            ("RPUSH l c", b"rpush"),
-        ];
-        for (i, (words, event)) in commands.into_iter().enumerate() {
-            filtered(Some(&args(words)));
-            w.event(0, b"l", event, i > 0);
+    fn a_list_s_pops_read_with_their_counts_go_among_its_pushes_in_order() {
+        let pop = pop_of(&args("rpop l 2")).expect("a pop");
+        assert_eq!(
+            (pop.key, pop.event, pop.post),
+            (&b"l"[..], &b"rpop"[..], Post::PopRight(2))
+        );
+        let pop = pop_of(&args("LPOP l")).expect("a pop");
+        assert_eq!((pop.event, pop.post), (&b"lpop"[..], Post::PopLeft(1)));
+        for malformed in ["LPOP l -1", "LPOP l x", "RPOP l 1 2", "LPOP", "LPUSH l a"] {
+            assert!(pop_of(&args(malformed)).is_none(), "{malformed}");
         }
-        let noted = w
-            .take(0, b"l")
-            .expect("pushes and pops are element changes");
-        let want = vec![
+        assert!(
+            change_of(&args("LPOP l")).is_none(),
+            "not noted on the data path yet"
+        );
+        let changed = vec![
             (b"a".to_vec(), Post::PushRight),
             (b"b".to_vec(), Post::PushRight),
             (Vec::new(), Post::PopLeft(1)),
             (Vec::new(), Post::PopRight(2)),
             (b"c".to_vec(), Post::PushRight),
         ];
-        assert_eq!(noted, changes(Kind::List, want, false));
-        let notes = list_notes(&noted.changed);
         let ab = vec![b"a".to_vec(), b"b".to_vec()];
         let want = vec![
             ListNote::Push(End::Right, ab),
@@ -703,15 +713,8 @@ mod tests {
             ListNote::Pop(End::Right, 2),
             ListNote::Push(End::Right, vec![b"c".to_vec()]),
         ];
-        assert_eq!(notes, Some(want));
-        for malformed in ["LPOP l -1", "LPOP l x", "RPOP l 1 2", "LPOP"] {
-            assert!(change_of(&args(malformed)).is_none(), "{malformed}");
-        }
-        // A pop that empties the list deletes it: the key is written whole.
-        filtered(Some(&args("LPOP l")));
-        w.event(0, b"l", b"lpop", false);
-        w.event(0, b"l", b"del", true);
-        assert_eq!(w.take(0, b"l"), None);
+        assert_eq!(list_notes(&changed), Some(want));
+        assert_eq!(list_notes(&[(b"f".to_vec(), Post::Read)]), None);
     }
 
     #[test]

@@ -41,8 +41,11 @@ impl ListPositions {
         while done < len {
             let name = advanced(first, done);
             let Some(here) = self.resolve(name) else {
-                // Every later name of the span fares alike: a run or
-                // lineage gone, or past what it named (counted once).
+                // By the rules every later name of the span fares alike
+                // (a run or lineage gone, or past what it named). Where
+                // they are broken (a position beyond every run a walk can
+                // reach, counted in `unplaced`) the rest of the span is
+                // dropped with it.
                 break;
             };
             let stretch = self.stretch(name).min(self.stretch(here)).min(len - done);
