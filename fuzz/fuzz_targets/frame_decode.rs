@@ -5,11 +5,13 @@
 //! decoded too: an error or a state that survives a round trip; a
 //! function library's code gives its name or none, and the same bytes
 //! read as a `FUNCTION DUMP` payload (the reader of this node's own
-//! libraries) give their codes or none.
+//! libraries) give their codes or none. The raw bytes also go through the
+//! list decoders (a flush, a pop, a positions state), which will travel in
+//! frames once list pops are on the data path: an error or a round trip.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rdmasync::converge::merge::{codec, hash_codec};
+use rdmasync::converge::merge::{codec, hash_codec, list_codec};
 use rdmasync::proto::wire::{self, FrameKind, Peeked};
 
 /// The merge state a counter, fields or bound frame carries decodes or
@@ -50,6 +52,23 @@ fn check_merge_state(kind: FrameKind, value: &[u8]) {
     }
 }
 
+/// The list records decode or fail; what decodes survives a round trip.
+fn check_list_records(bytes: &[u8]) {
+    if let Ok((stamp, flushed)) = list_codec::decode_flush(bytes) {
+        let again = list_codec::encode_flush(stamp, &flushed);
+        assert_eq!(list_codec::decode_flush(&again), Ok((stamp, flushed)));
+    }
+    if let Ok((stamp, taken)) = list_codec::decode_pop(bytes) {
+        let again = list_codec::encode_pop(stamp, &taken);
+        assert_eq!(list_codec::decode_pop(&again), Ok((stamp, taken)));
+    }
+    if let Ok(state) = list_codec::decode_list(bytes) {
+        let once = list_codec::encode_list(&state);
+        let twice = list_codec::decode_list(&once).map(|s| list_codec::encode_list(&s));
+        assert_eq!(twice, Ok(once));
+    }
+}
+
 fn check(data: &[u8]) {
     if let Ok(frame) = wire::decode_frame(data) {
         assert!(frame.len <= data.len());
@@ -67,6 +86,7 @@ fn check(data: &[u8]) {
 
 fuzz_target!(|data: &[u8]| {
     check(data);
+    check_list_records(data);
     if let Ok(Peeked::Frame(len)) = wire::peek(data) {
         if len <= data.len() && data.len() >= wire::HEADER_LEN {
             let key = u32::from_le_bytes([data[48], data[49], data[50], data[51]]) as usize;
