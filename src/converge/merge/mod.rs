@@ -41,6 +41,7 @@ pub mod list_positions;
 #[cfg(test)]
 mod list_positions_sim;
 pub mod list_spans;
+pub mod list_table;
 pub mod lists;
 #[cfg(test)]
 mod lists_sim;

@@ -1,0 +1,292 @@
+//! The lists whose pops are named by position (issue 27, `list_positions`;
+//! not on the data path yet), per key: the positions state while anything
+//! of it may still be decided on, and at rest only what later pops need.
+//!
+//! A list at rest (no run, whole write or place held, every pop's stamp
+//! settled) keeps its lineage: which change started it, its edges and its
+//! removed spans ([`RestingList`], a few words, against a state's 232
+//! bytes and its maps' nodes). An emptied list at rest keeps nothing (the
+//! next run collected starts a new lineage everywhere, `forgettable`).
+//! A change to the key takes the state up again, its bound the caller's
+//! (a state's bound is only ever joined with the bound each call passes).
+
+use hashbrown::HashMap;
+
+use crate::converge::merge::db_key::DbKey;
+use crate::converge::merge::list_positions::{Lineage, ListPositions, Origin};
+use crate::converge::merge::removals::{Pos, Removals};
+use crate::converge::merge::Seen;
+use crate::converge::version::Stamp;
+
+/// A list's lineage at rest: what started it, its edges, and its removed
+/// spans (their stamps settled).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestingList {
+    id: Origin,
+    written: Pos,
+    low: Pos,
+    high: Pos,
+    removed: Box<[(Pos, Pos)]>,
+}
+
+impl RestingList {
+    /// `state` at rest, if it is: nothing held, every removal settled.
+    fn of(state: &ListPositions) -> Option<RestingList> {
+        let l = &state.lineage;
+        let settled = l.removed.iter().all(|(_, _, stamp)| stamp == Stamp::ZERO);
+        (state.at_rest() && settled && state.unplaced() == 0).then(|| RestingList {
+            id: l.id,
+            written: l.written,
+            low: l.low,
+            high: l.high,
+            removed: l.removed.iter().map(|(from, to, _)| (from, to)).collect(),
+        })
+    }
+
+    /// The state it stands for, at `bound`.
+    fn state(&self, bound: &Seen) -> ListPositions {
+        let spans = self.removed.iter().map(|&(f, t)| (f, t, Stamp::ZERO));
+        let lineage = Lineage {
+            id: self.id,
+            written: self.written,
+            low: self.low,
+            high: self.high,
+            removed: Removals::from_spans(spans).unwrap_or_default(),
+        };
+        ListPositions {
+            lineage,
+            bound: bound.clone(),
+            ..ListPositions::default()
+        }
+    }
+}
+
+/// What the table holds, for STATUS and the tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ListTableStats {
+    /// Lists with something still to decide on.
+    pub held: usize,
+    /// Lists at rest with a lineage kept.
+    pub resting: usize,
+    /// Runs and whole writes held, over every list.
+    pub runs_held: usize,
+    /// Pops that named a run or lineage no state here could place.
+    pub unplaced: u64,
+}
+
+/// Per `(db, key)`: a list's positions state, or its lineage at rest.
+#[derive(Debug, Default)]
+pub struct ListTable {
+    held: HashMap<(u32, Vec<u8>), ListPositions>,
+    resting: HashMap<(u32, Vec<u8>), RestingList>,
+    /// Unplaced pops of states that went to rest.
+    unplaced: u64,
+}
+
+impl ListTable {
+    /// The positions state of `(db, key)`, taken up from rest (or new) at
+    /// `bound`; call [`ListTable::settle`] once done with it.
+    pub fn state_mut(&mut self, (db, key): (u32, &[u8]), bound: &Seen) -> &mut ListPositions {
+        let resting = self.resting.remove(&DbKey(db, key));
+        let held = crate::converge::merge::db_key::entry_or_default(&mut self.held, (db, key));
+        if let Some(rest) = resting {
+            *held = rest.state(bound);
+        }
+        held.bound.join(bound);
+        held
+    }
+
+    /// The state of `(db, key)` if one is held (not at rest).
+    pub fn held(&self, (db, key): (u32, &[u8])) -> Option<&ListPositions> {
+        self.held.get(&DbKey(db, key))
+    }
+
+    /// Puts `(db, key)` to rest if it is: its lineage kept, or nothing
+    /// once the list is empty and forgettable.
+    pub fn settle(&mut self, (db, key): (u32, &[u8])) {
+        let Some(state) = self.held.get(&DbKey(db, key)) else {
+            return;
+        };
+        let forget = state.forgettable() && state.unplaced() == 0;
+        let rest = if forget { None } else { RestingList::of(state) };
+        if forget || rest.is_some() {
+            if let Some((k, state)) = self.held.remove_entry(&DbKey(db, key)) {
+                self.unplaced += state.unplaced();
+                if let Some(rest) = rest {
+                    self.resting.insert(k, rest);
+                }
+            }
+        }
+    }
+
+    /// Collects every held list at `bound` (`settled`: what every site
+    /// collected) and puts to rest those that are; returns the keys whose
+    /// state changed (to journal).
+    pub fn collect(&mut self, bound: &Seen, settled: &Seen) -> Vec<(u32, Vec<u8>)> {
+        let keys: Vec<(u32, Vec<u8>)> = self.held.keys().cloned().collect();
+        for (db, key) in &keys {
+            if let Some(state) = self.held.get_mut(&DbKey(*db, key)) {
+                state.collect(bound, settled);
+            }
+            self.settle((*db, key));
+        }
+        keys
+    }
+
+    /// Forgets the lists of `db` (every database: `None`), flushed.
+    pub fn flushed(&mut self, db: Option<u32>) {
+        let kept = |d: &u32| db.is_some_and(|f| f != *d);
+        self.held.retain(|(d, _), _| kept(d));
+        self.resting.retain(|(d, _), _| kept(d));
+    }
+
+    /// Swaps databases `a` and `b`.
+    pub fn swap_dbs(&mut self, a: u32, b: u32) {
+        let swap = |d: u32| match d {
+            d if d == a => b,
+            d if d == b => a,
+            d => d,
+        };
+        let held = std::mem::take(&mut self.held);
+        self.held = held
+            .into_iter()
+            .map(|((d, k), v)| ((swap(d), k), v))
+            .collect();
+        let resting = std::mem::take(&mut self.resting);
+        self.resting = resting
+            .into_iter()
+            .map(|((d, k), v)| ((swap(d), k), v))
+            .collect();
+    }
+
+    /// What the table holds.
+    pub fn stats(&self) -> ListTableStats {
+        ListTableStats {
+            held: self.held.len(),
+            resting: self.resting.len(),
+            runs_held: self.held.values().map(ListPositions::runs_held).sum(),
+            unplaced: self.unplaced + self.held.values().map(ListPositions::unplaced).sum::<u64>(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::converge::merge::list_codec::encode_list;
+    use crate::converge::merge::list_flush::{name_flush, ListNote};
+    use crate::converge::merge::lists::End;
+
+    fn values(n: usize) -> Vec<Vec<u8>> {
+        (0..n).map(|i| vec![i as u8]).collect()
+    }
+
+    fn flush(table: &mut ListTable, clock: u64, notes: &[ListNote], len: usize) {
+        let state = table.state_mut((0, b"q"), &Seen::new());
+        name_flush(state, Stamp::new(clock, 1), notes, len).expect("accounted for");
+        table.settle((0, b"q"));
+    }
+
+    fn note() -> impl proptest::strategy::Strategy<Value = (bool, bool, usize)> {
+        use proptest::prelude::*;
+        (any::<bool>(), any::<bool>(), 1usize..4)
+    }
+
+    proptest::proptest! {
+        /// Lists put to rest and taken up again are the states they stand
+        /// for: every step's state as a table that never rests holds it
+        /// (or, where the table forgot an emptied list, that state is
+        /// forgettable and is forgotten too).
+        #[test]
+        fn a_list_taken_up_from_rest_is_the_state_it_stood_for(
+            steps in proptest::collection::vec((proptest::collection::vec(note(), 1..4), proptest::prelude::any::<bool>()), 1..40)
+        ) {
+            let (mut table, mut plain) = (ListTable::default(), ListPositions::default());
+            let (mut len, mut bound) = (0usize, Seen::new());
+            for (i, (plan, collect)) in steps.into_iter().enumerate() {
+                let stamp = Stamp::new(i as u64 + 1, 1);
+                let notes: Vec<ListNote> = plan
+                    .into_iter()
+                    .map(|(push, left, n)| {
+                        let end = if left { End::Left } else { End::Right };
+                        if push {
+                            len += n;
+                            ListNote::Push(end, values(n))
+                        } else {
+                            len -= n.min(len);
+                            ListNote::Pop(end, n)
+                        }
+                    })
+                    .collect();
+                let state = table.state_mut((0, b"q"), &bound);
+                proptest::prop_assert!(name_flush(state, stamp, &notes, len).is_some());
+                table.settle((0, b"q"));
+                name_flush(&mut plain, stamp, &notes, len);
+                bound.observe(stamp);
+                plain.bound.join(&bound);
+                if collect {
+                    table.collect(&bound, &bound);
+                    plain.collect(&bound, &bound);
+                }
+                let stats = table.stats();
+                if stats.held + stats.resting == 0 {
+                    // Forgotten: what an emptied list at rest may do.
+                    proptest::prop_assert!(plain.forgettable(), "{:?}", plain);
+                    plain = ListPositions::default();
+                    plain.bound.join(&bound);
+                }
+                let state = table.state_mut((0, b"q"), &bound);
+                proptest::prop_assert_eq!(encode_list(state), encode_list(&plain));
+                table.settle((0, b"q"));
+            }
+        }
+    }
+
+    #[test]
+    fn a_queue_at_rest_keeps_its_lineage_s_edges_and_takes_them_up_again() {
+        let mut table = ListTable::default();
+        flush(&mut table, 1, &[ListNote::Push(End::Right, values(5))], 5);
+        flush(&mut table, 2, &[ListNote::Pop(End::Left, 2)], 3);
+        assert_eq!(table.stats().held, 1, "a run and pops to decide on");
+        let bound: Seen = [(1, 2)].into_iter().collect();
+        table.collect(&bound, &bound);
+        // The pops' stamps settle once a run newer than them is gone too.
+        table.collect(&bound, &bound);
+        let stats = table.stats();
+        assert_eq!((stats.held, stats.resting, stats.runs_held), (0, 1, 0));
+        let state = table.state_mut((0, b"q"), &bound);
+        assert_eq!(state.len(), 3);
+        let mut want = ListPositions::default();
+        name_flush(
+            &mut want,
+            Stamp::new(1, 1),
+            &[ListNote::Push(End::Right, values(5))],
+            5,
+        );
+        name_flush(
+            &mut want,
+            Stamp::new(2, 1),
+            &[ListNote::Pop(End::Left, 2)],
+            3,
+        );
+        want.collect(&bound, &bound);
+        want.collect(&bound, &bound);
+        assert_eq!(encode_list(state), encode_list(&want), "taken up as it was");
+    }
+
+    #[test]
+    fn an_emptied_list_at_rest_keeps_nothing_and_a_database_swap_moves_lists() {
+        let mut table = ListTable::default();
+        flush(&mut table, 1, &[ListNote::Push(End::Left, values(2))], 2);
+        flush(&mut table, 2, &[ListNote::Pop(End::Right, 2)], 0);
+        let bound: Seen = [(1, 2)].into_iter().collect();
+        table.collect(&bound, &bound);
+        table.collect(&bound, &bound);
+        assert_eq!(table.stats(), ListTableStats::default());
+        flush(&mut table, 3, &[ListNote::Push(End::Left, values(1))], 1);
+        table.swap_dbs(0, 4);
+        assert!(table.held((4, b"q")).is_some() && table.held((0, b"q")).is_none());
+        table.flushed(Some(4));
+        assert_eq!(table.stats().held, 0);
+    }
+}
