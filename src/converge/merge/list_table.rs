@@ -275,6 +275,13 @@ mod tests {
     }
 
     #[test]
+    fn a_resting_list_is_a_few_words() {
+        // The lineage at rest, its spans apart: against a whole state's.
+        assert!(std::mem::size_of::<RestingList>() <= 64);
+        assert!(std::mem::size_of::<ListPositions>() >= 3 * 64);
+    }
+
+    #[test]
     fn an_emptied_list_at_rest_keeps_nothing_and_a_database_swap_moves_lists() {
         let mut table = ListTable::default();
         flush(&mut table, 1, &[ListNote::Push(End::Left, values(2))], 2);
