@@ -12,7 +12,9 @@
 
 use hashbrown::HashMap;
 
+use crate::converge::merge::codec::DecodeError;
 use crate::converge::merge::db_key::DbKey;
+use crate::converge::merge::list_codec::{decode_list, encode_list};
 use crate::converge::merge::list_positions::{Lineage, ListPositions, Origin};
 use crate::converge::merge::removals::{Pos, Removals};
 use crate::converge::merge::Seen;
@@ -133,6 +135,28 @@ impl ListTable {
         keys
     }
 
+    /// `(db, key)`'s state as the journal and the RDB keep it
+    /// (`list_codec::encode_list`; a list at rest as its lineage alone);
+    /// `None` when nothing is kept for it.
+    pub fn record(&self, (db, key): (u32, &[u8])) -> Option<Vec<u8>> {
+        if let Some(state) = self.held.get(&DbKey(db, key)) {
+            return Some(encode_list(state));
+        }
+        let rest = self.resting.get(&DbKey(db, key))?;
+        Some(encode_list(&rest.state(&Seen::new())))
+    }
+
+    /// Takes in `(db, key)`'s state from a record (a replay, an RDB load),
+    /// in place of what was kept; refused (and nothing changed) when the
+    /// bytes are not a state.
+    pub fn load(&mut self, (db, key): (u32, &[u8]), record: &[u8]) -> Result<(), DecodeError> {
+        let state = decode_list(record)?;
+        self.resting.remove(&DbKey(db, key));
+        *crate::converge::merge::db_key::entry_or_default(&mut self.held, (db, key)) = state;
+        self.settle((db, key));
+        Ok(())
+    }
+
     /// Forgets the lists of `db` (every database: `None`), flushed.
     pub fn flushed(&mut self, db: Option<u32>) {
         let kept = |d: &u32| db.is_some_and(|f| f != *d);
@@ -173,7 +197,6 @@ impl ListTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::converge::merge::list_codec::encode_list;
     use crate::converge::merge::list_flush::{name_flush, ListNote};
     use crate::converge::merge::lists::End;
 
@@ -272,6 +295,20 @@ mod tests {
         want.collect(&bound, &bound);
         want.collect(&bound, &bound);
         assert_eq!(encode_list(state), encode_list(&want), "taken up as it was");
+        table.settle((0, b"q"));
+        // As the journal keeps it, and loaded again (at rest again).
+        let record = table.record((0, b"q")).expect("a lineage is kept");
+        let mut loaded = ListTable::default();
+        loaded.load((0, b"q"), &record).expect("a state");
+        assert_eq!(loaded.stats().resting, 1);
+        assert_eq!(loaded.record((0, b"q")), Some(record));
+        assert!(loaded.load((0, b"q"), b"not a state").is_err());
+        assert_eq!(
+            loaded.stats().resting,
+            1,
+            "a refused record changes nothing"
+        );
+        assert_eq!(loaded.record((1, b"q")), None);
     }
 
     #[test]
