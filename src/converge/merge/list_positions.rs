@@ -434,6 +434,17 @@ impl ListPositions {
         self.len() == 0
     }
 
+    /// The stamps of the runs and whole writes held (not collected yet),
+    /// each with whether it is a whole write.
+    pub fn items_held(&self) -> Vec<(Stamp, bool)> {
+        let runs = self
+            .left
+            .keys()
+            .chain(self.right.keys())
+            .map(|&s| (s, false));
+        runs.chain(self.wholes.keys().map(|&s| (s, true))).collect()
+    }
+
     /// Runs and whole writes held (not collected yet).
     pub fn runs_held(&self) -> usize {
         self.left.len() + self.right.len() + self.wholes.len()

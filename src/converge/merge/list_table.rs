@@ -14,8 +14,10 @@ use hashbrown::HashMap;
 
 use crate::converge::merge::codec::DecodeError;
 use crate::converge::merge::db_key::DbKey;
+use crate::converge::merge::hashes::Bytes;
 use crate::converge::merge::list_codec::{decode_list, encode_list};
-use crate::converge::merge::list_positions::{Lineage, ListPositions, Origin};
+use crate::converge::merge::list_flush::{name_flush, FlushedList, ListNote};
+use crate::converge::merge::list_positions::{Lineage, ListChange, ListPositions, Origin};
 use crate::converge::merge::removals::{Pos, Removals};
 use crate::converge::merge::Seen;
 use crate::converge::version::Stamp;
@@ -76,6 +78,22 @@ pub struct ListTableStats {
     pub unplaced: u64,
 }
 
+/// What a local flush of a list ships.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListShip {
+    /// Its runs and the names of what its pops took.
+    Flush(FlushedList),
+    /// The whole list, made where `seen` was applied (the flush's notes did
+    /// not account for the list: a pop no note records, a list that had
+    /// no positions state yet).
+    Whole {
+        /// What its node had applied: every run it held.
+        seen: Seen,
+        /// The list, head to tail.
+        values: Vec<Bytes>,
+    },
+}
+
 /// Per `(db, key)`: a list's positions state, or its lineage at rest.
 #[derive(Debug, Default)]
 pub struct ListTable {
@@ -133,6 +151,51 @@ impl ListTable {
             self.settle((*db, key));
         }
         keys
+    }
+
+    /// This node's flush of `(db, key)` stamped `stamp`: its `notes`
+    /// named, or, where they do not account for the server's list
+    /// (`server_len` long; `read` reads it), the whole list, which removes
+    /// every run this node held (all of them are in what it read).
+    pub fn local(
+        &mut self,
+        (db, key): (u32, &[u8]),
+        (stamp, notes): (Stamp, &[ListNote]),
+        (server_len, read): (usize, impl FnOnce() -> Vec<Bytes>),
+        (applied, bound): (&Seen, &Seen),
+    ) -> ListShip {
+        let state = self.state_mut((db, key), bound);
+        let ship = match name_flush(state, stamp, notes, server_len) {
+            Some(flushed) => ListShip::Flush(flushed),
+            None => {
+                let mut seen = applied.clone();
+                for (item, _) in state.items_held() {
+                    seen.observe(item);
+                }
+                let values = read();
+                state.apply_whole(stamp, &seen, &values, bound);
+                ListShip::Whole { seen, values }
+            }
+        };
+        self.settle((db, key));
+        ship
+    }
+
+    /// Another node's flush or whole write of `(db, key)` stamped `stamp`:
+    /// what the server's list must do.
+    pub fn remote(
+        &mut self,
+        (db, key): (u32, &[u8]),
+        (stamp, ship): (Stamp, &ListShip),
+        bound: &Seen,
+    ) -> Vec<ListChange> {
+        let state = self.state_mut((db, key), bound);
+        let changes = match ship {
+            ListShip::Flush(flushed) => state.apply_flush(stamp, flushed, bound),
+            ListShip::Whole { seen, values } => state.apply_whole(stamp, seen, values, bound),
+        };
+        self.settle((db, key));
+        changes
     }
 
     /// `(db, key)`'s state as the journal and the RDB keep it
@@ -197,7 +260,6 @@ impl ListTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::converge::merge::list_flush::{name_flush, ListNote};
     use crate::converge::merge::lists::End;
 
     fn values(n: usize) -> Vec<Vec<u8>> {
@@ -309,6 +371,64 @@ mod tests {
             "a refused record changes nothing"
         );
         assert_eq!(loaded.record((1, b"q")), None);
+    }
+
+    /// A node: its table and its server's list.
+    #[derive(Default)]
+    struct Node {
+        table: ListTable,
+        server: Vec<Vec<u8>>,
+    }
+
+    impl Node {
+        /// Flushes `notes` (already run on the server), as shipped.
+        fn flush(&mut self, stamp: Stamp, notes: &[ListNote]) -> ListShip {
+            let server = self.server.clone();
+            let none = Seen::new();
+            let read = (server.len(), move || server);
+            self.table
+                .local((0, b"q"), (stamp, notes), read, (&none, &none))
+        }
+
+        fn take(&mut self, stamp: Stamp, ship: &ListShip) {
+            let changes = self.table.remote((0, b"q"), (stamp, ship), &Seen::new());
+            for change in &changes {
+                crate::converge::merge::list_positions::apply_change(&mut self.server, change);
+            }
+        }
+    }
+
+    #[test]
+    fn a_flush_its_notes_do_not_account_for_ships_the_list_whole_over_every_run_held() {
+        let (mut a, mut b) = (Node::default(), Node::default());
+        let (s1, s2, s3) = (Stamp::new(1, 1), Stamp::new(2, 2), Stamp::new(3, 1));
+        a.server = values(3);
+        let ship = a.flush(s1, &[ListNote::Push(End::Right, values(3))]);
+        assert!(matches!(ship, ListShip::Flush(_)));
+        b.take(s1, &ship);
+        // B pushes a run that A applies but its watermark does not cover
+        // (A's flush below is told nothing was applied).
+        b.server.push(b"y".to_vec());
+        let ship = b.flush(s2, &[ListNote::Push(End::Right, vec![b"y".to_vec()])]);
+        a.take(s2, &ship);
+        assert_eq!(a.server, b.server);
+        // A blocked client on A pops the head: no note says so.
+        a.server.remove(0);
+        let ship = a.flush(s3, &[]);
+        let ListShip::Whole { seen, values: list } = &ship else {
+            panic!("a flush the notes do not account for ships whole: {ship:?}");
+        };
+        assert!(
+            seen.covers(s2),
+            "the whole write saw B's run, which its list holds"
+        );
+        assert_eq!(list, &a.server);
+        b.take(s3, &ship);
+        assert_eq!(b.server, a.server, "B's run is not kept twice");
+        assert_eq!(
+            a.table.state_mut((0, b"q"), &Seen::new()).len(),
+            a.server.len()
+        );
     }
 
     #[test]
