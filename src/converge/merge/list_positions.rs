@@ -434,15 +434,13 @@ impl ListPositions {
         self.len() == 0
     }
 
-    /// The stamps of the runs and whole writes held (not collected yet),
-    /// each with whether it is a whole write.
-    pub fn items_held(&self) -> Vec<(Stamp, bool)> {
-        let runs = self
-            .left
-            .keys()
-            .chain(self.right.keys())
-            .map(|&s| (s, false));
-        runs.chain(self.wholes.keys().map(|&s| (s, true))).collect()
+    /// The stamps of the runs and whole writes held whose elements arrived
+    /// (not those only another site's pops named so far).
+    pub fn stamps_arrived(&self) -> Vec<Stamp> {
+        let runs = self.left.iter().chain(self.right.iter());
+        let runs = runs.filter(|(_, r)| r.values.is_some()).map(|(&s, _)| s);
+        let wholes = self.wholes.iter().filter(|(_, w)| w.list.values.is_some());
+        runs.chain(wholes.map(|(&s, _)| s)).collect()
     }
 
     /// Runs and whole writes held (not collected yet).

@@ -168,9 +168,12 @@ impl ListTable {
         let ship = match name_flush(state, stamp, notes, server_len) {
             Some(flushed) => ListShip::Flush(flushed),
             None => {
+                // Every run whose elements are on the server (a run only a
+                // pop named so far is not); an origin's earlier changes
+                // arrived before it (the link's order).
                 let mut seen = applied.clone();
-                for (item, _) in state.items_held() {
-                    seen.observe(item);
+                for stamp in state.stamps_arrived() {
+                    seen.observe(stamp);
                 }
                 let values = read();
                 state.apply_whole(stamp, &seen, &values, bound);
