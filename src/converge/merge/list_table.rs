@@ -7,8 +7,12 @@
 //! removed spans ([`RestingList`], a few words, against a state's 232
 //! bytes and its maps' nodes). An emptied list at rest keeps nothing (the
 //! next run collected starts a new lineage everywhere, `forgettable`).
-//! A change to the key takes the state up again, its bound the caller's
-//! (a state's bound is only ever joined with the bound each call passes).
+//! A change to the key takes the state up again with the table's bound:
+//! the join of every bound the table was given (the bound is this node's,
+//! the same for every list; a state at rest has nothing to collect, so
+//! the table's bound is one it could have reached). Without it a resend
+//! of a run collected before the list went to rest would be taken for a
+//! new run (its place is gone; only the bound says it was collected).
 
 use hashbrown::HashMap;
 
@@ -38,7 +42,7 @@ impl RestingList {
     fn of(state: &ListPositions) -> Option<RestingList> {
         let l = &state.lineage;
         let settled = l.removed.iter().all(|(_, _, stamp)| stamp == Stamp::ZERO);
-        (state.at_rest() && settled && state.unplaced() == 0).then(|| RestingList {
+        (state.at_rest() && settled).then(|| RestingList {
             id: l.id,
             written: l.written,
             low: l.low,
@@ -49,6 +53,8 @@ impl RestingList {
 
     /// The state it stands for, at `bound`.
     fn state(&self, bound: &Seen) -> ListPositions {
+        // Taken from a `Removals`: in order and apart, as `from_spans`
+        // wants them.
         let spans = self.removed.iter().map(|&(f, t)| (f, t, Stamp::ZERO));
         let lineage = Lineage {
             id: self.id,
@@ -101,18 +107,22 @@ pub struct ListTable {
     resting: HashMap<(u32, Vec<u8>), RestingList>,
     /// Unplaced pops of states that went to rest.
     unplaced: u64,
+    /// Every bound the table was given, joined: what a state taken up
+    /// from rest is collected to.
+    bound: Seen,
 }
 
 impl ListTable {
     /// The positions state of `(db, key)`, taken up from rest (or new) at
     /// `bound`; call [`ListTable::settle`] once done with it.
     pub fn state_mut(&mut self, (db, key): (u32, &[u8]), bound: &Seen) -> &mut ListPositions {
+        self.bound.join(bound);
         let resting = self.resting.remove(&DbKey(db, key));
         let held = crate::converge::merge::db_key::entry_or_default(&mut self.held, (db, key));
         if let Some(rest) = resting {
-            *held = rest.state(bound);
+            *held = rest.state(&self.bound);
         }
-        held.bound.join(bound);
+        held.bound.join(&self.bound);
         held
     }
 
@@ -127,7 +137,7 @@ impl ListTable {
         let Some(state) = self.held.get(&DbKey(db, key)) else {
             return;
         };
-        let forget = state.forgettable() && state.unplaced() == 0;
+        let forget = state.forgettable();
         let rest = if forget { None } else { RestingList::of(state) };
         if forget || rest.is_some() {
             if let Some((k, state)) = self.held.remove_entry(&DbKey(db, key)) {
@@ -140,9 +150,11 @@ impl ListTable {
     }
 
     /// Collects every held list at `bound` (`settled`: what every site
-    /// collected) and puts to rest those that are; returns the keys whose
-    /// state changed (to journal).
+    /// collected) and puts to rest those that are; returns the keys it
+    /// collected, every list held (to journal: a key with no
+    /// [`ListTable::record`] any more was forgotten).
     pub fn collect(&mut self, bound: &Seen, settled: &Seen) -> Vec<(u32, Vec<u8>)> {
+        self.bound.join(bound);
         let keys: Vec<(u32, Vec<u8>)> = self.held.keys().cloned().collect();
         for (db, key) in &keys {
             if let Some(state) = self.held.get_mut(&DbKey(*db, key)) {
@@ -209,14 +221,16 @@ impl ListTable {
             return Some(encode_list(state));
         }
         let rest = self.resting.get(&DbKey(db, key))?;
-        Some(encode_list(&rest.state(&Seen::new())))
+        Some(encode_list(&rest.state(&self.bound)))
     }
 
-    /// Takes in `(db, key)`'s state from a record (a replay, an RDB load),
-    /// in place of what was kept; refused (and nothing changed) when the
-    /// bytes are not a state.
+    /// Takes in `(db, key)`'s state from a record (a replay, an RDB load:
+    /// after [`ListTable::flushed`] of every database), in place of what
+    /// was kept; refused (and nothing changed) when the bytes are not a
+    /// state. Its bound joins the table's.
     pub fn load(&mut self, (db, key): (u32, &[u8]), record: &[u8]) -> Result<(), DecodeError> {
         let state = decode_list(record)?;
+        self.bound.join(&state.bound);
         self.resting.remove(&DbKey(db, key));
         *crate::converge::merge::db_key::entry_or_default(&mut self.held, (db, key)) = state;
         self.settle((db, key));
@@ -428,6 +442,20 @@ mod tests {
         assert_eq!(list, &a.server);
         b.take(s3, &ship);
         assert_eq!(b.server, a.server, "B's run is not kept twice");
+        // Both collect everything; A's first flush comes again (a resend)
+        // after B's list went to rest: B takes it for the run it collected.
+        let all: Seen = [(1, 3), (2, 2)].into_iter().collect();
+        for node in [&mut a, &mut b] {
+            node.table.collect(&all, &all);
+            node.table.collect(&all, &all);
+        }
+        assert_eq!(b.table.stats().resting, 1, "at rest");
+        let resent = ListShip::Flush(FlushedList {
+            runs: vec![(End::Right, values(3))],
+            taken: Vec::new(),
+        });
+        b.take(s1, &resent);
+        assert_eq!(b.server, a.server, "a resend after rest changes nothing");
         assert_eq!(
             a.table.state_mut((0, b"q"), &Seen::new()).len(),
             a.server.len()
