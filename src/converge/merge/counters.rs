@@ -580,24 +580,8 @@ impl Counters {
         if self.is_empty() {
             return;
         }
-        let moved = |(db, key): Key| {
-            let db = if db == a {
-                b
-            } else if db == b {
-                a
-            } else {
-                db
-            };
-            (db, key)
-        };
-        self.live = std::mem::take(&mut self.live)
-            .into_iter()
-            .map(|(k, c)| (moved(k), c))
-            .collect();
-        self.wide = std::mem::take(&mut self.wide)
-            .into_iter()
-            .map(|(k, c)| (moved(k), c))
-            .collect();
+        crate::converge::merge::db_key::swap_dbs_in(&mut self.live, a, b);
+        crate::converge::merge::db_key::swap_dbs_in(&mut self.wide, a, b);
         let (at_a, at_b) = (self.resting.remove(&a), self.resting.remove(&b));
         if let Some(t) = at_a {
             self.resting.insert(b, t);
@@ -605,10 +589,7 @@ impl Counters {
         if let Some(t) = at_b {
             self.resting.insert(a, t);
         }
-        self.sent = std::mem::take(&mut self.sent)
-            .into_iter()
-            .map(|(k, s)| (moved(k), s))
-            .collect();
+        crate::converge::merge::db_key::swap_dbs_in(&mut self.sent, a, b);
     }
 
     /// A flush of `db` (`None`: all) stamped `stamp`: the keys it removed

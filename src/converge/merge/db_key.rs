@@ -44,6 +44,25 @@ pub fn entry_or_default<'m, V: Default>(
     }
 }
 
+/// Database `db` once `SWAPDB a b` ran.
+pub fn swapped(db: u32, a: u32, b: u32) -> u32 {
+    match db {
+        d if d == a => b,
+        d if d == b => a,
+        d => d,
+    }
+}
+
+/// Moves the entries of `map` keyed `(db, key)` with their databases
+/// (`SWAPDB a b`).
+pub fn swap_dbs_in<K: std::hash::Hash + Eq, V>(map: &mut HashMap<(u32, K), V>, a: u32, b: u32) {
+    let entries = std::mem::take(map);
+    *map = entries
+        .into_iter()
+        .map(|((db, key), v)| ((swapped(db, a, b), key), v))
+        .collect();
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -69,5 +88,12 @@ mod tests {
         *entry_or_default(&mut vecs, (7, b"new")) += 3;
         *entry_or_default(&mut vecs, (7, b"new")) += 1;
         assert_eq!(vecs.get(&(7, b"new".to_vec())), Some(&4));
+        swap_dbs_in(&mut vecs, 7, 2);
+        assert_eq!(vecs.get(&DbKey(2, b"new")), Some(&4));
+        assert_eq!(
+            vecs.get(&DbKey(7, b"a longer key than the inline size")),
+            Some(&2)
+        );
+        assert_eq!(swapped(5, 7, 2), 5);
     }
 }

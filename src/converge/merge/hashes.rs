@@ -1450,25 +1450,15 @@ impl Hashes {
 
     /// Swaps databases `a` and `b`.
     pub fn swap_dbs(&mut self, a: u32, b: u32) {
-        let swap = |d: u32| {
-            if d == a {
-                b
-            } else if d == b {
-                a
-            } else {
-                d
-            }
-        };
+        use crate::converge::merge::db_key::{swap_dbs_in, swapped};
         for (_, (d, _)) in self.order.iter_mut() {
-            *d = swap(*d);
+            *d = swapped(*d, a, b);
         }
-        let keys = std::mem::take(&mut self.keys);
-        self.keys = keys
-            .into_iter()
-            .map(|((d, k), h)| ((swap(d), k), h))
-            .collect();
+        swap_dbs_in(&mut self.keys, a, b);
         let arriving = std::mem::take(&mut self.arriving);
-        self.arriving = arriving.into_iter().map(|(d, k)| (swap(d), k)).collect();
+        self.arriving = (arriving.into_iter())
+            .map(|(d, k)| (swapped(d, a, b), k))
+            .collect();
     }
 }
 

@@ -246,21 +246,8 @@ impl ListTable {
 
     /// Swaps databases `a` and `b`.
     pub fn swap_dbs(&mut self, a: u32, b: u32) {
-        let swap = |d: u32| match d {
-            d if d == a => b,
-            d if d == b => a,
-            d => d,
-        };
-        let held = std::mem::take(&mut self.held);
-        self.held = held
-            .into_iter()
-            .map(|((d, k), v)| ((swap(d), k), v))
-            .collect();
-        let resting = std::mem::take(&mut self.resting);
-        self.resting = resting
-            .into_iter()
-            .map(|((d, k), v)| ((swap(d), k), v))
-            .collect();
+        crate::converge::merge::db_key::swap_dbs_in(&mut self.held, a, b);
+        crate::converge::merge::db_key::swap_dbs_in(&mut self.resting, a, b);
     }
 
     /// What the table holds.
