@@ -41,12 +41,16 @@ use crate::converge::merge::lists::End;
 use crate::converge::merge::removals::{Removals, MAX_POS};
 use crate::converge::version::Stamp;
 
-fn put_run_id(out: &mut Vec<u8>, id: RunId) {
-    put_stamp(out, id.stamp);
-    out.push(match id.end {
+fn put_end(out: &mut Vec<u8>, end: End) {
+    out.push(match end {
         End::Left => 0,
         End::Right => 1,
     });
+}
+
+fn put_run_id(out: &mut Vec<u8>, id: RunId) {
+    put_stamp(out, id.stamp);
+    put_end(out, id.end);
 }
 
 fn put_origin(out: &mut Vec<u8>, origin: Origin) {
@@ -92,16 +96,29 @@ fn put_removals(out: &mut Vec<u8>, removals: &Removals) {
     }
 }
 
+/// A count, then each value's length and bytes.
+fn put_values(out: &mut Vec<u8>, values: &[Bytes]) {
+    out.extend_from_slice(&(values.len() as u32).to_le_bytes());
+    for v in values {
+        out.extend_from_slice(&(v.len() as u32).to_le_bytes());
+        out.extend_from_slice(v);
+    }
+}
+
+/// A count, then each element taken.
+fn put_taken_list(out: &mut Vec<u8>, taken: &[Taken]) {
+    out.extend_from_slice(&(taken.len() as u32).to_le_bytes());
+    for &t in taken {
+        put_taken(out, t);
+    }
+}
+
 fn put_list(out: &mut Vec<u8>, run: &Run) {
     match &run.values {
         None => out.push(0),
         Some(values) => {
             out.push(1);
-            out.extend_from_slice(&(values.len() as u32).to_le_bytes());
-            for v in values {
-                out.extend_from_slice(&(v.len() as u32).to_le_bytes());
-                out.extend_from_slice(v);
-            }
+            put_values(out, values);
         }
     }
     put_removals(out, &run.removed);
@@ -111,10 +128,7 @@ fn put_list(out: &mut Vec<u8>, run: &Run) {
 pub fn encode_pop(stamp: Stamp, taken: &[Taken]) -> Vec<u8> {
     let mut out = Vec::with_capacity(20 + 27 * taken.len());
     put_stamp(&mut out, stamp);
-    out.extend_from_slice(&(taken.len() as u32).to_le_bytes());
-    for &t in taken {
-        put_taken(&mut out, t);
-    }
+    put_taken_list(&mut out, taken);
     out
 }
 
@@ -124,20 +138,10 @@ pub fn encode_flush(stamp: Stamp, flushed: &FlushedList) -> Vec<u8> {
     put_stamp(&mut out, stamp);
     out.push(flushed.runs.len() as u8);
     for (end, values) in &flushed.runs {
-        out.push(match end {
-            End::Left => 0,
-            End::Right => 1,
-        });
-        out.extend_from_slice(&(values.len() as u32).to_le_bytes());
-        for v in values {
-            out.extend_from_slice(&(v.len() as u32).to_le_bytes());
-            out.extend_from_slice(v);
-        }
+        put_end(&mut out, *end);
+        put_values(&mut out, values);
     }
-    out.extend_from_slice(&(flushed.taken.len() as u32).to_le_bytes());
-    for &t in &flushed.taken {
-        put_taken(&mut out, t);
-    }
+    put_taken_list(&mut out, &flushed.taken);
     out
 }
 
@@ -191,14 +195,18 @@ pub fn encode_list(state: &ListPositions) -> Vec<u8> {
 }
 
 impl Cursor<'_> {
+    fn end_tag(&mut self) -> Result<End, DecodeError> {
+        let at = self.at;
+        match self.array::<1>()? {
+            [0] => Ok(End::Left),
+            [1] => Ok(End::Right),
+            [tag] => Err(DecodeError::BadTag { tag, at }),
+        }
+    }
+
     fn run_id(&mut self) -> Result<RunId, DecodeError> {
         let stamp = self.stamp()?;
-        let at = self.at;
-        let end = match self.array::<1>()? {
-            [0] => End::Left,
-            [1] => End::Right,
-            [tag] => return Err(DecodeError::BadTag { tag, at }),
-        };
+        let end = self.end_tag()?;
         Ok(RunId { stamp, end })
     }
 
@@ -267,13 +275,28 @@ impl Cursor<'_> {
             [1] => {}
             [tag] => return Err(DecodeError::BadTag { tag, at }),
         }
+        self.value_list().map(Some)
+    }
+
+    /// A count, then each value's length and bytes.
+    fn value_list(&mut self) -> Result<Vec<Bytes>, DecodeError> {
         let n = self.count(4, 4)?;
         let mut values = Vec::with_capacity(n);
         for _ in 0..n {
             let len = self.count(4, 1)?;
             values.push(self.take(len)?.to_vec());
         }
-        Ok(Some(values))
+        Ok(values)
+    }
+
+    /// A count, then each element taken.
+    fn taken_list(&mut self) -> Result<Vec<Taken>, DecodeError> {
+        let n = self.count(4, 25)?;
+        let mut taken = Vec::with_capacity(n);
+        for _ in 0..n {
+            taken.push(self.taken()?);
+        }
+        Ok(taken)
     }
 }
 
@@ -285,11 +308,7 @@ fn invalid(rule: &'static str, at: usize) -> DecodeError {
 pub fn decode_pop(bytes: &[u8]) -> Result<(Stamp, Vec<Taken>), DecodeError> {
     let mut c = Cursor { bytes, at: 0 };
     let stamp = c.stamp()?;
-    let n = c.count(4, 25)?;
-    let mut taken = Vec::with_capacity(n);
-    for _ in 0..n {
-        taken.push(c.taken()?);
-    }
+    let taken = c.taken_list()?;
     c.end()?;
     Ok((stamp, taken))
 }
@@ -304,30 +323,16 @@ pub fn decode_flush(bytes: &[u8]) -> Result<(Stamp, FlushedList), DecodeError> {
     let mut runs: Vec<(End, Vec<Bytes>)> = Vec::with_capacity(n.min(2));
     for _ in 0..n {
         let at = c.at;
-        let end = match c.array::<1>()? {
-            [0] => End::Left,
-            [1] => End::Right,
-            [tag] => return Err(DecodeError::BadTag { tag, at }),
-        };
+        let end = c.end_tag()?;
         if runs.last().is_some_and(|(last, _)| *last >= end) {
             return Err(invalid("a flush's runs: one per end, the head's first", at));
         }
-        let count = c.count(4, 4)?;
-        let mut values = Vec::with_capacity(count);
-        for _ in 0..count {
-            let len = c.count(4, 1)?;
-            values.push(c.take(len)?.to_vec());
-        }
-        runs.push((end, values));
+        runs.push((end, c.value_list()?));
     }
     if runs.iter().any(|(_, values)| values.is_empty()) {
         return Err(invalid("a flush's run holds no element", at));
     }
-    let n = c.count(4, 25)?;
-    let mut taken = Vec::with_capacity(n);
-    for _ in 0..n {
-        taken.push(c.taken()?);
-    }
+    let taken = c.taken_list()?;
     c.end()?;
     Ok((stamp, FlushedList { runs, taken }))
 }
