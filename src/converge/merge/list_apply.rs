@@ -18,10 +18,7 @@ impl ListPositions {
     /// site's collection bound.
     pub fn apply_pop(&mut self, taken: Taken, stamp: Stamp, bound: &Seen) -> Option<ListChange> {
         self.bound.join(bound);
-        let taken = self.resolve(taken)?;
-        let index = self.index_of(taken);
-        self.mark(taken, stamp);
-        index.map(ListChange::Remove)
+        self.apply_removed_span(taken, 1, stamp).pop()
     }
 
     /// Another site's flush of the list stamped `stamp` (`list_flush`):
