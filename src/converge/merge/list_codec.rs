@@ -499,33 +499,22 @@ mod tests {
     #[test]
     fn a_flush_with_two_runs_at_one_end_or_an_empty_run_is_refused() {
         let run = |end| (end, vec![b"v".to_vec()]);
-        let twice = FlushedList {
-            runs: vec![run(End::Right), run(End::Right)],
-            taken: Vec::new(),
-        };
-        let bytes = encode_flush(Stamp::new(2, 1), &twice);
-        assert!(matches!(
-            decode_flush(&bytes),
-            Err(DecodeError::Invalid { .. })
-        ));
-        let tail_first = FlushedList {
-            runs: vec![run(End::Right), run(End::Left)],
-            taken: Vec::new(),
-        };
-        let bytes = encode_flush(Stamp::new(2, 1), &tail_first);
-        assert!(matches!(
-            decode_flush(&bytes),
-            Err(DecodeError::Invalid { .. })
-        ));
-        let empty = FlushedList {
-            runs: vec![(End::Left, Vec::new())],
-            taken: Vec::new(),
-        };
-        let bytes = encode_flush(Stamp::new(2, 1), &empty);
-        assert!(matches!(
-            decode_flush(&bytes),
-            Err(DecodeError::Invalid { .. })
-        ));
+        let refused = [
+            vec![run(End::Right), run(End::Right)],
+            vec![run(End::Right), run(End::Left)],
+            vec![(End::Left, Vec::new())],
+        ];
+        for runs in refused {
+            let flushed = FlushedList {
+                runs,
+                taken: Vec::new(),
+            };
+            let bytes = encode_flush(Stamp::new(2, 1), &flushed);
+            assert!(
+                matches!(decode_flush(&bytes), Err(DecodeError::Invalid { .. })),
+                "{flushed:?}"
+            );
+        }
     }
 
     #[test]
