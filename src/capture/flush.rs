@@ -62,7 +62,8 @@ pub(crate) fn pending_of(e: &Entry) -> Option<PendingOp> {
         | Op::Delete { key }
         | Op::Expire { key, .. }
         | Op::Counter { key, .. }
-        | Op::Fields { key, .. } => PendingOp::Key {
+        | Op::Fields { key, .. }
+        | Op::Append { key, .. } => PendingOp::Key {
             db: e.db,
             key: key.clone(),
         },
@@ -309,6 +310,8 @@ impl ReadRun {
         st.versions.warm(keys.iter().map(|k| (db, k.as_slice())));
         let wall = shared.clock.wall();
         let keys = ship_field_changes(reader.ctx(), shared, st, (db, wall), keys, out);
+        let keys =
+            crate::capture::appends::ship_appends(reader.ctx(), shared, st, (db, wall), keys, out);
         let reads = reader.read_many(&keys);
         let main = main_state();
         let mut window = main.increments.get();
@@ -367,6 +370,11 @@ fn ship_read(
     } else {
         st.versions.record_delete(db, &key, stamp, 0);
     }
+    let string_len = snap
+        .as_ref()
+        .filter(|s| s.encoding == crate::proto::entry::Encoding::RawString)
+        .map(|s| s.payload.len());
+    crate::capture::appends::shipped_whole(st, (db, &key), stamp, string_len);
     let change = counters::LocalChange {
         db,
         key: &key,
@@ -806,6 +814,9 @@ pub fn flush_before_save(ctx: &Context, shared: &Shared) {
 fn drop_changes(shared: &Shared, main: &crate::capture::state::MainState, n: usize) {
     Stats::add(&shared.stats.entries_dropped, n as u64);
     if let Some(mut window) = main.fields.get() {
+        window.clear();
+    }
+    if let Some(mut window) = main.appends.get() {
         window.clear();
     }
 }

@@ -78,6 +78,7 @@ pub fn on_keyspace_event(ctx: &Context, class: i32, event: &[u8], key: &[u8]) {
                         window.event(db, key, b"del", true);
                     }
                 }
+                forget_appends(&main, db, key);
                 dirty.mark(db, key);
             }
             return;
@@ -89,6 +90,7 @@ pub fn on_keyspace_event(ctx: &Context, class: i32, event: &[u8], key: &[u8]) {
                 window.event(db, key, b"del", true);
             }
         }
+        forget_appends(&main, db, key);
         note_expired(&main, db, key);
         return;
     }
@@ -126,6 +128,9 @@ fn mark_written(main: &crate::capture::state::MainState, db: u32, key: &[u8], ev
             .fields
             .get()
             .is_some_and(|mut w| w.event(db, key, event, contains));
+    if let Some(mut window) = main.appends.get() {
+        window.event(db, key, event, contains);
+    }
     if unpaired || inexact {
         crate::shared::with_shared(|s| {
             crate::ops::fallbacks::count(&s.stats, Fallback::Unnoted, u64::from(unpaired));
@@ -582,6 +587,15 @@ fn forget_fields(main: &crate::capture::state::MainState, db: u32, key: &[u8]) {
     if let Some(mut window) = main.fields.get() {
         window.forget(db, key);
     }
+    forget_appends(main, db, key);
+}
+
+/// A change that is no `APPEND` (an expiry, a silent command's): the key
+/// ships whole (see `converge::appends`).
+fn forget_appends(main: &crate::capture::state::MainState, db: u32, key: &[u8]) {
+    if let Some(mut window) = main.appends.get() {
+        window.forget(db, key);
+    }
 }
 
 /// Whether silent changes wait for [`resolve_silent`].
@@ -651,6 +665,9 @@ pub fn on_flush_or_swap(event: server::ServerEvent) {
         if let Some(mut window) = main.fields.get() {
             window.clear();
         }
+        if let Some(mut window) = main.appends.get() {
+            window.clear();
+        }
     }
     match event {
         server::ServerEvent::FlushStarting(db) => dirty.flushing(db),
@@ -673,6 +690,9 @@ pub fn on_flush_or_swap(event: server::ServerEvent) {
 pub fn on_dataset_replaced() -> usize {
     let main = main_state();
     if let Some(mut window) = main.fields.get() {
+        window.clear();
+    }
+    if let Some(mut window) = main.appends.get() {
         window.clear();
     }
     main.dirty.get().map_or(0, |mut d| d.take().len())

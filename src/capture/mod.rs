@@ -8,6 +8,7 @@
 //! queued in MULTI until their EXEC. `ttl` ships a write of a whole-value
 //! key's TTL alone as such.
 
+pub(crate) mod appends;
 pub mod command_names;
 pub(crate) mod counters;
 pub mod fields;

@@ -13,6 +13,7 @@
 //! `None` (and a log line) instead of the deadlock a second lock would be,
 //! so there is no lock order to keep.
 
+use crate::converge::appends::AppendWindow;
 use std::cell::{RefCell, RefMut};
 use std::sync::LazyLock;
 
@@ -73,6 +74,9 @@ pub struct MainState {
     pub increments: Part<IncrementWindow>,
     /// Keys changed only field by field since the last flush (`merge-elements`).
     pub fields: Part<FieldWindow>,
+    /// Big strings only appended to since the last flush
+    /// (`converge::appends`).
+    pub appends: Part<AppendWindow>,
     /// Versions, backlog, syncs and acknowledgements with the peer.
     pub replication: Part<Replication>,
     /// The `RDMASYNC.DEBUG` switches the main thread reads.
@@ -88,6 +92,7 @@ impl Default for MainState {
             hot: Part::new("hot-key record", HotKeys::default()),
             increments: Part::new("increment record", IncrementWindow::default()),
             fields: Part::new("field record", FieldWindow::default()),
+            appends: Part::new("append record", AppendWindow::default()),
             replication: Part::new("convergence state", Replication::default()),
             faults: Part::new("fault switches", Faults::default()),
         }

@@ -58,7 +58,8 @@ impl SentBatch {
             | Op::Delete { key }
             | Op::Expire { key, .. }
             | Op::Counter { key, .. }
-            | Op::Fields { key, .. } => {
+            | Op::Fields { key, .. }
+            | Op::Append { key, .. } => {
                 let start = self.names.len();
                 self.names.extend_from_slice(key);
                 Change::Key {

@@ -142,7 +142,8 @@ impl DirtySet {
             | Op::Delete { key }
             | Op::Expire { key, .. }
             | Op::Counter { key, .. }
-            | Op::Fields { key, .. } => flush_or_swap || self.contains(e.db, key),
+            | Op::Fields { key, .. }
+            | Op::Append { key, .. } => flush_or_swap || self.contains(e.db, key),
             // A sweep's end deletes keys: a change of theirs is dated first.
             Op::FlushDb | Op::FlushAll | Op::SwapDb { .. } | Op::SweepEnd { .. } => true,
             // A library of the peer's can displace another one here (two

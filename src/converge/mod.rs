@@ -3,6 +3,7 @@
 //! watermarks, last writer wins) and its journal. Knows nothing of
 //! threads, sockets or Redis.
 
+pub mod appends;
 pub mod changes;
 pub mod clock;
 pub mod clock_lead;

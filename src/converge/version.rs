@@ -125,6 +125,10 @@ pub struct VersionStore {
     pub hashes: crate::converge::merge::hashes::Hashes,
     /// TTL writes newer than their key's version (`converge::ttl_ops`).
     pub ttls: crate::converge::ttl_ops::TtlOps,
+    /// The versions of big strings this node shipped, which appends to them
+    /// ship from (`converge::appends`; not journaled: without one a
+    /// string ships whole).
+    pub appends: crate::converge::appends::AppendBases,
     /// Flushes, swaps and replacements of whole databases so far: a read
     /// spread over several steps that sees it move read across one.
     db_changes: u64,
@@ -457,6 +461,7 @@ impl VersionStore {
         self.counters.flushed(db, stamp);
         self.hashes.flushed(db);
         self.ttls.flushed(db, stamp);
+        self.appends.clear();
         self.forget_unstamped_before_flush(db);
         // This flush's own stamp arrived: it is no longer pending.
         match db {
@@ -497,6 +502,7 @@ impl VersionStore {
         self.counters.swap_dbs(a, b);
         self.hashes.swap_dbs(a, b);
         self.ttls.swap_dbs(a, b);
+        self.appends.swap_dbs(a, b);
         let va = self.dbs.remove(&a);
         let vb = self.dbs.remove(&b);
         if let Some(v) = va {

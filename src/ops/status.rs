@@ -68,6 +68,15 @@ pub struct Stats {
     pub entries_dropped: AtomicU64,
     /// Entries refused because no frame can carry them (key too large).
     pub entries_refused: AtomicU64,
+    /// Big strings shipped as the bytes appended to them
+    /// (`converge::appends`).
+    pub appends_shipped: AtomicU64,
+    /// The peer's appended bytes not taken: this node held another version
+    /// than the one they were appended to (the peer ships the key again).
+    pub appends_unapplied: AtomicU64,
+    /// Big strings shipped again whole after a write of the peer's lost to
+    /// this node's newer one, which may have shipped as appended bytes.
+    pub appends_reshipped: AtomicU64,
     /// Writes merged as a whole key where the merge rules would merge them
     /// per element (issue 27).
     pub merge_fallbacks: AtomicU64,
@@ -335,6 +344,9 @@ fn traffic_fields(stats: &Stats, queue_depth: usize) -> Vec<(&'static str, Field
         ("read_failures", counter(&stats.read_failures)),
         ("entries_dropped", counter(&stats.entries_dropped)),
         ("entries_refused", counter(&stats.entries_refused)),
+        ("appends_shipped", counter(&stats.appends_shipped)),
+        ("appends_unapplied", counter(&stats.appends_unapplied)),
+        ("appends_reshipped", counter(&stats.appends_reshipped)),
         ("merge_fallbacks", counter(&stats.merge_fallbacks)),
         (
             "merge_fallbacks_by_reason",

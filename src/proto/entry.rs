@@ -37,6 +37,15 @@ pub enum Op {
         /// Absolute expiry in Unix milliseconds.
         expiry_ms: Option<u64>,
     },
+    /// Bytes appended to a big string since a version of it the receiver
+    /// took (`converge::appends`): applied with `APPEND` onto that version,
+    /// never onto another.
+    Append {
+        /// Key name.
+        key: Vec<u8>,
+        /// The encoded `converge::appends::AppendEdit`.
+        edit: Vec<u8>,
+    },
     /// What the sender had seen of each origin when it read the values
     /// after this in the batch (its merge bound, encoded): a plain write of
     /// a key it held at rest had seen exactly this.
@@ -170,7 +179,8 @@ impl Entry {
             | Op::Expire { key, .. }
             | Op::Delete { key }
             | Op::Counter { key, .. }
-            | Op::Fields { key, .. } => Some(key),
+            | Op::Fields { key, .. }
+            | Op::Append { key, .. } => Some(key),
             _ => None,
         }
     }
@@ -180,9 +190,9 @@ impl Entry {
         match &self.op {
             Op::Value { key, payload, .. } => key.len() + payload.len(),
             Op::Delete { key } => key.len(),
-            Op::Counter { key, state, .. } | Op::Fields { key, state, .. } => {
-                key.len() + state.len()
-            }
+            Op::Counter { key, state, .. }
+            | Op::Fields { key, state, .. }
+            | Op::Append { key, edit: state } => key.len() + state.len(),
             Op::Bound { seen } => seen.len(),
             Op::Library { name, code } => name.len() + code.len(),
             Op::LibraryDelete { name } => name.len(),

@@ -40,7 +40,7 @@ pub const FRAME_MAGIC: u32 = u32::from_le_bytes(*b"RSYN");
 /// Magic of a padding marker.
 pub const PAD_MAGIC: u32 = u32::from_le_bytes(*b"RSPD");
 /// Protocol version written in every frame.
-pub const VERSION: u8 = 13;
+pub const VERSION: u8 = 14;
 /// Bytes of the fixed header.
 pub const HEADER_LEN: usize = 64;
 /// Bytes of the CRC trailer.
@@ -102,6 +102,9 @@ pub enum FrameKind {
     LibraryDelete = 14,
     /// A key's TTL alone was written (its expiry in the header).
     Expire = 15,
+    /// Bytes appended to a big string since a version of it (the value:
+    /// `converge::appends::AppendEdit`).
+    Append = 16,
 }
 
 impl FrameKind {
@@ -122,6 +125,7 @@ impl FrameKind {
             13 => Self::Fields,
             14 => Self::LibraryDelete,
             15 => Self::Expire,
+            16 => Self::Append,
             _ => return None,
         })
     }
@@ -388,6 +392,7 @@ fn check_lengths(h: &FrameHeader, len: usize) -> Result<(), WireError> {
             | FrameKind::Counter
             | FrameKind::Fields
             | FrameKind::Bound
+            | FrameKind::Append
     );
     if h.kind == FrameKind::SweepStart && h.value_total_len as usize != FLOORS_LEN {
         return Err(WireError::BadLength("sweep floors of another length"));
@@ -405,6 +410,7 @@ fn check_lengths(h: &FrameHeader, len: usize) -> Result<(), WireError> {
             | FrameKind::Expire
             | FrameKind::Counter
             | FrameKind::Fields
+            | FrameKind::Append
             | FrameKind::Library
             | FrameKind::LibraryDelete
     ) == (key == 0)
@@ -508,6 +514,7 @@ fn place_op<'a>(op: &'a Op, h: &mut FrameHeader) -> (&'a [u8], &'a [u8]) {
             h.expiry_ms = expiry_ms.unwrap_or(0);
             (FrameKind::Fields, key, state)
         }
+        Op::Append { key, edit } => (FrameKind::Append, key, edit),
         Op::Bound { seen } => (FrameKind::Bound, &[], seen),
         Op::Library { name, code } => (FrameKind::Library, name, code),
         Op::LibraryDelete { name } => (FrameKind::LibraryDelete, name, &[]),

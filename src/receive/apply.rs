@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use hashbrown::HashSet;
 use redis_module::{CallOptions, CallOptionsBuilder, CallResult, Context};
 
+use super::apply_append;
 use super::apply_counter;
 use super::apply_fields;
 use super::apply_functions;
@@ -355,13 +356,19 @@ impl Applier<'_> {
             Op::Value { .. } => self.value(st, e, mset),
             Op::Counter { .. } => apply_counter::state(ctx, opts, self.shared, st, e),
             Op::Fields { .. } => apply_fields::state(ctx, opts, self.shared, st, e),
+            Op::Append { key, edit } => {
+                apply_append::append(ctx, (opts, self.shared, self.me), st, e, (key, edit))
+            }
             Op::Delete { key } => match decide(ctx, st, self.me, e, key) {
                 Decision::Apply => {
                     run(ctx, opts, "DEL", &[key])?;
                     st.versions.record_delete(e.db, key, stamp, GC_AT_NEXT_ACK);
                     Ok(Outcome::Applied)
                 }
-                other => Ok(Outcome::of(other)),
+                other => {
+                    apply_append::after_discard(ctx, self.shared, st, e, other);
+                    Ok(Outcome::of(other))
+                }
             },
             Op::Expire { key, expiry_ms } => {
                 apply_expire(ctx, (opts, self.shared), st, e, (key, *expiry_ms))
@@ -509,9 +516,19 @@ impl Applier<'_> {
                     restore(self.ctx, self.opts, key, payload, expiry_ms, *encoding)?;
                 }
                 record_value(st, e.db, key, stamp, expiry_ms);
+                let raw = *encoding == Encoding::RawString;
+                crate::capture::appends::shipped_whole(
+                    st,
+                    (e.db, key),
+                    stamp,
+                    raw.then_some(payload.len()),
+                );
                 Ok(Outcome::Applied)
             }
-            other => Ok(Outcome::of(other)),
+            other => {
+                apply_append::after_discard(self.ctx, self.shared, st, e, other);
+                Ok(Outcome::of(other))
+            }
         }
     }
 }
@@ -527,7 +544,8 @@ fn note_carried(st: &mut Replication, e: &Entry) {
         | Op::Delete { key }
         | Op::Expire { key, .. }
         | Op::Counter { key, .. }
-        | Op::Fields { key, .. } => sweep.carried(e.db, key),
+        | Op::Fields { key, .. }
+        | Op::Append { key, .. } => sweep.carried(e.db, key),
         Op::SwapDb { .. } => {
             st.peer.incoming_sweep = None;
             crate::capture::flush::log_sweep_abandoned("a SWAPDB arrived during the sync");

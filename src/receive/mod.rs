@@ -4,6 +4,7 @@
 //! the link thread, `sequence` checks that nothing went missing on a link.
 
 pub(crate) mod apply;
+mod apply_append;
 mod apply_counter;
 mod apply_fields;
 mod apply_functions;

@@ -314,6 +314,54 @@ unsafe fn long_string(handle: *mut raw::RedisModuleKey) -> Option<Vec<u8>> {
     }
 }
 
+/// The length of the string `key` holds (`None`: absent or another
+/// type) and, when it is longer than `from` bytes, its bytes past `from`:
+/// read in place, the bytes before `from` never copied
+/// (`converge::appends`).
+pub fn string_tail(ctx: &Context, key: &[u8], from: Option<usize>) -> Option<(usize, Vec<u8>)> {
+    let name = redis_module::RedisString::create_from_slice(std::ptr::null_mut(), key);
+    // SAFETY: the API table is filled by RedisModule_Init; reading pointers.
+    let api = unsafe {
+        (
+            raw::RedisModule_OpenKey,
+            raw::RedisModule_KeyType,
+            raw::RedisModule_ValueLength,
+            raw::RedisModule_StringDMA,
+            raw::RedisModule_CloseKey,
+        )
+    };
+    let (Some(open), Some(kind_of), Some(length), Some(dma), Some(close)) = api else {
+        return None;
+    };
+    // SAFETY: main thread with a valid context; `name` is a live Redis
+    // string; the handle is checked for null and closed here. StringDMA in
+    // read mode is asked only of a string longer than READ_IN_PLACE_ABOVE
+    // (a raw one: see there), whose bytes stay valid and unchanged until
+    // the key is closed; the tail is copied before.
+    unsafe {
+        let handle = open(ctx.ctx, name.inner, quiet_read_mode());
+        if handle.is_null() {
+            return None;
+        }
+        let mut out = None;
+        if kind_of(handle) == raw::REDISMODULE_KEYTYPE_STRING as i32 {
+            let len = length(handle);
+            let mut tail = Vec::new();
+            if let Some(from) = from.filter(|&f| f < len && len > READ_IN_PLACE_ABOVE) {
+                let mut held = 0usize;
+                let at = dma(handle, &mut held, raw::REDISMODULE_READ as i32);
+                if !at.is_null() && held == len {
+                    tail =
+                        std::slice::from_raw_parts(at.cast::<u8>().add(from), len - from).to_vec();
+                }
+            }
+            out = Some((len, tail));
+        }
+        close(handle);
+        out
+    }
+}
+
 /// The mode to open keys for reading without a trace: no access-time
 /// update, and where the server has them (7.2+, Valkey) no keyspace
 /// hit/miss counted and no key-miss event.
