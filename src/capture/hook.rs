@@ -64,34 +64,7 @@ pub fn on_keyspace_event(ctx: &Context, class: i32, event: &[u8], key: &[u8]) {
         return;
     }
     if NotifyEvent::from_bits_truncate(class).intersects(local_only) {
-        // Also while suppressed: the module's own reads expire keys lazily.
-        let main = main_state();
-        if !SUPPRESS.load(Ordering::Relaxed) && deleted_by_command(&main, key) {
-            if let Some(mut dirty) = main.dirty.get() {
-                if increments::enabled() {
-                    if let Some(mut window) = main.increments.get() {
-                        let _ = window.event(db, key, b"del", true);
-                    }
-                }
-                if fields::enabled() {
-                    if let Some(mut window) = main.fields.get() {
-                        window.event(db, key, b"del", true);
-                    }
-                }
-                forget_appends(&main, db, key);
-                dirty.mark(db, key);
-            }
-            return;
-        }
-        if fields::enabled() {
-            // What the window held of the key went with it: a write of
-            // it later in this iteration makes a new key, shipped whole.
-            if let Some(mut window) = main.fields.get() {
-                window.event(db, key, b"del", true);
-            }
-        }
-        forget_appends(&main, db, key);
-        note_expired(&main, db, key);
+        expired_or_evicted(db, key);
         return;
     }
     // Checked before the state is taken: every write applied from the
@@ -108,6 +81,39 @@ pub fn on_keyspace_event(ctx: &Context, class: i32, event: &[u8], key: &[u8]) {
         }
     }
     mark_written(&main, db, key, event);
+}
+
+/// An expiry or eviction of `key`: a delete of a command's (its key was
+/// written in the command) or one of the server's own, which turns the
+/// key's last version into a tombstone. Also while suppressed: the
+/// module's own reads expire keys lazily.
+fn expired_or_evicted(db: u32, key: &[u8]) {
+    let main = main_state();
+    forget_appends(&main, db, key);
+    if !SUPPRESS.load(Ordering::Relaxed) && deleted_by_command(&main, key) {
+        if let Some(mut dirty) = main.dirty.get() {
+            if increments::enabled() {
+                if let Some(mut window) = main.increments.get() {
+                    let _ = window.event(db, key, b"del", true);
+                }
+            }
+            if fields::enabled() {
+                if let Some(mut window) = main.fields.get() {
+                    window.event(db, key, b"del", true);
+                }
+            }
+            dirty.mark(db, key);
+        }
+        return;
+    }
+    if fields::enabled() {
+        // What the window held of the key went with it: a write of
+        // it later in this iteration makes a new key, shipped whole.
+        if let Some(mut window) = main.fields.get() {
+            window.event(db, key, b"del", true);
+        }
+    }
+    note_expired(&main, db, key);
 }
 
 /// A local write of `key`: dirty, and (`merge-counters`) an increment or
