@@ -148,3 +148,36 @@ fn a_write_made_at_once_on_the_peer_makes_the_appended_string_ship_again() {
         pair.a.status()
     );
 }
+
+/// B sets a TTL while its sends are held, then A appends (newer, without
+/// a TTL): the appended bytes carry A's expiry as a whole value would, so
+/// B's older TTL write loses on both nodes. Without the expiry in the
+/// append, B kept its TTL and A none (B would delete the key alone).
+#[test]
+fn an_append_newer_than_a_ttl_written_at_once_leaves_the_same_ttl_on_both() {
+    let pair = Pair::start();
+    pair.wait_in_step();
+    let mut want = vec![b'a'; BIG];
+    run(&pair.a, &[b"SET", b"log", &want]);
+    wait_for_value(&pair, "log", &want);
+    pair.wait_settled(SETTLE);
+    let shipped = pair.a.stat("appends_shipped");
+    pair.b.hold_sends(true);
+    run(&pair.b, &[b"PEXPIRE", b"log", b"3600000"]);
+    std::thread::sleep(Duration::from_millis(20));
+    run(&pair.a, &[b"APPEND", b"log", b"+A"]);
+    want.extend_from_slice(b"+A");
+    wait_for_value(&pair, "log", &want);
+    pair.b.hold_sends(false);
+    pair.wait_settled(SETTLE);
+    assert!(
+        pair.a.stat("appends_shipped") > shipped,
+        "the append shipped whole"
+    );
+    let ttl = |n: &Node| -> i64 { redis::cmd("PTTL").arg("log").query(&mut n.conn()).unwrap() };
+    assert_eq!(
+        (ttl(&pair.a), ttl(&pair.b)),
+        (-1, -1),
+        "the newer append's TTL (none) on both"
+    );
+}

@@ -8,11 +8,11 @@ use redis_module::Context;
 use crate::capture::flush::entry;
 use crate::capture::state::main_state;
 use crate::catchup::replication::Replication;
-use crate::converge::appends::{AppendEdit, Base};
+use crate::converge::appends::{AppendEdit, Base, APPEND_MIN_BYTES};
 use crate::converge::version::{KeyVersion, Stamp};
 use crate::ops::status::Stats;
-use crate::proto::entry::{Entry, Op};
-use crate::redis::server;
+use crate::proto::entry::{Encoding, Entry, Op};
+use crate::redis::server::{self, StringTail};
 use crate::shared::Shared;
 
 /// Ships the keys of `db` (selected) only appended to since they last
@@ -26,17 +26,17 @@ pub fn ship_appends(
     keys: Vec<Vec<u8>>,
     out: &mut Vec<Entry>,
 ) -> Vec<Vec<u8>> {
-    let main = main_state();
-    let Some(mut window) = main.appends.get() else {
-        return keys;
+    // Taken before any key is opened: an open may expire a key, whose
+    // event forgets it in the window.
+    let appended: Vec<bool> = match main_state().appends.get() {
+        Some(mut window) if !window.is_empty() => {
+            keys.iter().map(|key| window.take(db, key)).collect()
+        }
+        _ => return keys,
     };
-    if window.is_empty() {
-        return keys;
-    }
     let mut whole = Vec::with_capacity(keys.len());
-    for key in keys {
-        let appended = window.take(db, &key).then(|| tail_of(ctx, st, (db, &key)));
-        let Some((base, len_now, tail)) = appended.flatten() else {
+    for (key, appended) in keys.into_iter().zip(appended) {
+        let Some((base, read)) = appended.then(|| tail_of(ctx, st, (db, &key))).flatten() else {
             whole.push(key);
             continue;
         };
@@ -45,33 +45,27 @@ pub fn ship_appends(
         st.versions.record_write(db, &key, stamp);
         st.versions
             .appends
-            .shipped((db, &key), stamp, Some(len_now));
+            .shipped((db, &key), stamp, Some(read.len));
         let edit = AppendEdit {
             base: base.stamp,
             len_before: base.len,
-            tail: &tail,
+            tail: &read.tail,
         };
         Stats::add(&shared.stats.appends_shipped, 1);
-        out.push(entry(
-            db,
-            stamp,
-            Op::Append {
-                key,
-                edit: edit.encode(),
-            },
-        ));
+        let op = Op::Append {
+            key,
+            edit: edit.encode(),
+            expiry_ms: read.expiry_ms,
+        };
+        out.push(entry(db, stamp, op));
     }
     whole
 }
 
-/// The base `key` was appended to, its length now and the bytes past the
-/// base; `None` when it ships whole (no base at its version, a merged
-/// key, not longer).
-fn tail_of(
-    ctx: &Context,
-    st: &Replication,
-    (db, key): (u32, &[u8]),
-) -> Option<(Base, usize, Vec<u8>)> {
+/// The base `key` was appended to and what it holds now (its length, the
+/// bytes past the base, its expiry); `None` when it ships whole (no base
+/// at its version, a merged key, not longer).
+fn tail_of(ctx: &Context, st: &Replication, (db, key): (u32, &[u8])) -> Option<(Base, StringTail)> {
     if st.versions.counters.contains(db, key) || st.versions.hashes.contains(db, key) {
         return None;
     }
@@ -80,8 +74,31 @@ fn tail_of(
     };
     let base = st.versions.appends.base_at((db, key), version)?;
     let from = usize::try_from(base.len).ok()?;
-    let (len, tail) = server::string_tail(ctx, key, Some(from))?;
-    (base.grew_to(len) && tail.len() == len - from).then_some((base, len, tail))
+    let read = server::string_tail(ctx, key, Some(from))?;
+    (base.grew_to(read.len) && read.tail.len() == read.len - from).then_some((base, read))
+}
+
+/// Every big string `entries` ship whole at the key's version (live,
+/// a resend, a catch-up, a full sync): the base of its next appends.
+pub fn bases_of(st: &mut Replication, entries: &[Entry]) {
+    for e in entries {
+        let Op::Value {
+            key,
+            payload,
+            encoding: Encoding::RawString,
+            ..
+        } = &e.op
+        else {
+            continue;
+        };
+        let stamp = Stamp::new(e.clock, e.origin);
+        let current = matches!(st.versions.get(e.db, key), Some(KeyVersion::Live(v)) if v == stamp);
+        if payload.len() >= APPEND_MIN_BYTES && current {
+            st.versions
+                .appends
+                .shipped((e.db, key), stamp, Some(payload.len()));
+        }
+    }
 }
 
 /// A value of `key` read whole and shipped at `stamp` (`len`: a string's

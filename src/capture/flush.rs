@@ -115,6 +115,7 @@ pub(crate) fn push(
             sent.record(e);
         }
     }
+    crate::capture::appends::bases_of(st, &entries);
     let tombstones = tombstones_of(&entries);
     counters::as_states(st, &mut entries);
     // An ack alone is never acknowledged: only what the peer applies is.
@@ -370,11 +371,6 @@ fn ship_read(
     } else {
         st.versions.record_delete(db, &key, stamp, 0);
     }
-    let string_len = snap
-        .as_ref()
-        .filter(|s| s.encoding == crate::proto::entry::Encoding::RawString)
-        .map(|s| s.payload.len());
-    crate::capture::appends::shipped_whole(st, (db, &key), stamp, string_len);
     let change = counters::LocalChange {
         db,
         key: &key,
@@ -599,6 +595,10 @@ fn record_key_change(
     let fields = crate::capture::fields::enabled()
         .then(|| main_state().fields.get().and_then(|mut w| w.take(db, key)))
         .flatten();
+    // Read whole from the backlog: not shipped as appended bytes.
+    if let Some(mut window) = main_state().appends.get() {
+        window.take(db, key);
+    }
     if fields.as_ref().is_some_and(crate::capture::ttl::ttl_only)
         && crate::capture::ttl::ttl_change(reader.ctx(), st, (db, key), stamp).is_some()
     {

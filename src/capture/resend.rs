@@ -19,16 +19,30 @@ use crate::redis::server;
 use crate::redis::snapshot::{Read, Reader};
 use crate::shared::Shared;
 
+/// The deletes to ship again (`Replication::deletes_again`) whose key has
+/// no newer version here since.
+fn deletes_again(st: &mut Replication) -> Vec<Entry> {
+    let mut entries = Vec::new();
+    for (db, key, stamp) in std::mem::take(&mut st.deletes_again) {
+        if st.versions.get(db, &key).is_some_and(|v| v.stamp() > stamp) {
+            continue;
+        }
+        let op = Op::Delete { key: key.into() };
+        entries.push(entry(db, stamp, op));
+    }
+    entries
+}
+
 /// Entries per catch-up batch.
 const CATCH_UP_BATCH: usize = 256;
 
 /// Reads again, once per flush, the changes a resend or full sync could not
 /// read, and ships those now readable at the version recorded for them.
 pub fn retry_unread(reader: &Reader, shared: &Shared, st: &mut Replication) {
-    if st.unread.is_empty() || shared.queue.is_full() {
+    if (st.unread.is_empty() && st.deletes_again.is_empty()) || shared.queue.is_full() {
         return;
     }
-    let mut entries = Vec::new();
+    let mut entries = deletes_again(st);
     let mut failed = 0;
     for ((db, key), stamp) in std::mem::take(&mut st.unread) {
         if st.versions.get(db, &key).is_some_and(|v| v.stamp() > stamp) {
@@ -52,9 +66,13 @@ pub fn retry_unread(reader: &Reader, shared: &Shared, st: &mut Replication) {
     crate::capture::hashes::as_states(reader.ctx(), shared, st, &mut entries, false);
     if let Err(entries) = push(shared, st, entries, true) {
         for e in entries {
-            if let Op::Value { key, .. } | Op::Counter { key, .. } | Op::Fields { key, .. } = e.op {
-                st.unread
-                    .insert((e.db, key.into()), Stamp::new(e.clock, e.origin));
+            let stamp = Stamp::new(e.clock, e.origin);
+            match e.op {
+                Op::Value { key, .. } | Op::Counter { key, .. } | Op::Fields { key, .. } => {
+                    st.unread.insert((e.db, key.into()), stamp);
+                }
+                Op::Delete { key } => st.deletes_again.push((e.db, key.into(), stamp)),
+                _ => {}
             }
         }
     }

@@ -85,6 +85,10 @@ pub struct Replication {
     /// version they are to ship at; retried once per flush, never shipped
     /// as deleted and never restamped as a new write.
     pub unread: hashbrown::HashMap<(u32, Box<[u8]>), Stamp>,
+    /// Deletes to ship again at these stamps (a key the peer appended to
+    /// that this node does not hold: `receive::apply_append`), with the
+    /// unread changes.
+    pub deletes_again: Vec<(u32, Box<[u8]>, Stamp)>,
     /// This node's own changes it held after its last load, up to this
     /// clock (what its requests tell the peer; `None`: no load, the store's
     /// newest own stamp then).
@@ -164,6 +168,7 @@ impl Replication {
         Self {
             versions: VersionStore::journaled(),
             unread: hashbrown::HashMap::new(),
+            deletes_again: Vec::new(),
             own_durable: None,
             own_loaded_clock: 0,
             lost_window: None,
@@ -194,6 +199,9 @@ impl Replication {
     pub fn swap_dbs(&mut self, a: u32, b: u32) -> bool {
         self.versions.swap(a, b);
         let sweep_ended = self.peer.incoming_sweep.take().is_some();
+        for (db, _, _) in &mut self.deletes_again {
+            *db = crate::converge::merge::db_key::swapped(*db, a, b);
+        }
         if self.unread.is_empty() {
             return sweep_ended;
         }
@@ -317,7 +325,8 @@ impl Replication {
     pub fn coverage(&self) -> Option<u64> {
         let in_step = !self.peer.progress.holds_stream_back()
             && self.peer.backlog.is_empty()
-            && self.unread.is_empty();
+            && self.unread.is_empty()
+            && self.deletes_again.is_empty();
         let cap = self.own_coverage_cap.unwrap_or(u64::MAX);
         in_step.then_some(self.last_local_stamp.min(cap))
     }
@@ -472,6 +481,7 @@ impl Replication {
     pub fn lets_changes_rest(&self, epoch: u64) -> bool {
         !self.peer.catching_up()
             && self.unread.is_empty()
+            && self.deletes_again.is_empty()
             && !self.peer.sync_pending()
             && !self.peer.is_new_link(epoch)
     }
@@ -492,6 +502,7 @@ impl Replication {
                 .is_some_and(|c| c > self.peer.coverage_sent())
             || self.collection_due()
             || !self.unread.is_empty()
+            || !self.deletes_again.is_empty()
             // Counter metadata waits for the bound (a probe may be due).
             || (self.versions.counters.live_len() + self.versions.hashes.len() != 0
                 && self.own_bound.is_idle())

@@ -44,8 +44,8 @@ use crate::converge::version::Stamp;
 /// Strings this long or longer ship their appended bytes alone.
 pub const APPEND_MIN_BYTES: usize = 64 * 1024;
 
-/// Bases kept at most (the oldest kept goes first: a key without a base
-/// ships whole once and has one again).
+/// Bases kept at most (past it, any one goes for a new one: a key without
+/// a base ships whole once and has one again).
 const MAX_BASES: usize = 4096;
 
 /// Bytes before the appended bytes in an encoded [`AppendEdit`].

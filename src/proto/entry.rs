@@ -45,6 +45,9 @@ pub enum Op {
         key: Vec<u8>,
         /// The encoded `converge::appends::AppendEdit`.
         edit: Vec<u8>,
+        /// The key's absolute expiry in Unix milliseconds after the append
+        /// (a TTL written at once elsewhere may be older than it).
+        expiry_ms: Option<u64>,
     },
     /// What the sender had seen of each origin when it read the values
     /// after this in the batch (its merge bound, encoded): a plain write of
@@ -192,7 +195,9 @@ impl Entry {
             Op::Delete { key } => key.len(),
             Op::Counter { key, state, .. }
             | Op::Fields { key, state, .. }
-            | Op::Append { key, edit: state } => key.len() + state.len(),
+            | Op::Append {
+                key, edit: state, ..
+            } => key.len() + state.len(),
             Op::Bound { seen } => seen.len(),
             Op::Library { name, code } => name.len() + code.len(),
             Op::LibraryDelete { name } => name.len(),

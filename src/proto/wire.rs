@@ -514,7 +514,14 @@ fn place_op<'a>(op: &'a Op, h: &mut FrameHeader) -> (&'a [u8], &'a [u8]) {
             h.expiry_ms = expiry_ms.unwrap_or(0);
             (FrameKind::Fields, key, state)
         }
-        Op::Append { key, edit } => (FrameKind::Append, key, edit),
+        Op::Append {
+            key,
+            edit,
+            expiry_ms,
+        } => {
+            h.expiry_ms = expiry_ms.unwrap_or(0);
+            (FrameKind::Append, key, edit)
+        }
         Op::Bound { seen } => (FrameKind::Bound, &[], seen),
         Op::Library { name, code } => (FrameKind::Library, name, code),
         Op::LibraryDelete { name } => (FrameKind::LibraryDelete, name, &[]),

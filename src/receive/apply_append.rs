@@ -10,25 +10,26 @@ use super::apply::{decide, run};
 use super::apply_plan::Outcome;
 use crate::catchup::replication::Replication;
 use crate::converge::appends::{holds_base, ships_again_after_discard, AppendEdit};
-use crate::converge::version::{Decision, KeyVersion, Stamp};
+use crate::converge::ttl_ops;
+use crate::converge::version::{Decision, KeyVersion, Stamp, GC_AT_NEXT_ACK};
 use crate::ops::status::Stats;
 use crate::proto::entry::Entry;
 use crate::redis::server;
 use crate::shared::Shared;
 
 /// Appends the peer's bytes when they are the newer write of `key` and
-/// this node holds the version they were appended to; counts them and
-/// keeps its own value when it holds another (the peer ships the key
-/// again, see [`after_discard`]).
+/// this node holds the version they were appended to, then sets the
+/// key's expiry as a value's is; counts them and keeps its own value when
+/// it holds another (it ships what it holds again, see [`ship_again`]).
 pub(super) fn append(
     ctx: &Context,
     (opts, shared, me): (&CallOptions, &Shared, u64),
     st: &mut Replication,
     e: &Entry,
-    (key, edit): (&[u8], &[u8]),
+    (key, edit, expiry_ms): (&[u8], &[u8], Option<u64>),
 ) -> Result<Outcome, String> {
     let Some(edit) = AppendEdit::decode(edit) else {
-        return Err("appended bytes of the peer: shorter than their header".into());
+        return Err("appended bytes of the peer: no bytes, or shorter than their header".into());
     };
     let decision = decide(ctx, st, me, e, key);
     if decision != Decision::Apply {
@@ -38,16 +39,30 @@ pub(super) fn append(
         Some(KeyVersion::Live(stamp)) => Some(stamp),
         _ => None,
     };
-    let len = server::string_tail(ctx, key, None).map(|(n, _)| n);
-    if !holds_base(&edit, version, len) {
+    let here = server::string_tail(ctx, key, None);
+    if !holds_base(&edit, version, here.as_ref().map(|s| s.len)) {
         Stats::add(&shared.stats.appends_unapplied, 1);
-        ship_again(st, (e.db, key));
+        ship_again(st, (e.db, key), here.is_some(), edit.base);
         return Ok(Outcome::Discarded);
     }
     run(ctx, opts, "APPEND", &[key, edit.tail])?;
     let stamp = Stamp::new(e.clock, e.origin);
+    // A TTL write held here newer than the append keeps its TTL.
+    let held = st.versions.ttls.get(e.db, key);
+    let expiry = ttl_ops::expiry_after_value(stamp, expiry_ms, held);
+    if expiry != here.as_ref().and_then(|s| s.expiry_ms) {
+        match expiry {
+            Some(at) => run(ctx, opts, "PEXPIREAT", &[key, at.to_string().as_bytes()])?,
+            None => run(ctx, opts, "PERSIST", &[key])?,
+        }
+    }
     st.versions.record_write(e.db, key, stamp);
-    let len_now = len.map(|n| n + edit.tail.len());
+    if !server::key_info(ctx, key).exists() {
+        // An expiry in the past took it, as it does on the peer.
+        st.versions.expired(e.db, key, GC_AT_NEXT_ACK);
+        return Ok(Outcome::Applied);
+    }
+    let len_now = here.map(|s| s.len + edit.tail.len());
     st.versions.appends.shipped((e.db, key), stamp, len_now);
     Ok(Outcome::Applied)
 }
@@ -69,17 +84,29 @@ pub(super) fn after_discard(
     if !matches!(st.versions.get(e.db, key), Some(KeyVersion::Live(_))) {
         return;
     }
-    let len = server::string_tail(ctx, key, None).map(|(n, _)| n);
-    if ships_again_after_discard(len) {
-        ship_again(st, (e.db, key));
+    let len = server::string_tail(ctx, key, None).map(|s| s.len);
+    if let (true, Some(v)) = (ships_again_after_discard(len), st.versions.get(e.db, key)) {
+        st.unread.insert((e.db, Box::from(key)), v.stamp());
         Stats::add(&shared.stats.appends_reshipped, 1);
     }
 }
 
-/// `key`'s value ships again at its version (read at the next flush, as a
-/// resend whose read failed is: `resend::retry_unread`).
-fn ship_again(st: &mut Replication, (db, key): (u32, &[u8])) {
-    if let Some(KeyVersion::Live(version)) = st.versions.get(db, key) {
-        st.unread.insert((db, Box::from(key)), version);
+/// What this node holds of `key` ships again, older than the peer's
+/// appended bytes it could not take (the peer discards it and ships its
+/// value whole, see `after_discard`): its value at its version, as a
+/// resend whose read failed is (`resend::retry_unread`); without the key
+/// (`exists` false: deleted, expired, evicted, or its tombstone collected)
+/// a delete at its tombstone's stamp, else at `base` (older than the
+/// appended bytes, so it never wins).
+fn ship_again(st: &mut Replication, (db, key): (u32, &[u8]), exists: bool, base: Stamp) {
+    let version = st.versions.get(db, key);
+    match version {
+        Some(KeyVersion::Live(v)) if exists => {
+            st.unread.insert((db, Box::from(key)), v);
+        }
+        _ => {
+            let at = version.map_or(base, KeyVersion::stamp).min(base);
+            st.deletes_again.push((db, Box::from(key), at));
+        }
     }
 }

@@ -110,7 +110,11 @@ fn op_from(header: &FrameHeader, key: Vec<u8>, value: Vec<u8>) -> Op {
             state: value,
             expiry_ms,
         },
-        FrameKind::Append => Op::Append { key, edit: value },
+        FrameKind::Append => Op::Append {
+            key,
+            edit: value,
+            expiry_ms,
+        },
         FrameKind::Bound => Op::Bound { seen: value },
         FrameKind::Library => Op::Library {
             name: key,

@@ -314,11 +314,11 @@ unsafe fn long_string(handle: *mut raw::RedisModuleKey) -> Option<Vec<u8>> {
     }
 }
 
-/// The length of the string `key` holds (`None`: absent or another
-/// type) and, when it is longer than `from` bytes, its bytes past `from`:
-/// read in place, the bytes before `from` never copied
-/// (`converge::appends`).
-pub fn string_tail(ctx: &Context, key: &[u8], from: Option<usize>) -> Option<(usize, Vec<u8>)> {
+/// The string `key` holds (`None`: absent or another type): its length,
+/// when it is longer than `from` bytes its bytes past `from` (read in
+/// place, the bytes before `from` never copied: `converge::appends`), and
+/// its absolute expiry.
+pub fn string_tail(ctx: &Context, key: &[u8], from: Option<usize>) -> Option<StringTail> {
     let name = redis_module::RedisString::create_from_slice(std::ptr::null_mut(), key);
     // SAFETY: the API table is filled by RedisModule_Init; reading pointers.
     let api = unsafe {
@@ -327,10 +327,12 @@ pub fn string_tail(ctx: &Context, key: &[u8], from: Option<usize>) -> Option<(us
             raw::RedisModule_KeyType,
             raw::RedisModule_ValueLength,
             raw::RedisModule_StringDMA,
+            raw::RedisModule_GetAbsExpire,
             raw::RedisModule_CloseKey,
         )
     };
-    let (Some(open), Some(kind_of), Some(length), Some(dma), Some(close)) = api else {
+    let (Some(open), Some(kind_of), Some(length), Some(dma), Some(expire_of), Some(close)) = api
+    else {
         return None;
     };
     // SAFETY: main thread with a valid context; `name` is a live Redis
@@ -355,11 +357,27 @@ pub fn string_tail(ctx: &Context, key: &[u8], from: Option<usize>) -> Option<(us
                         std::slice::from_raw_parts(at.cast::<u8>().add(from), len - from).to_vec();
                 }
             }
-            out = Some((len, tail));
+            let expiry_ms = u64::try_from(expire_of(handle)).ok().filter(|&at| at > 0);
+            out = Some(StringTail {
+                len,
+                tail,
+                expiry_ms,
+            });
         }
         close(handle);
         out
     }
+}
+
+/// What [`string_tail`] read of a string.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StringTail {
+    /// Its length.
+    pub len: usize,
+    /// Its bytes past the offset asked for (empty when none was).
+    pub tail: Vec<u8>,
+    /// Its absolute expiry, Unix ms.
+    pub expiry_ms: Option<u64>,
 }
 
 /// The mode to open keys for reading without a trace: no access-time

@@ -17,7 +17,7 @@ mod sliced;
 
 pub use keys::{
     db_may_hold_field_ttls, field_ttls_possible, is_empty_hash, key_info, key_info_and_value,
-    restore_access, string_tail, Access, InPlace, KeyInfo,
+    restore_access, string_tail, Access, InPlace, KeyInfo, StringTail,
 };
 // The module's load probes them (not built in unit tests).
 pub use build::{add_elements, build_key, built_len, is_build_key, memory_to_spare, BUILD_SLOTS};
