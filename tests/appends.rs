@@ -181,3 +181,36 @@ fn an_append_newer_than_a_ttl_written_at_once_leaves_the_same_ttl_on_both() {
         "the newer append's TTL (none) on both"
     );
 }
+
+/// B evicts every key (maxmemory), the big string's tombstone with them:
+/// A's next appends reach a node without the key and without a write of
+/// it on the way. B ships a delete at an older stamp, which A discards and
+/// answers with its whole value. Without that, B never got the key back
+/// (each append counted unapplied, none written).
+#[test]
+fn a_peer_that_evicted_the_string_gets_it_back_whole() {
+    let pair = Pair::start();
+    pair.wait_in_step();
+    let mut want = vec![b'a'; BIG];
+    run(&pair.a, &[b"SET", b"log", &want]);
+    wait_for_value(&pair, "log", &want);
+    pair.wait_settled(SETTLE);
+    let mut b = pair.b.conn();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("allkeys-random")
+        .query(&mut b)
+        .unwrap();
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg("1").query(&mut b).unwrap();
+    // A write command evicts before it runs (and is refused).
+    let _ = redis::cmd("SET").arg("x").arg("y").query::<redis::Value>(&mut b);
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg("0").query(&mut b).unwrap();
+    assert_eq!(get(&pair.b, "log"), None, "B evicted it");
+    run(&pair.a, &[b"APPEND", b"log", b"+A"]);
+    want.extend_from_slice(b"+A");
+    wait_for_value(&pair, "log", &want);
+    pair.wait_settled(SETTLE);
+    assert!(pair.b.stat("appends_unapplied") >= 1, "{:?}", pair.b.status());
+    assert!(pair.a.stat("appends_reshipped") >= 1, "{:?}", pair.a.status());
+}
