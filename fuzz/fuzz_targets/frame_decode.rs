@@ -2,7 +2,8 @@
 //! consistent with the bytes, never a panic. Inputs whose header is valid also
 //! get their checksum fixed up, so the paths behind the CRC are explored too.
 //! A counter state, hash state or bound notice in a frame's value is
-//! decoded too: an error or a state that survives a round trip; a
+//! decoded too, and the bytes an append frame carries: an error or a
+//! state that survives a round trip; a
 //! function library's code gives its name or none, and the same bytes
 //! read as a `FUNCTION DUMP` payload (the reader of this node's own
 //! libraries) give their codes or none. The raw bytes also go through the
@@ -46,6 +47,13 @@ fn check_merge_state(kind: FrameKind, value: &[u8]) {
                 let crc = rdmasync::redis::dump::crc64(&sealed[..at]);
                 sealed[at..].copy_from_slice(&crc.to_le_bytes());
                 let _ = libraries::codes(&sealed);
+            }
+        }
+        FrameKind::Append => {
+            use rdmasync::converge::appends::AppendEdit;
+            if let Some(edit) = AppendEdit::decode(value) {
+                assert!(!edit.tail.is_empty());
+                assert_eq!(edit.encode(), value);
             }
         }
         _ => {}
