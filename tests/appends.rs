@@ -202,15 +202,36 @@ fn a_peer_that_evicted_the_string_gets_it_back_whole() {
         .arg("allkeys-random")
         .query(&mut b)
         .unwrap();
-    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg("1").query(&mut b).unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg("1")
+        .query(&mut b)
+        .unwrap();
     // A write command evicts before it runs (and is refused).
-    let _ = redis::cmd("SET").arg("x").arg("y").query::<redis::Value>(&mut b);
-    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg("0").query(&mut b).unwrap();
+    let _ = redis::cmd("SET")
+        .arg("x")
+        .arg("y")
+        .query::<redis::Value>(&mut b);
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg("0")
+        .query(&mut b)
+        .unwrap();
     assert_eq!(get(&pair.b, "log"), None, "B evicted it");
     run(&pair.a, &[b"APPEND", b"log", b"+A"]);
     want.extend_from_slice(b"+A");
     wait_for_value(&pair, "log", &want);
     pair.wait_settled(SETTLE);
-    assert!(pair.b.stat("appends_unapplied") >= 1, "{:?}", pair.b.status());
-    assert!(pair.a.stat("appends_reshipped") >= 1, "{:?}", pair.a.status());
+    assert!(
+        pair.b.stat("appends_unapplied") >= 1,
+        "{:?}",
+        pair.b.status()
+    );
+    assert!(
+        pair.a.stat("appends_reshipped") >= 1,
+        "{:?}",
+        pair.a.status()
+    );
 }

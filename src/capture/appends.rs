@@ -72,6 +72,13 @@ fn tail_of(ctx: &Context, st: &Replication, (db, key): (u32, &[u8])) -> Option<(
     let Some(KeyVersion::Live(version)) = st.versions.get(db, key) else {
         return None;
     };
+    if st
+        .unread
+        .contains_key(&crate::converge::merge::db_key::DbKey(db, key))
+    {
+        // To ship again whole at its version (`receive::apply_append`).
+        return None;
+    }
     let base = st.versions.appends.base_at((db, key), version)?;
     let from = usize::try_from(base.len).ok()?;
     let read = server::string_tail(ctx, key, Some(from))?;

@@ -19,12 +19,13 @@ use crate::redis::server;
 use crate::redis::snapshot::{Read, Reader};
 use crate::shared::Shared;
 
-/// The deletes to ship again (`Replication::deletes_again`) whose key has
-/// no newer version here since.
+/// The deletes to ship again (`Replication::deletes_again`) whose key's
+/// version here is still the one it had when they were queued.
 fn deletes_again(st: &mut Replication) -> Vec<Entry> {
     let mut entries = Vec::new();
-    for (db, key, stamp) in std::mem::take(&mut st.deletes_again) {
-        if st.versions.get(db, &key).is_some_and(|v| v.stamp() > stamp) {
+    for (db, key, stamp, seen) in std::mem::take(&mut st.deletes_again) {
+        if st.versions.get(db, &key).map(KeyVersion::stamp) != seen {
+            // Written or deleted here since: that version shipped.
             continue;
         }
         let op = Op::Delete { key: key.into() };
@@ -71,7 +72,10 @@ pub fn retry_unread(reader: &Reader, shared: &Shared, st: &mut Replication) {
                 Op::Value { key, .. } | Op::Counter { key, .. } | Op::Fields { key, .. } => {
                     st.unread.insert((e.db, key.into()), stamp);
                 }
-                Op::Delete { key } => st.deletes_again.push((e.db, key.into(), stamp)),
+                Op::Delete { key } => {
+                    let seen = st.versions.get(e.db, &key).map(KeyVersion::stamp);
+                    st.deletes_again.push((e.db, key.into(), stamp, seen));
+                }
                 _ => {}
             }
         }

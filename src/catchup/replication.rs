@@ -87,8 +87,9 @@ pub struct Replication {
     pub unread: hashbrown::HashMap<(u32, Box<[u8]>), Stamp>,
     /// Deletes to ship again at these stamps (a key the peer appended to
     /// that this node does not hold: `receive::apply_append`), with the
-    /// unread changes.
-    pub deletes_again: Vec<(u32, Box<[u8]>, Stamp)>,
+    /// unread changes, unless the key's version here is no longer the one
+    /// it had then (the last field).
+    pub deletes_again: Vec<(u32, Box<[u8]>, Stamp, Option<Stamp>)>,
     /// This node's own changes it held after its last load, up to this
     /// clock (what its requests tell the peer; `None`: no load, the store's
     /// newest own stamp then).
@@ -199,7 +200,7 @@ impl Replication {
     pub fn swap_dbs(&mut self, a: u32, b: u32) -> bool {
         self.versions.swap(a, b);
         let sweep_ended = self.peer.incoming_sweep.take().is_some();
-        for (db, _, _) in &mut self.deletes_again {
+        for (db, _, _, _) in &mut self.deletes_again {
             *db = crate::converge::merge::db_key::swapped(*db, a, b);
         }
         if self.unread.is_empty() {

@@ -18,23 +18,26 @@
 //! - **The receiver** applies an edit only onto the same base (its version
 //!   of the key is the base and the key is a string of the length at it):
 //!   `APPEND` of the bytes, which its AOF and replicas take as the
-//!   command. Otherwise, when the edit is the newer write, it cannot build
-//!   the value: it keeps its own, counts the edit (`appends_unapplied`) and
-//!   ships its own value again at its version.
+//!   command, then the expiry the edit carries, set as a value's is.
+//!   Otherwise, when the edit is the newer write, it cannot build the
+//!   value: it keeps what it holds, counts the edit (`appends_unapplied`)
+//!   and ships what it holds again: its value at its version, or without
+//!   the key a delete at the base's stamp.
 //! - **Why that converges.** The receiver holds another version than the
 //!   base when it made a write of the key the sender had not applied when
-//!   it appended (that write is on its way), or when its version moved
-//!   without a write (a TTL write folded into it at rest). Either way a
-//!   value of the receiver's, at a version older than the edit, reaches
-//!   the sender: the write, or the value it ships again. The sender
-//!   discards it, and a node that discards the peer's write of a big
-//!   string ships its own value again at its version
+//!   it appended (that write is on its way), when its version moved
+//!   without a write (a TTL write folded into it at rest), or when it lost
+//!   the key (an eviction). Either way something of the receiver's, at a
+//!   version older than the edit, reaches the sender: the write, or what it
+//!   ships again. The sender discards it, and a node that discards the
+//!   peer's write of a big string ships its own value again at its version
 //!   ([`ships_again_after_discard`]), never at a new stamp (a new stamp
 //!   would be a write no client made, and could win over one made at
-//!   once). The receiver takes that whole value (it is newer), and the
-//!   nodes agree. A write the receiver made after it took the edit in is
-//!   newer than the edit (its clock observed it) and wins on both nodes by
-//!   itself.
+//!   once); until it has shipped, the key has no base, so appends made
+//!   meanwhile do not ship as edits the receiver cannot take. The receiver
+//!   takes that whole value (it is newer), and the nodes agree. A write
+//!   the receiver made after it took the edit in is newer than the edit
+//!   (its clock observed it) and wins on both nodes by itself.
 
 use hashbrown::HashMap;
 

@@ -11,7 +11,7 @@ use super::apply_plan::Outcome;
 use crate::catchup::replication::Replication;
 use crate::converge::appends::{holds_base, ships_again_after_discard, AppendEdit};
 use crate::converge::ttl_ops;
-use crate::converge::version::{Decision, KeyVersion, Stamp, GC_AT_NEXT_ACK};
+use crate::converge::version::{Decision, KeyVersion, Stamp};
 use crate::ops::status::Stats;
 use crate::proto::entry::Entry;
 use crate::redis::server;
@@ -47,23 +47,23 @@ pub(super) fn append(
     }
     run(ctx, opts, "APPEND", &[key, edit.tail])?;
     let stamp = Stamp::new(e.clock, e.origin);
+    st.versions.record_write(e.db, key, stamp);
+    let len_now = here.as_ref().map(|s| s.len + edit.tail.len());
+    st.versions.appends.shipped((e.db, key), stamp, len_now);
     // A TTL write held here newer than the append keeps its TTL.
     let held = st.versions.ttls.get(e.db, key);
     let expiry = ttl_ops::expiry_after_value(stamp, expiry_ms, held);
-    if expiry != here.as_ref().and_then(|s| s.expiry_ms) {
+    if expiry != here.and_then(|s| s.expiry_ms) {
         match expiry {
             Some(at) => run(ctx, opts, "PEXPIREAT", &[key, at.to_string().as_bytes()])?,
             None => run(ctx, opts, "PERSIST", &[key])?,
         }
+        if !server::key_info(ctx, key).exists() {
+            // An expiry in the past took it, as it does on the peer.
+            let gc_after = st.peer.last_pushed.max(1);
+            st.versions.record_delete(e.db, key, stamp, gc_after);
+        }
     }
-    st.versions.record_write(e.db, key, stamp);
-    if !server::key_info(ctx, key).exists() {
-        // An expiry in the past took it, as it does on the peer.
-        st.versions.expired(e.db, key, GC_AT_NEXT_ACK);
-        return Ok(Outcome::Applied);
-    }
-    let len_now = here.map(|s| s.len + edit.tail.len());
-    st.versions.appends.shipped((e.db, key), stamp, len_now);
     Ok(Outcome::Applied)
 }
 
@@ -81,32 +81,39 @@ pub(super) fn after_discard(
     let (Decision::Stale, Some(key)) = (decision, e.key()) else {
         return;
     };
-    if !matches!(st.versions.get(e.db, key), Some(KeyVersion::Live(_))) {
+    let Some(KeyVersion::Live(version)) = st.versions.get(e.db, key) else {
         return;
-    }
+    };
     let len = server::string_tail(ctx, key, None).map(|s| s.len);
-    if let (true, Some(v)) = (ships_again_after_discard(len), st.versions.get(e.db, key)) {
-        st.unread.insert((e.db, Box::from(key)), v.stamp());
+    if ships_again_after_discard(len) {
+        value_again(st, (e.db, key), version);
         Stats::add(&shared.stats.appends_reshipped, 1);
     }
 }
 
 /// What this node holds of `key` ships again, older than the peer's
 /// appended bytes it could not take (the peer discards it and ships its
-/// value whole, see `after_discard`): its value at its version, as a
-/// resend whose read failed is (`resend::retry_unread`); without the key
-/// (`exists` false: deleted, expired, evicted, or its tombstone collected)
-/// a delete at its tombstone's stamp, else at `base` (older than the
-/// appended bytes, so it never wins).
+/// value whole, see `after_discard`): its value at its version; without
+/// the key (`exists` false: deleted, expired, evicted, or its tombstone
+/// collected) a delete at `base`, older than the appended bytes and than
+/// any version the peer holds since, so it never wins there.
 fn ship_again(st: &mut Replication, (db, key): (u32, &[u8]), exists: bool, base: Stamp) {
     let version = st.versions.get(db, key);
     match version {
-        Some(KeyVersion::Live(v)) if exists => {
-            st.unread.insert((db, Box::from(key)), v);
-        }
+        Some(KeyVersion::Live(v)) if exists => value_again(st, (db, key), v),
         _ => {
-            let at = version.map_or(base, KeyVersion::stamp).min(base);
-            st.deletes_again.push((db, Box::from(key), at));
+            let seen = version.map(KeyVersion::stamp);
+            st.deletes_again
+                .retain(|(d, k, _, _)| !(*d == db && &k[..] == key));
+            st.deletes_again.push((db, Box::from(key), base, seen));
         }
     }
+}
+
+/// `key`'s value ships again whole at its version `v`, as a resend whose
+/// read failed is (`resend::retry_unread`); until then (and so for the
+/// appends made before it ships) it has no base: an append ships it whole.
+fn value_again(st: &mut Replication, (db, key): (u32, &[u8]), v: Stamp) {
+    st.unread.insert((db, Box::from(key)), v);
+    st.versions.appends.shipped((db, key), v, None);
 }
