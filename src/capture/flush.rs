@@ -82,6 +82,14 @@ pub(crate) fn pending_of(e: &Entry) -> Option<PendingOp> {
     })
 }
 
+/// Before `entries` ship: the TTL writes that follow their values
+/// (`capture::ttl`), and the big strings they ship whole become the bases
+/// of appends (`capture::appends`).
+fn with_ttl_writes_and_bases(st: &mut Replication, entries: &mut Vec<Entry>) {
+    crate::capture::ttl::with_ttl_writes(st, entries);
+    crate::capture::appends::bases_of(st, entries);
+}
+
 /// Queues `entries` as one batch for the link the main thread knows now,
 /// numbered after the last entry queued. On success tombstones are marked
 /// shipped and, when `resend`, the changes are kept until the peer
@@ -97,7 +105,7 @@ pub(crate) fn push(
     if entries.is_empty() {
         return Ok(0);
     }
-    crate::capture::ttl::with_ttl_writes(st, &mut entries);
+    with_ttl_writes_and_bases(st, &mut entries);
     if entries.iter().any(|e| e.is_data()) {
         let notice = counters::bound_notice(shared, st);
         entries.insert(0, entry(0, Stamp::new(0, shared.node_id), notice));
@@ -115,7 +123,6 @@ pub(crate) fn push(
             sent.record(e);
         }
     }
-    crate::capture::appends::bases_of(st, &entries);
     let tombstones = tombstones_of(&entries);
     counters::as_states(st, &mut entries);
     // An ack alone is never acknowledged: only what the peer applies is.

@@ -75,6 +75,10 @@ impl CatchUpReport {
     }
 }
 
+/// A delete to ship again: database, key, stamp, and the key's version
+/// when it was queued (it ships only while the version is that one).
+pub type DeleteAgain = (u32, Box<[u8]>, Stamp, Option<Stamp>);
+
 /// Convergence state of this node. Touched on the main thread only (capture,
 /// apply, keyspace events, persistence), so its lock is never contended.
 #[derive(Debug)]
@@ -89,7 +93,7 @@ pub struct Replication {
     /// that this node does not hold: `receive::apply_append`), with the
     /// unread changes, unless the key's version here is no longer the one
     /// it had then (the last field).
-    pub deletes_again: Vec<(u32, Box<[u8]>, Stamp, Option<Stamp>)>,
+    pub deletes_again: Vec<DeleteAgain>,
     /// This node's own changes it held after its last load, up to this
     /// clock (what its requests tell the peer; `None`: no load, the store's
     /// newest own stamp then).

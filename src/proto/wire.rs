@@ -498,30 +498,7 @@ fn place_op<'a>(op: &'a Op, h: &mut FrameHeader) -> (&'a [u8], &'a [u8]) {
             h.expiry_ms = expiry_ms.unwrap_or(0);
             (FrameKind::Expire, key, &[])
         }
-        Op::Counter {
-            key,
-            state,
-            expiry_ms,
-        } => {
-            h.expiry_ms = expiry_ms.unwrap_or(0);
-            (FrameKind::Counter, key, state)
-        }
-        Op::Fields {
-            key,
-            state,
-            expiry_ms,
-        } => {
-            h.expiry_ms = expiry_ms.unwrap_or(0);
-            (FrameKind::Fields, key, state)
-        }
-        Op::Append {
-            key,
-            edit,
-            expiry_ms,
-        } => {
-            h.expiry_ms = expiry_ms.unwrap_or(0);
-            (FrameKind::Append, key, edit)
-        }
+        Op::Counter { .. } | Op::Fields { .. } | Op::Append { .. } => place_state(op, h),
         Op::Bound { seen } => (FrameKind::Bound, &[], seen),
         Op::Library { name, code } => (FrameKind::Library, name, code),
         Op::LibraryDelete { name } => (FrameKind::LibraryDelete, name, &[]),
@@ -540,6 +517,32 @@ fn place_op<'a>(op: &'a Op, h: &mut FrameHeader) -> (&'a [u8], &'a [u8]) {
     };
     h.kind = kind;
     (key, value)
+}
+
+/// Sets the header fields of a key's merge state or appended bytes (their
+/// expiry); returns its kind, key and value bytes.
+fn place_state<'a>(op: &'a Op, h: &mut FrameHeader) -> (FrameKind, &'a [u8], &'a [u8]) {
+    let (kind, key, value, expiry_ms) = match op {
+        Op::Counter {
+            key,
+            state,
+            expiry_ms,
+        } => (FrameKind::Counter, key, state, expiry_ms),
+        Op::Fields {
+            key,
+            state,
+            expiry_ms,
+        } => (FrameKind::Fields, key, state, expiry_ms),
+        Op::Append {
+            key,
+            edit,
+            expiry_ms,
+        } => (FrameKind::Append, key, edit, expiry_ms),
+        // `place_op` gives only the three above.
+        _ => return (FrameKind::Bound, &[], &[]),
+    };
+    h.expiry_ms = expiry_ms.unwrap_or(0);
+    (kind, key, value)
 }
 
 /// Sets the header fields of an ack or sync request (their values travel

@@ -356,17 +356,7 @@ impl Applier<'_> {
             Op::Value { .. } => self.value(st, e, mset),
             Op::Counter { .. } => apply_counter::state(ctx, opts, self.shared, st, e),
             Op::Fields { .. } => apply_fields::state(ctx, opts, self.shared, st, e),
-            Op::Append {
-                key,
-                edit,
-                expiry_ms,
-            } => apply_append::append(
-                ctx,
-                (opts, self.shared, self.me),
-                st,
-                e,
-                (key, edit, *expiry_ms),
-            ),
+            Op::Append { .. } => apply_append::append(ctx, (opts, self.shared, self.me), st, e),
             Op::Delete { key } => match decide(ctx, st, self.me, e, key) {
                 Decision::Apply => {
                     run(ctx, opts, "DEL", &[key])?;

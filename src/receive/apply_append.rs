@@ -13,7 +13,7 @@ use crate::converge::appends::{holds_base, ships_again_after_discard, AppendEdit
 use crate::converge::ttl_ops;
 use crate::converge::version::{Decision, KeyVersion, Stamp};
 use crate::ops::status::Stats;
-use crate::proto::entry::Entry;
+use crate::proto::entry::{Entry, Op};
 use crate::redis::server;
 use crate::shared::Shared;
 
@@ -26,8 +26,16 @@ pub(super) fn append(
     (opts, shared, me): (&CallOptions, &Shared, u64),
     st: &mut Replication,
     e: &Entry,
-    (key, edit, expiry_ms): (&[u8], &[u8], Option<u64>),
 ) -> Result<Outcome, String> {
+    let Op::Append {
+        key,
+        edit,
+        expiry_ms,
+    } = &e.op
+    else {
+        return Ok(Outcome::Notice);
+    };
+    let (key, expiry_ms) = (key.as_slice(), *expiry_ms);
     let Some(edit) = AppendEdit::decode(edit) else {
         return Err("appended bytes of the peer: no bytes, or shorter than their header".into());
     };
