@@ -808,6 +808,16 @@ mod tests {
                     state,
                     expiry_ms
                 }),
+            (
+                proptest::collection::vec(any::<u8>(), 1..40),
+                proptest::collection::vec(any::<u8>(), 25..300),
+                proptest::option::of(1u64..u64::MAX),
+            )
+                .prop_map(|(key, edit, expiry_ms)| Op::Append {
+                    key,
+                    edit,
+                    expiry_ms
+                }),
             proptest::collection::vec(any::<u8>(), 0..100).prop_map(|seen| Op::Bound { seen }),
             (any::<u64>(), any::<u64>(), any::<u64>(), any::<bool>()).prop_map(
                 |(received, since, own, answer)| Op::SyncRequest {

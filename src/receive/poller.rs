@@ -535,6 +535,32 @@ mod tests {
     }
 
     #[test]
+    fn appended_bytes_come_out_with_their_key_and_expiry() {
+        let g = RingGeometry::new(4096).unwrap();
+        let mut ring = vec![0u8; 4096];
+        let mut s = TestSender::at_start(g);
+        let mut p = Poller::new(g);
+        let append = |seq: u64, expiry_ms| Entry {
+            origin: 7,
+            seq,
+            clock: 90 + seq,
+            db: 2,
+            op: Op::Append {
+                key: b"log".to_vec(),
+                edit: vec![seq as u8; 30],
+                expiry_ms,
+            },
+        };
+        let batch = Batch {
+            entries: vec![append(1, Some(1_900_000_000_000)), append(2, None)],
+        };
+        s.write_batch(&mut ring, &batch);
+        let mut out = Vec::new();
+        p.consume(&ring, s.tail, &mut out).unwrap();
+        assert_eq!(out, vec![batch]);
+    }
+
+    #[test]
     fn notices_come_out_with_what_they_carry() {
         let g = RingGeometry::new(4096).unwrap();
         let mut ring = vec![0u8; 4096];
