@@ -38,11 +38,12 @@ stage "integration suite on redis-server"
 echo "== unit tests, integration suite on $(redis-server --version | cut -d' ' -f1-3) (not fullsync, hotkeys)"
 REDIS_SERVER=redis-server cargo nextest run --no-fail-fast -E "kind(lib) or ($OLDEST_SUITES)"
 # The suites every server in the matrix must pass (end to end,
-# durability, faults, merges): Valkey 8 and Redis 7.4 run these; the full
+# durability, faults, merges, appends to big strings read in place): Valkey
+# 8 and Redis 7.4 run these; the full
 # set runs on Redis 7.0 (the machine's server), Redis 8.0 and Valkey 9.1.
-MATRIX_SUITES='binary(replication) or binary(durability) or binary(faults) or binary(merges) or binary(hash_merges) or binary(set_merges) or binary(rewrite_merges) or binary(function_merges)'
+MATRIX_SUITES='binary(replication) or binary(durability) or binary(faults) or binary(merges) or binary(hash_merges) or binary(set_merges) or binary(rewrite_merges) or binary(function_merges) or binary(appends)'
 stage "integration suite on valkey-server"
-echo "== integration suite on $(valkey-server --version | cut -d' ' -f1-3) (replication, durability, faults, merges of every kind)"
+echo "== integration suite on $(valkey-server --version | cut -d' ' -f1-3) (replication, durability, faults, merges of every kind, appends)"
 REDIS_SERVER=valkey-server cargo nextest run --no-fail-fast -E "$MATRIX_SUITES"
 stage "demo on Redis 7.0 and Valkey 8"
 # The two-node demo (README's first command) on every server of the matrix.
