@@ -75,6 +75,11 @@ impl CatchUpReport {
     }
 }
 
+/// Keys written since a load that [`Replication::note_local_write`] keeps
+/// at most (past it, a lost change of one of the others that comes back
+/// wins by its stamp, as before).
+pub const MAX_WRITTEN_SINCE_LOAD: usize = 1_000_000;
+
 /// A delete to ship again: database, key, stamp, and the key's version
 /// when it was queued (it ships only while the version is that one).
 pub type DeleteAgain = (u32, Box<[u8]>, Stamp, Option<Stamp>);
@@ -107,6 +112,11 @@ pub struct Replication {
     /// arrived: a second load (a `DEBUG RELOAD`, a replica's resync) widens
     /// it instead of forgetting what the first lost.
     pub lost_window: Option<(u64, u64)>,
+    /// The keys this node wrote since its last load, while `lost_window`
+    /// is open (at most [`MAX_WRITTEN_SINCE_LOAD`]): a change of its own
+    /// that the load lost and the peer sends back is older than such a
+    /// write, whatever their stamps (`receive::apply::decide`).
+    pub written_since_load: hashbrown::HashSet<(u32, Box<[u8]>)>,
     /// Tombstones of this node's deletes kept for a peer that has not
     /// acknowledged them (`max-tombstones`).
     pub tombstone_limit: usize,
@@ -177,6 +187,7 @@ impl Replication {
             own_durable: None,
             own_loaded_clock: 0,
             lost_window: None,
+            written_since_load: hashbrown::HashSet::new(),
             tombstone_limit: crate::ops::config::DEFAULT_MAX_TOMBSTONES,
             max_clock_offset_ms: crate::ops::config::DEFAULT_MAX_CLOCK_OFFSET_MS,
             own_coverage_cap: None,
@@ -206,6 +217,12 @@ impl Replication {
         let sweep_ended = self.peer.incoming_sweep.take().is_some();
         for (db, _, _, _) in &mut self.deletes_again {
             *db = crate::converge::merge::db_key::swapped(*db, a, b);
+        }
+        if !self.written_since_load.is_empty() {
+            self.written_since_load = std::mem::take(&mut self.written_since_load)
+                .into_iter()
+                .map(|(db, key)| (crate::converge::merge::db_key::swapped(db, a, b), key))
+                .collect();
         }
         if self.unread.is_empty() {
             return sweep_ended;
@@ -596,6 +613,26 @@ impl Replication {
         self.versions.record_lost_own(from, to);
         self.own_durable = Some(from);
         self.own_loaded_clock = to;
+        self.written_since_load.clear();
+    }
+
+    /// This node wrote `key` of `db` (a change of its own clients,
+    /// stamped now): while a load's lost changes may still come back,
+    /// they are older than it.
+    pub fn note_local_write(&mut self, db: u32, key: &[u8]) {
+        if self.lost_window.is_some() && self.written_since_load.len() < MAX_WRITTEN_SINCE_LOAD {
+            self.written_since_load.insert((db, Box::from(key)));
+        }
+    }
+
+    /// Whether `key` of `db` was written here since the last load, while
+    /// its lost changes may still come back.
+    pub fn written_since_load(&self, db: u32, key: &[u8]) -> bool {
+        self.lost_window.is_some()
+            && !self.written_since_load.is_empty()
+            && self
+                .written_since_load
+                .contains(&crate::converge::merge::db_key::DbKey(db, key))
     }
 
     /// The peer's answering sync arrived whole (its coverage is taken
@@ -603,6 +640,7 @@ impl Replication {
     pub fn lost_window_closed(&mut self) {
         self.lost_window = None;
         self.versions.close_lost_own();
+        self.written_since_load = hashbrown::HashSet::new();
     }
 
     /// This node's data came from elsewhere (it was a replica and is a

@@ -68,6 +68,10 @@ pub struct Stats {
     pub entries_dropped: AtomicU64,
     /// Entries refused because no frame can carry them (key too large).
     pub entries_refused: AtomicU64,
+    /// Changes of this node's own that a load lost and the peer sent back,
+    /// discarded because this node wrote the key since (that write shipped
+    /// again, newer).
+    pub lost_changes_superseded: AtomicU64,
     /// Big strings shipped as the bytes appended to them
     /// (`converge::appends`).
     pub appends_shipped: AtomicU64,
@@ -344,6 +348,10 @@ fn traffic_fields(stats: &Stats, queue_depth: usize) -> Vec<(&'static str, Field
         ("read_failures", counter(&stats.read_failures)),
         ("entries_dropped", counter(&stats.entries_dropped)),
         ("entries_refused", counter(&stats.entries_refused)),
+        (
+            "lost_changes_superseded",
+            counter(&stats.lost_changes_superseded),
+        ),
         ("appends_shipped", counter(&stats.appends_shipped)),
         ("appends_unapplied", counter(&stats.appends_unapplied)),
         ("appends_reshipped", counter(&stats.appends_reshipped)),

@@ -364,6 +364,7 @@ impl Applier<'_> {
                     Ok(Outcome::Applied)
                 }
                 other => {
+                    ship_write_since_load(self.shared, st, e, self.me);
                     apply_append::after_discard(ctx, self.shared, st, e, other);
                     Ok(Outcome::of(other))
                 }
@@ -524,6 +525,7 @@ impl Applier<'_> {
                 Ok(Outcome::Applied)
             }
             other => {
+                ship_write_since_load(self.shared, st, e, self.me);
                 apply_append::after_discard(self.ctx, self.shared, st, e, other);
                 Ok(Outcome::of(other))
             }
@@ -568,10 +570,48 @@ pub(super) fn decide(ctx: &Context, st: &Replication, me: u64, e: &Entry, key: &
             && st.versions.get(e.db, key).is_none()
             && !exists()
     };
-    if decision == Decision::Apply && deleted_past_bound() {
+    if decision == Decision::Apply && (deleted_past_bound() || lost_before_a_write(st, me, e, key))
+    {
         return Decision::Stale;
     }
     decision
+}
+
+/// Whether `e` is a change of this node's own that its last load lost,
+/// sent back by the peer, of a key this node wrote since the load (its
+/// version is that write): older than the write, whatever their stamps
+/// (the clock restarted below the lost ones: no lead file, or one older
+/// than the copy, or a wall clock set back; see convergence.md, "A
+/// restart starts the clock as far ahead as it ran"). The write ships
+/// again, above it ([`ship_write_since_load`]).
+fn lost_before_a_write(st: &Replication, me: u64, e: &Entry, key: &[u8]) -> bool {
+    e.origin == me
+        && st.written_since_load(e.db, key)
+        && st
+            .versions
+            .get(e.db, key)
+            .is_some_and(|v| v.stamp().node == me)
+}
+
+/// After `e` was discarded: when it was a lost change of this node's own
+/// that is newer by its stamp than the write made here since the load,
+/// the key ships again at a new stamp (the clock observed `e`'s), so that
+/// the peer, which holds the lost change, takes the later write too.
+fn ship_write_since_load(shared: &Shared, st: &Replication, e: &Entry, me: u64) {
+    let Some(key) = e.key() else {
+        return;
+    };
+    let stamp = Stamp::new(e.clock, e.origin);
+    let newer = st
+        .versions
+        .get(e.db, key)
+        .is_some_and(|v| v.stamp() < stamp);
+    if newer && lost_before_a_write(st, me, e, key) {
+        if let Some(mut dirty) = main_state().dirty.get() {
+            dirty.mark(e.db, key);
+            Stats::add(&shared.stats.lost_changes_superseded, 1);
+        }
+    }
 }
 
 /// The peer's write of a key's TTL alone (`converge::ttl_ops`): the expiry
