@@ -43,7 +43,7 @@ pub fn ship_appends(
         let stamp = Stamp::new(shared.clock.tick(wall), shared.node_id);
         st.last_local_stamp = stamp.clock;
         st.versions.record_write(db, &key, stamp);
-        st.note_local_write(db, &key);
+        st.note_local_write((db, &key), stamp);
         st.versions
             .appends
             .shipped((db, &key), stamp, Some(read.len));

@@ -378,7 +378,7 @@ fn ship_read(
     } else {
         st.versions.record_delete(db, &key, stamp, 0);
     }
-    st.note_local_write(db, &key);
+    st.note_local_write((db, &key), stamp);
     let change = counters::LocalChange {
         db,
         key: &key,
@@ -438,7 +438,7 @@ fn ship_field_changes(
             Some(op) => {
                 st.last_local_stamp = stamp.clock;
                 st.versions.record_write(db, &key, stamp);
-                st.note_local_write(db, &key);
+                st.note_local_write((db, &key), stamp);
                 out.push(entry(db, stamp, op));
             }
             None => match ttl_only
@@ -621,7 +621,7 @@ fn record_key_change(
     } else {
         st.versions.record_delete(db, key, stamp, 0);
     }
-    st.note_local_write(db, key);
+    st.note_local_write((db, key), stamp);
     let sum = main_state()
         .increments
         .get()

@@ -112,11 +112,13 @@ pub struct Replication {
     /// arrived: a second load (a `DEBUG RELOAD`, a replica's resync) widens
     /// it instead of forgetting what the first lost.
     pub lost_window: Option<(u64, u64)>,
-    /// The keys this node wrote since its last load, while `lost_window`
-    /// is open (at most [`MAX_WRITTEN_SINCE_LOAD`]): a change of its own
-    /// that the load lost and the peer sends back is older than such a
-    /// write, whatever their stamps (`receive::apply::decide`).
-    pub written_since_load: hashbrown::HashSet<(u32, Box<[u8]>)>,
+    /// The keys this node wrote since a load, while `lost_window` is open
+    /// (at most [`MAX_WRITTEN_SINCE_LOAD`]), each with the stamp of its
+    /// last such write: a change of its own that a load lost and the peer
+    /// sends back is older than that write, whatever their stamps, while
+    /// it is the key's version (`receive::apply::decide`). Kept across a
+    /// second load (a reload of an older file leaves another version).
+    pub written_since_load: hashbrown::HashMap<(u32, Box<[u8]>), Stamp>,
     /// Tombstones of this node's deletes kept for a peer that has not
     /// acknowledged them (`max-tombstones`).
     pub tombstone_limit: usize,
@@ -187,7 +189,7 @@ impl Replication {
             own_durable: None,
             own_loaded_clock: 0,
             lost_window: None,
-            written_since_load: hashbrown::HashSet::new(),
+            written_since_load: hashbrown::HashMap::new(),
             tombstone_limit: crate::ops::config::DEFAULT_MAX_TOMBSTONES,
             max_clock_offset_ms: crate::ops::config::DEFAULT_MAX_CLOCK_OFFSET_MS,
             own_coverage_cap: None,
@@ -221,7 +223,7 @@ impl Replication {
         if !self.written_since_load.is_empty() {
             self.written_since_load = std::mem::take(&mut self.written_since_load)
                 .into_iter()
-                .map(|(db, key)| (crate::converge::merge::db_key::swapped(db, a, b), key))
+                .map(|((db, key), s)| ((crate::converge::merge::db_key::swapped(db, a, b), key), s))
                 .collect();
         }
         if self.unread.is_empty() {
@@ -613,26 +615,31 @@ impl Replication {
         self.versions.record_lost_own(from, to);
         self.own_durable = Some(from);
         self.own_loaded_clock = to;
-        self.written_since_load.clear();
     }
 
-    /// This node wrote `key` of `db` (a change of its own clients,
+    /// This node wrote `key` of `db` at `stamp` (a change of its own,
     /// stamped now): while a load's lost changes may still come back,
     /// they are older than it.
-    pub fn note_local_write(&mut self, db: u32, key: &[u8]) {
-        if self.lost_window.is_some() && self.written_since_load.len() < MAX_WRITTEN_SINCE_LOAD {
-            self.written_since_load.insert((db, Box::from(key)));
+    pub fn note_local_write(&mut self, (db, key): (u32, &[u8]), stamp: Stamp) {
+        use crate::converge::merge::db_key::DbKey;
+        if self.lost_window.is_none() {
+            return;
+        }
+        if let Some(held) = self.written_since_load.get_mut(&DbKey(db, key)) {
+            *held = stamp;
+        } else if self.written_since_load.len() < MAX_WRITTEN_SINCE_LOAD {
+            self.written_since_load.insert((db, Box::from(key)), stamp);
         }
     }
 
-    /// Whether `key` of `db` was written here since the last load, while
-    /// its lost changes may still come back.
-    pub fn written_since_load(&self, db: u32, key: &[u8]) -> bool {
-        self.lost_window.is_some()
-            && !self.written_since_load.is_empty()
-            && self
-                .written_since_load
-                .contains(&crate::converge::merge::db_key::DbKey(db, key))
+    /// The stamp of the last write of `key` of `db` made here since a
+    /// load, while its lost changes may still come back.
+    pub fn written_since_load(&self, db: u32, key: &[u8]) -> Option<Stamp> {
+        if self.lost_window.is_none() || self.written_since_load.is_empty() {
+            return None;
+        }
+        let key = crate::converge::merge::db_key::DbKey(db, key);
+        self.written_since_load.get(&key).copied()
     }
 
     /// The peer's answering sync arrived whole (its coverage is taken
@@ -640,7 +647,7 @@ impl Replication {
     pub fn lost_window_closed(&mut self) {
         self.lost_window = None;
         self.versions.close_lost_own();
-        self.written_since_load = hashbrown::HashSet::new();
+        self.written_since_load = hashbrown::HashMap::new();
     }
 
     /// This node's data came from elsewhere (it was a replica and is a

@@ -364,8 +364,9 @@ impl Applier<'_> {
                     Ok(Outcome::Applied)
                 }
                 other => {
-                    ship_write_since_load(self.shared, st, e, self.me);
-                    apply_append::after_discard(ctx, self.shared, st, e, other);
+                    if !ship_write_since_load(self.shared, st, e, self.me) {
+                        apply_append::after_discard(ctx, self.shared, st, e, other);
+                    }
                     Ok(Outcome::of(other))
                 }
             },
@@ -525,8 +526,9 @@ impl Applier<'_> {
                 Ok(Outcome::Applied)
             }
             other => {
-                ship_write_since_load(self.shared, st, e, self.me);
-                apply_append::after_discard(self.ctx, self.shared, st, e, other);
+                if !ship_write_since_load(self.shared, st, e, self.me) {
+                    apply_append::after_discard(self.ctx, self.shared, st, e, other);
+                }
                 Ok(Outcome::of(other))
             }
         }
@@ -577,41 +579,54 @@ pub(super) fn decide(ctx: &Context, st: &Replication, me: u64, e: &Entry, key: &
     decision
 }
 
-/// Whether `e` is a change of this node's own that its last load lost,
-/// sent back by the peer, of a key this node wrote since the load (its
-/// version is that write): older than the write, whatever their stamps
-/// (the clock restarted below the lost ones: no lead file, or one older
-/// than the copy, or a wall clock set back; see convergence.md, "A
-/// restart starts the clock as far ahead as it ran"). The write ships
-/// again, above it ([`ship_write_since_load`]).
+/// Whether `e` is a change of this node's own that a load lost, sent
+/// back by the peer, of a key this node wrote since the load (its version
+/// is still that write): older than the write, whatever their stamps (the
+/// clock restarted below the lost ones: no lead file, or one older than
+/// the copy, or a wall clock set back; see convergence.md, "A restart
+/// starts the clock as far ahead as it ran"). The write ships again, just
+/// above it ([`ship_write_since_load`]).
 fn lost_before_a_write(st: &Replication, me: u64, e: &Entry, key: &[u8]) -> bool {
     e.origin == me
-        && st.written_since_load(e.db, key)
         && st
-            .versions
-            .get(e.db, key)
-            .is_some_and(|v| v.stamp().node == me)
+            .written_since_load(e.db, key)
+            .is_some_and(|w| st.versions.get(e.db, key).is_some_and(|v| v.stamp() == w))
 }
 
 /// After `e` was discarded: when it was a lost change of this node's own
-/// that is newer by its stamp than the write made here since the load,
-/// the key ships again at a new stamp (the clock observed `e`'s), so that
-/// the peer, which holds the lost change, takes the later write too.
-fn ship_write_since_load(shared: &Shared, st: &Replication, e: &Entry, me: u64) {
-    let Some(key) = e.key() else {
-        return;
+/// newer by its stamp than the write made here since the load, that write
+/// takes the stamp just above it and ships again at it (a value, or a
+/// delete), so that the peer, which holds the lost change, takes the
+/// later write too. Just above, not now: a write the peer made since,
+/// newer than the lost change, still wins over it (the clock observed
+/// `e`'s stamp plus one, so no later stamp of this node's reuses it).
+/// Whether it did.
+fn ship_write_since_load(shared: &Shared, st: &mut Replication, e: &Entry, me: u64) -> bool {
+    let Some(key) = e.key().filter(|_| e.origin == me) else {
+        return false;
     };
-    let stamp = Stamp::new(e.clock, e.origin);
-    let newer = st
-        .versions
-        .get(e.db, key)
-        .is_some_and(|v| v.stamp() < stamp);
-    if newer && lost_before_a_write(st, me, e, key) {
-        if let Some(mut dirty) = main_state().dirty.get() {
-            dirty.mark(e.db, key);
-            Stats::add(&shared.stats.lost_changes_superseded, 1);
+    let lost = Stamp::new(e.clock, e.origin);
+    let Some(version) = st.versions.get(e.db, key) else {
+        return false;
+    };
+    if version.stamp() >= lost || !lost_before_a_write(st, me, e, key) {
+        return false;
+    }
+    let above = Stamp::new(e.clock.saturating_add(1), me);
+    match version {
+        KeyVersion::Live(_) => {
+            st.versions.record_write(e.db, key, above);
+            st.unread.insert((e.db, Box::from(key)), above);
+        }
+        KeyVersion::Deleted { .. } => {
+            st.versions.record_delete(e.db, key, above, 0);
+            st.deletes_again
+                .push((e.db, Box::from(key), above, Some(above)));
         }
     }
+    st.note_local_write((e.db, key), above);
+    Stats::add(&shared.stats.lost_changes_superseded, 1);
+    true
 }
 
 /// The peer's write of a key's TTL alone (`converge::ttl_ops`): the expiry
