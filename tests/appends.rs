@@ -38,6 +38,18 @@ fn wait_for_value(pair: &Pair, key: &str, want: &[u8]) {
     );
 }
 
+/// A pair in step, `log` a string of `BIG` bytes written on A and held by
+/// both; returns it with the value.
+fn pair_with_a_big_string() -> (Pair, Vec<u8>) {
+    let pair = Pair::start();
+    pair.wait_in_step();
+    let want = vec![b'a'; BIG];
+    run(&pair.a, &[b"SET", b"log", &want]);
+    wait_for_value(&pair, "log", &want);
+    pair.wait_settled(SETTLE);
+    (pair, want)
+}
+
 #[test]
 fn appends_to_a_big_string_ship_the_appended_bytes_alone() {
     let pair = Pair::start();
@@ -121,12 +133,7 @@ fn appends_to_a_big_string_ship_the_appended_bytes_alone() {
 /// value for good.
 #[test]
 fn a_write_made_at_once_on_the_peer_makes_the_appended_string_ship_again() {
-    let pair = Pair::start();
-    pair.wait_in_step();
-    let mut want = vec![b'a'; BIG];
-    run(&pair.a, &[b"SET", b"log", &want]);
-    wait_for_value(&pair, "log", &want);
-    pair.wait_settled(SETTLE);
+    let (pair, mut want) = pair_with_a_big_string();
     pair.b.hold_sends(true);
     run(&pair.b, &[b"SET", b"log", b"written on B"]);
     std::thread::sleep(Duration::from_millis(20));
@@ -155,12 +162,7 @@ fn a_write_made_at_once_on_the_peer_makes_the_appended_string_ship_again() {
 /// append, B kept its TTL and A none (B would delete the key alone).
 #[test]
 fn an_append_newer_than_a_ttl_written_at_once_leaves_the_same_ttl_on_both() {
-    let pair = Pair::start();
-    pair.wait_in_step();
-    let mut want = vec![b'a'; BIG];
-    run(&pair.a, &[b"SET", b"log", &want]);
-    wait_for_value(&pair, "log", &want);
-    pair.wait_settled(SETTLE);
+    let (pair, mut want) = pair_with_a_big_string();
     let shipped = pair.a.stat("appends_shipped");
     pair.b.hold_sends(true);
     run(&pair.b, &[b"PEXPIRE", b"log", b"3600000"]);
@@ -189,12 +191,7 @@ fn an_append_newer_than_a_ttl_written_at_once_leaves_the_same_ttl_on_both() {
 /// (each append counted unapplied, none written).
 #[test]
 fn a_peer_that_evicted_the_string_gets_it_back_whole() {
-    let pair = Pair::start();
-    pair.wait_in_step();
-    let mut want = vec![b'a'; BIG];
-    run(&pair.a, &[b"SET", b"log", &want]);
-    wait_for_value(&pair, "log", &want);
-    pair.wait_settled(SETTLE);
+    let (pair, mut want) = pair_with_a_big_string();
     let mut b = pair.b.conn();
     let _: () = redis::cmd("CONFIG")
         .arg("SET")
