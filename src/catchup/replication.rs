@@ -827,6 +827,33 @@ mod tests {
     }
 
     #[test]
+    fn writes_since_a_load_are_kept_while_its_lost_changes_may_come_back() {
+        let mut r = Replication::new(10);
+        let s = |c| Stamp::new(c, 1);
+        r.note_local_write((0, b"k"), s(5));
+        assert_eq!(r.written_since_load(0, b"k"), None, "no load: nothing lost");
+        r.loaded(100, 200);
+        r.note_local_write((0, b"k"), s(201));
+        r.note_local_write((0, b"k"), s(202));
+        r.note_local_write((3, b"j"), s(203));
+        assert_eq!(
+            r.written_since_load(0, b"k"),
+            Some(s(202)),
+            "its last write"
+        );
+        assert_eq!(r.written_since_load(1, b"k"), None, "another database");
+        // A second load before the answer keeps them (it widens the window).
+        r.loaded(150, 300);
+        assert_eq!(r.written_since_load(0, b"k"), Some(s(202)));
+        r.swap_dbs(3, 4);
+        assert_eq!(r.written_since_load(4, b"j"), Some(s(203)));
+        assert_eq!(r.written_since_load(3, b"j"), None);
+        r.lost_window_closed();
+        assert_eq!(r.written_since_load(0, b"k"), None, "the answer arrived");
+        assert!(r.written_since_load.is_empty());
+    }
+
+    #[test]
     fn a_reload_keeps_the_sync_since_watermarks_the_peer_asked_for() {
         let mut r = Replication::new(10);
         r.peer.progress.owe(SyncKind::Since { since: 50, own: 7 });
