@@ -615,6 +615,9 @@ impl Replication {
         self.versions.record_lost_own(from, to);
         self.own_durable = Some(from);
         self.own_loaded_clock = to;
+        // What was loaded is not what this node shipped: no append ships
+        // from a version of before the load.
+        self.versions.appends.clear();
     }
 
     /// This node wrote `key` of `db` at `stamp` (a change of its own,
@@ -658,6 +661,9 @@ impl Replication {
         self.own_durable = None;
         self.peer.drop_backlog();
         let _ = self.requeue_unacked();
+        // Its strings came from elsewhere: no append ships from a version
+        // it shipped before (`converge::appends`).
+        self.versions.appends.clear();
         // It asks what it misses, owes a full sync, and catches up again
         // even if the link stays up.
         self.peer.progress.lost_state();
