@@ -215,33 +215,18 @@ impl Replication {
     /// A sweep being received names databases as the peer had them: it
     /// ends, and the return says so.
     pub fn swap_dbs(&mut self, a: u32, b: u32) -> bool {
+        use crate::converge::merge::db_key::{swap_dbs_in, swapped};
         self.versions.swap(a, b);
         let sweep_ended = self.peer.incoming_sweep.take().is_some();
         for (db, _, _, _) in &mut self.deletes_again {
-            *db = crate::converge::merge::db_key::swapped(*db, a, b);
+            *db = swapped(*db, a, b);
         }
         if !self.written_since_load.is_empty() {
-            self.written_since_load = std::mem::take(&mut self.written_since_load)
-                .into_iter()
-                .map(|((db, key), s)| ((crate::converge::merge::db_key::swapped(db, a, b), key), s))
-                .collect();
+            swap_dbs_in(&mut self.written_since_load, a, b);
         }
-        if self.unread.is_empty() {
-            return sweep_ended;
+        if !self.unread.is_empty() {
+            swap_dbs_in(&mut self.unread, a, b);
         }
-        self.unread = std::mem::take(&mut self.unread)
-            .into_iter()
-            .map(|((db, key), stamp)| {
-                let db = if db == a {
-                    b
-                } else if db == b {
-                    a
-                } else {
-                    db
-                };
-                ((db, key), stamp)
-            })
-            .collect();
         sweep_ended
     }
 
