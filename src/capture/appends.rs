@@ -73,13 +73,7 @@ fn tail_of(ctx: &Context, st: &Replication, (db, key): (u32, &[u8])) -> Option<(
     let Some(KeyVersion::Live(version)) = st.versions.get(db, key) else {
         return None;
     };
-    if st
-        .unread
-        .contains_key(&crate::converge::merge::db_key::DbKey(db, key))
-    {
-        // To ship again whole at its version (`receive::apply_append`).
-        return None;
-    }
+    // A key queued to ship again whole has no base (`receive::apply_append`).
     let base = st.versions.appends.base_at((db, key), version)?;
     let from = usize::try_from(base.len).ok()?;
     let read = server::string_tail(ctx, key, Some(from))?;
@@ -106,19 +100,5 @@ pub fn bases_of(st: &mut Replication, entries: &[Entry]) {
                 .appends
                 .shipped((e.db, key), stamp, Some(payload.len()));
         }
-    }
-}
-
-/// A value of `key` read whole and shipped at `stamp` (`len`: a string's
-/// length; `None`: another type or absent): the base of its next appends,
-/// if it is big.
-pub fn shipped_whole(
-    st: &mut Replication,
-    (db, key): (u32, &[u8]),
-    stamp: Stamp,
-    len: Option<usize>,
-) {
-    if len.is_some() || !st.versions.appends.is_empty() {
-        st.versions.appends.shipped((db, key), stamp, len);
     }
 }

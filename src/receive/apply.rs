@@ -516,13 +516,11 @@ impl Applier<'_> {
                     restore(self.ctx, self.opts, key, payload, expiry_ms, *encoding)?;
                 }
                 record_value(st, e.db, key, stamp, expiry_ms);
+                // A big string taken whole is the base of appends from here.
                 let raw = *encoding == Encoding::RawString;
-                crate::capture::appends::shipped_whole(
-                    st,
-                    (e.db, key),
-                    stamp,
-                    raw.then_some(payload.len()),
-                );
+                st.versions
+                    .appends
+                    .shipped((e.db, key), stamp, raw.then_some(payload.len()));
                 Ok(Outcome::Applied)
             }
             other => {
